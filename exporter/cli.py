@@ -1,0 +1,47 @@
+"""The ``gangscope`` command: one entry point, one module per subcommand.
+
+Each subcommand module exposes ``add_arguments(parser)`` and ``run(args) -> int`` and is imported
+only when chosen, so ``gangscope snapshot`` does not pay for gRPC or NVML imports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from . import __version__
+
+SUBCOMMANDS = {
+    "collector": ("exporter.cluster.main", "watch Kueue Workloads, Topologies and PodGroups and serve their metrics"),
+    "agent": ("exporter.node.main", "serve per-GPU NVLink/PCIe/fabric metrics mapped to pods and topology"),
+    "snapshot": ("exporter.snapshot", "print the metrics for objects in a kubectl get -o yaml|json dump"),
+    "explain": ("exporter.explain", "explain, layer by layer, why a job is pending or slow"),
+    "demo": ("exporter.demo", "run a simulated cluster, collector and agents on loopback"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gangscope", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"gangscope {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(SUBCOMMANDS) + "}")
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        sp = sub.add_parser(name, help=help_text, description=help_text)
+        sp.set_defaults(_module=module)
+        importlib.import_module(module).add_arguments(sp)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in SUBCOMMANDS:
+        if argv and argv[0] in ("-h", "--help", "--version"):
+            build_parser().parse_args(argv)
+        print(f"usage: gangscope {{{','.join(SUBCOMMANDS)}}} [options]", file=sys.stderr)
+        if argv:
+            print(f"gangscope: unknown command {argv[0]!r}", file=sys.stderr)
+        return 2
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    module = importlib.import_module(args._module)
+    return int(module.run(args) or 0)

@@ -1,0 +1,209 @@
+"""Metric families and their pre-rendered exposition, in OpenMetrics 1.0 and Prometheus text 0.0.4.
+
+gangscope follows kube-state-metrics rather than prometheus_client's collect-on-scrape model:
+each owner (a Workload, a GPU, a source's health) renders its sample lines when *it* changes,
+and a scrape only concatenates bytes.  Per family, the joined bytes of all owners are cached
+and rebuilt only when one of its owners changed, so a scrape of an unchanged cluster costs a
+handful of ``bytes.join`` calls whatever the number of objects.
+
+Sample lines are identical in both formats (counter samples keep ``_total``, info samples keep
+``_info``); only the ``# HELP``/``# TYPE`` headers and the OpenMetrics ``# EOF`` differ, so each
+owner's lines are rendered once and served in either format.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+Kind = Literal["gauge", "counter", "info"]
+Labels = Iterable[tuple[str, str]]
+
+OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n"})
+
+
+def escape_label_value(value: str) -> str:
+    """Escape a label value for both formats (backslash, double quote, line feed)."""
+    return value.translate(_ESCAPES)
+
+
+def format_value(value: float) -> str:
+    """Render a sample value: integers without a fraction, NaN/Inf spelled the way both formats accept."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return repr(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """One metric family, declared as data next to the code that fills it.
+
+    ``name`` is the sample name as users query it (counters end in ``_total``, info series in
+    ``_info``). ``labels`` documents the fixed labels for the README catalogue; topology labels are
+    appended at run time and listed there as ``<topology>``.
+    """
+
+    name: str
+    kind: Kind
+    help: str
+    labels: tuple[str, ...] = ()
+    topology: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind == "counter" and not self.name.endswith("_total"):
+            raise ValueError(f"counter {self.name} must end in _total")
+        if self.kind == "info" and not self.name.endswith("_info"):
+            raise ValueError(f"info family {self.name} must end in _info")
+        if "\\" in self.help or "\n" in self.help or '"' in self.help:
+            raise ValueError(f"help of {self.name} must not contain backslashes, quotes or newlines")
+
+    def header(self, openmetrics: bool) -> bytes:
+        """``# HELP`` and ``# TYPE`` lines; OpenMetrics names counter and info families without the suffix."""
+        if openmetrics:
+            base = self.name
+            if self.kind == "counter":
+                base = self.name[: -len("_total")]
+            elif self.kind == "info":
+                base = self.name[: -len("_info")]
+            return f"# HELP {base} {self.help}\n# TYPE {base} {self.kind}\n".encode()
+        kind = "gauge" if self.kind == "info" else self.kind
+        return f"# HELP {self.name} {self.help}\n# TYPE {self.name} {kind}\n".encode()
+
+    def sample(self, labels: Labels, value: float) -> str:
+        """One exposition line (with its trailing newline) for these label pairs."""
+        inner = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in labels)
+        if inner:
+            return f"{self.name}{{{inner}}} {format_value(value)}\n"
+        return f"{self.name} {format_value(value)}\n"
+
+
+@dataclass(slots=True)
+class _FamilyState:
+    family: Family
+    chunks: dict[Hashable, bytes] = field(default_factory=dict)
+    series: dict[Hashable, int] = field(default_factory=dict)
+    total_series: int = 0
+    joined: bytes | None = b""
+
+
+class Exposition:
+    """All metric families of one process and every owner's rendered lines.
+
+    ``set(owner, lines)`` replaces everything an owner exported; ``delete(owner)`` removes it;
+    ``render(openmetrics)`` returns a complete exposition. Owners are any hashable key, usually
+    ``(kind, namespace, name)``. A per-family series limit (``max_series_per_family``) keeps a
+    runaway cluster from flooding Prometheus: an owner whose lines would cross it is dropped
+    from that family and counted in ``gangscope_exposition_dropped_series_total``.
+    """
+
+    DROPPED = Family(
+        "gangscope_exposition_dropped_series_total",
+        "counter",
+        "Series not exported because their family reached --max-series-per-family.",
+        ("family",),
+    )
+
+    def __init__(self, max_series_per_family: int = 0) -> None:
+        self._families: dict[str, _FamilyState] = {}
+        self._owned: dict[Hashable, tuple[str, ...]] = {}
+        self._max_series = max_series_per_family
+        self._dropped: dict[str, int] = {}
+        self.register(self.DROPPED)
+
+    def register(self, *families: Family) -> None:
+        """Declare families (idempotent); they are rendered in registration order."""
+        for fam in families:
+            known = self._families.get(fam.name)
+            if known is None:
+                self._families[fam.name] = _FamilyState(fam)
+            elif known.family != fam:
+                raise ValueError(f"metric family {fam.name} registered twice with different definitions")
+
+    @property
+    def families(self) -> list[Family]:
+        return [state.family for state in self._families.values()]
+
+    def set(self, owner: Hashable, lines: Mapping[Family, Sequence[str]]) -> None:
+        """Replace all lines of ``owner``; families absent from ``lines`` lose the owner's lines."""
+        previous = self._owned.get(owner, ())
+        names = []
+        for fam, fam_lines in lines.items():
+            state = self._families.get(fam.name)
+            if state is None:
+                raise KeyError(f"metric family {fam.name} is not registered")
+            if not fam_lines:
+                continue
+            names.append(fam.name)
+            self._put(state, owner, fam_lines)
+        for name in previous:
+            if name not in names:
+                self._remove(self._families[name], owner)
+        if names:
+            self._owned[owner] = tuple(names)
+        else:
+            self._owned.pop(owner, None)
+
+    def delete(self, owner: Hashable) -> None:
+        for name in self._owned.pop(owner, ()):
+            self._remove(self._families[name], owner)
+
+    def owners(self) -> set[Hashable]:
+        return set(self._owned)
+
+    def series_count(self, name: str) -> int:
+        return self._families[name].total_series
+
+    def _put(self, state: _FamilyState, owner: Hashable, fam_lines: Sequence[str]) -> None:
+        count = len(fam_lines)
+        old = state.series.get(owner, 0)
+        limit = self._max_series
+        if limit and state.total_series - old + count > limit and state.family is not self.DROPPED:
+            self._remove(state, owner)
+            self._count_dropped(state.family.name, count)
+            return
+        state.chunks[owner] = "".join(fam_lines).encode()
+        state.series[owner] = count
+        state.total_series += count - old
+        state.joined = None
+
+    def _remove(self, state: _FamilyState, owner: Hashable) -> None:
+        if state.chunks.pop(owner, None) is not None:
+            state.total_series -= state.series.pop(owner)
+            state.joined = None
+
+    def _count_dropped(self, name: str, count: int) -> None:
+        first = name not in self._dropped
+        self._dropped[name] = self._dropped.get(name, 0) + count
+        if first:
+            log.warning("series_limit_reached", family=name, limit=self._max_series)
+        lines = [self.DROPPED.sample([("family", n)], v) for n, v in sorted(self._dropped.items())]
+        self._put(self._families[self.DROPPED.name], ("exposition", "dropped"), lines)
+
+    def render(self, openmetrics: bool) -> bytes:
+        """The whole exposition; families without samples still carry their metadata."""
+        parts: list[bytes] = []
+        for state in self._families.values():
+            if state.joined is None:
+                state.joined = b"".join(state.chunks.values())
+            parts.append(state.family.header(openmetrics))
+            parts.append(state.joined)
+        if openmetrics:
+            parts.append(b"# EOF\n")
+        return b"".join(parts)

@@ -1,0 +1,88 @@
+"""Per-source health series, the node_exporter ``scrape_collector_success`` idea for streams.
+
+Each source (a watched resource, NVML, the kubelet socket, sysfs) reports whether it is up,
+when it last synced, how many errors and unparseable objects it met, and how many objects it
+holds. A source that fails is data, never a failed scrape or a dead process.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from .exposition import Exposition, Family
+
+SOURCE_UP = Family("gangscope_source_up", "gauge", "Whether the source is served, permitted and synced (1) or not (0).", ("source",))
+SOURCE_LAST_SYNC = Family(
+    "gangscope_source_last_sync_timestamp_seconds", "gauge", "When the source last completed a list, poll or sample.", ("source",)
+)
+SOURCE_ERRORS = Family("gangscope_source_errors_total", "counter", "Errors talking to the source (HTTP, gRPC, NVML, sysfs).", ("source",))
+SOURCE_OBJECTS = Family("gangscope_source_objects", "gauge", "Objects currently held from the source.", ("source",))
+PARSE_ERRORS = Family(
+    "gangscope_parse_errors_total", "counter", "Objects or fields from the source that could not be parsed and were skipped.", ("source",)
+)
+FAMILIES = (SOURCE_UP, SOURCE_LAST_SYNC, SOURCE_ERRORS, SOURCE_OBJECTS, PARSE_ERRORS)
+
+
+@dataclass
+class SourceHealth:
+    """Health of one source; every mutation re-renders its five lines into the exposition."""
+
+    name: str
+    exposition: Exposition
+    up: bool = False
+    synced: bool = False
+    last_sync: float = 0.0
+    errors: int = 0
+    parse_errors: int = 0
+    objects: int = 0
+    detail: str = "not started"
+
+    def __post_init__(self) -> None:
+        self.exposition.register(*FAMILIES)
+        self._render()
+
+    def sync_ok(self, objects: int | None = None, now: float | None = None) -> None:
+        self.up = True
+        self.synced = True
+        self.last_sync = time.time() if now is None else now
+        self.detail = "ok"
+        if objects is not None:
+            self.objects = objects
+        self._render()
+
+    def down(self, detail: str, error: bool = True) -> None:
+        """Mark the source down (``error=False`` for an expected absence such as a CRD not installed)."""
+        self.up = False
+        self.detail = detail
+        if error:
+            self.errors += 1
+        self._render()
+
+    def error(self, detail: str) -> None:
+        """An error that does not (yet) take the source down, e.g. a dropped watch stream."""
+        self.errors += 1
+        self.detail = detail
+        self._render()
+
+    def parse_error(self, count: int = 1) -> None:
+        self.parse_errors += count
+        self._render()
+
+    def set_objects(self, count: int) -> None:
+        if count != self.objects:
+            self.objects = count
+            self._render()
+
+    def _render(self) -> None:
+        labels = [("source", self.name)]
+        self.exposition.set(
+            ("source", self.name),
+            {
+                SOURCE_UP: [SOURCE_UP.sample(labels, 1 if self.up else 0)],
+                SOURCE_LAST_SYNC: [SOURCE_LAST_SYNC.sample(labels, self.last_sync)] if self.last_sync else [],
+                SOURCE_ERRORS: [SOURCE_ERRORS.sample(labels, self.errors)],
+                SOURCE_OBJECTS: [SOURCE_OBJECTS.sample(labels, self.objects)],
+                PARSE_ERRORS: [PARSE_ERRORS.sample(labels, self.parse_errors)],
+            },
+        )

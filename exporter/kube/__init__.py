@@ -1,0 +1,1 @@
+"""Kubernetes access: credentials, discovery of served API versions, list/watch informers."""

@@ -1,0 +1,405 @@
+"""A simulated GPU cluster: Nodes, a Kueue Topology, queues, Workloads in every stage, PodGroups
+and Pods, plus a timeline of changes. The demo, the end-to-end test and the benchmarks use it.
+
+Everything is plain Kubernetes JSON (dicts), exactly what the API server would return, so the
+same objects can be served by the simulated API server or written to a dump for ``snapshot``.
+
+The default scenario is 2 blocks x 2 racks x 4 nodes x 8 GPUs:
+
+========================  ==========================================================
+block-1 / rack-1          ``llama-train``: 4 pods x 8 GPUs, running
+block-1 / rack-2          ``mixtral-sft``: admitted, gang stuck assembling (0 of 4 bound)
+block-2 / rack-1          ``t5-pretrain``: partial gang, 2 of 4 pods running, 16 GPUs idle
+block-2 / rack-2          ``vit-large``: running, then a node fails and Kueue evicts it
+                          with ``NodeFailures`` (the timeline below)
+elsewhere                 queued, inadmissible (quota), admission checks pending,
+                          PodsReadyTimeout-evicted, finished and deactivated Workloads
+========================  ==========================================================
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+Obj = dict[str, Any]
+
+BLOCK_LABEL = "cloud.provider.com/topology-block"
+RACK_LABEL = "cloud.provider.com/topology-rack"
+HOST_LABEL = "kubernetes.io/hostname"
+GPU_RESOURCE = "nvidia.com/gpu"
+GPUS_PER_NODE = 8
+
+
+def _ts(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _uid(*parts: str) -> str:
+    h = hashlib.sha1("/".join(parts).encode()).hexdigest()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def gpu_uuid(node: str, index: int) -> str:
+    """Deterministic GPU UUID for a simulated node's GPU, shared by the sim NVML and the sim kubelet."""
+    return "GPU-" + _uid("gpu", node, str(index))
+
+
+def _cond(ctype: str, status: str, reason: str, message: str, at: datetime) -> Obj:
+    return {
+        "type": ctype,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "observedGeneration": 1,
+        "lastTransitionTime": _ts(at),
+    }
+
+
+@dataclass
+class Placement:
+    """Which pods of a Workload run where: (node, gpu indexes) per pod that is bound and running."""
+
+    workload: str
+    namespace: str
+    podgroup: str
+    pods: list[tuple[str, list[int]]]
+
+
+@dataclass
+class Scenario:
+    """Initial objects by resource, and a timeline of (seconds after start, event type, object)."""
+
+    nodes: list[Obj] = field(default_factory=list)
+    topologies: list[Obj] = field(default_factory=list)
+    resource_flavors: list[Obj] = field(default_factory=list)
+    local_queues: list[Obj] = field(default_factory=list)
+    workloads: list[Obj] = field(default_factory=list)
+    podgroups: list[Obj] = field(default_factory=list)
+    volcano_podgroups: list[Obj] = field(default_factory=list)
+    pods: list[Obj] = field(default_factory=list)
+    placements: list[Placement] = field(default_factory=list)
+    timeline: list[tuple[float, str, Obj]] = field(default_factory=list)
+
+    def all_objects(self) -> list[Obj]:
+        return [
+            *self.nodes, *self.topologies, *self.resource_flavors, *self.local_queues,
+            *self.workloads, *self.podgroups, *self.volcano_podgroups, *self.pods,
+        ]
+
+    def node_names(self) -> list[str]:
+        return [n["metadata"]["name"] for n in self.nodes]
+
+    def gpu_pods(self, node: str) -> list[tuple[str, str, str, list[str]]]:
+        """(namespace, pod, container, GPU UUIDs) of the pods bound to ``node``: the sim kubelet's answer."""
+        out = []
+        for p in self.pods:
+            if p["spec"].get("nodeName") == node and p["status"].get("phase") == "Running":
+                idx = p["metadata"]["annotations"].get("sim.gangscope.io/gpus", "")
+                uuids = [gpu_uuid(node, int(i)) for i in idx.split(",") if i]
+                out.append((p["metadata"]["namespace"], p["metadata"]["name"], "trainer", uuids))
+        return out
+
+
+def _node(name: str, block: str, rack: str) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "uid": _uid("node", name),
+            "labels": {
+                BLOCK_LABEL: block,
+                RACK_LABEL: rack,
+                HOST_LABEL: name,
+                "nvidia.com/gpu.present": "true",
+                "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+            },
+        },
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
+        "status": {"capacity": {GPU_RESOURCE: str(GPUS_PER_NODE)}, "allocatable": {GPU_RESOURCE: str(GPUS_PER_NODE)}},
+    }
+
+
+def _workload(
+    name: str,
+    namespace: str,
+    queue: str,
+    pods: int,
+    gpus_per_pod: int,
+    created: datetime,
+    *,
+    podgroup: str | None = None,
+    volcano: bool = False,
+    priority: str = "training-high",
+) -> Obj:
+    job_uid = _uid("job", namespace, name)
+    labels = {"job-name": name, "batch.kubernetes.io/job-name": name}
+    annotations: dict[str, str] = {"kueue.x-k8s.io/podset-required-topology": BLOCK_LABEL}
+    if podgroup and volcano:
+        annotations["scheduling.k8s.io/group-name"] = podgroup
+    elif podgroup:
+        labels["scheduling.x-k8s.io/pod-group"] = podgroup
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": f"job-{name}-{job_uid[:5]}",
+            "namespace": namespace,
+            "uid": _uid("workload", namespace, name),
+            "generation": 1,
+            "creationTimestamp": _ts(created),
+            "labels": {"kueue.x-k8s.io/job-uid": job_uid},
+            "ownerReferences": [
+                {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": job_uid, "controller": True, "blockOwnerDeletion": True}
+            ],
+        },
+        "spec": {
+            "active": True,
+            "queueName": queue,
+            "priorityClassRef": {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": priority},
+            "priority": 10000,
+            "podSets": [
+                {
+                    "name": "main",
+                    "count": pods,
+                    "topologyRequest": {"required": BLOCK_LABEL, "podIndexLabel": "batch.kubernetes.io/job-completion-index"},
+                    "template": {
+                        "metadata": {"labels": labels, "annotations": annotations},
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "containers": [
+                                {
+                                    "name": "trainer",
+                                    "image": "registry.example.com/ml/trainer:2026.11",
+                                    "resources": {
+                                        "requests": {"cpu": "90", "memory": "1500Gi", GPU_RESOURCE: str(gpus_per_pod)},
+                                        "limits": {GPU_RESOURCE: str(gpus_per_pod)},
+                                    },
+                                }
+                            ],
+                        },
+                    },
+                }
+            ],
+        },
+        "status": {},
+    }
+
+
+def _admit(wl: Obj, cq: str, hosts: list[str], at: datetime, gpus_per_pod: int) -> None:
+    """Reserve quota and admit with a v1beta2 hostname-only assignment (one pod per host)."""
+    count = wl["spec"]["podSets"][0]["count"]
+    prefix = _common_prefix(hosts)
+    wl["status"]["admission"] = {
+        "clusterQueue": cq,
+        "podSetAssignments": [
+            {
+                "name": "main",
+                "count": count,
+                "flavors": {GPU_RESOURCE: "h100-tas", "cpu": "h100-tas", "memory": "h100-tas"},
+                "resourceUsage": {GPU_RESOURCE: str(count * gpus_per_pod)},
+                "topologyAssignment": {
+                    "levels": [HOST_LABEL],
+                    "slices": [
+                        {
+                            "domainCount": len(hosts),
+                            "valuesPerLevel": [{"individual": {"prefix": prefix, "roots": [h[len(prefix):] for h in hosts]}}],
+                            "podCounts": {"universal": count // len(hosts)},
+                        }
+                    ],
+                },
+            }
+        ],
+    }
+    wl["status"].setdefault("conditions", []).extend(
+        [
+            _cond("QuotaReserved", "True", "QuotaReserved", f"Quota reserved in ClusterQueue {cq}", at),
+            _cond("Admitted", "True", "Admitted", "The workload is admitted", at),
+        ]
+    )
+
+
+def _common_prefix(values: list[str]) -> str:
+    prefix = values[0]
+    for v in values[1:]:
+        while not v.startswith(prefix):
+            prefix = prefix[:-1]
+    cut = prefix.rfind("-")
+    return prefix[: cut + 1] if cut >= 0 else ""
+
+
+def _set_cond(wl: Obj, cond: Obj) -> None:
+    conds = [c for c in wl["status"].get("conditions", []) if c["type"] != cond["type"]]
+    conds.append(cond)
+    wl["status"]["conditions"] = conds
+
+
+def _podgroup(name: str, namespace: str, owner_uid: str, min_member: int, phase: str, running: int, created: datetime,
+              timeout: int | None = None) -> Obj:
+    pg: Obj = {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": _uid("pg", namespace, name),
+            "creationTimestamp": _ts(created),
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": owner_uid, "controller": True}],
+        },
+        "spec": {"minMember": min_member},
+        "status": {"phase": phase, "running": running, "succeeded": 0, "failed": 0, "occupiedBy": f"{namespace}/{name}"},
+    }
+    if timeout is not None:
+        pg["spec"]["scheduleTimeoutSeconds"] = timeout
+    return pg
+
+
+def _pod(wl: Obj, index: int, node: str | None, gpus: list[int], phase: str) -> Obj:
+    md = wl["metadata"]
+    job = md["ownerReferences"][0]["name"]
+    tmpl = wl["spec"]["podSets"][0]["template"]["metadata"]
+    annotations = {
+        "kueue.x-k8s.io/workload": md["name"],
+        "sim.gangscope.io/gpus": ",".join(str(g) for g in gpus),
+        **tmpl.get("annotations", {}),
+    }
+    labels = {**tmpl.get("labels", {}), "kueue.x-k8s.io/podset": "main", "batch.kubernetes.io/job-completion-index": str(index)}
+    spec: Obj = {"containers": [{"name": "trainer", "image": "registry.example.com/ml/trainer:2026.11"}]}
+    if node:
+        spec["nodeName"] = node
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{job}-{index}",
+            "namespace": md["namespace"],
+            "uid": _uid("pod", md["namespace"], job, str(index)),
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": md["labels"]["kueue.x-k8s.io/job-uid"], "controller": True}],
+        },
+        "spec": spec,
+        "status": {"phase": phase},
+    }
+
+
+def build_default(now: datetime | None = None, blocks: int = 2, racks: int = 2, nodes_per_rack: int = 4) -> Scenario:
+    """The demo scenario (see the module docstring); times are relative to ``now``."""
+    now = (now or datetime.now(UTC)).replace(microsecond=0)
+    sc = Scenario()
+    hosts: dict[tuple[int, int], list[str]] = {}
+    for b in range(1, blocks + 1):
+        for r in range(1, racks + 1):
+            names = [f"gpu-b{b}-r{r}-n{n}" for n in range(1, nodes_per_rack + 1)]
+            hosts[(b, r)] = names
+            sc.nodes.extend(_node(n, f"block-{b}", f"rack-{b}-{r}") for n in names)
+    sc.topologies.append(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Topology",
+            "metadata": {"name": "gpu-topology", "uid": _uid("topology")},
+            "spec": {"levels": [{"nodeLabel": BLOCK_LABEL}, {"nodeLabel": RACK_LABEL}, {"nodeLabel": HOST_LABEL}]},
+        }
+    )
+    sc.resource_flavors.append(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": "h100-tas", "uid": _uid("rf")},
+            "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, "topologyName": "gpu-topology"},
+        }
+    )
+    for ns, lq, cq in (("ml-team", "ml-team-queue", "gpu-cluster-queue"), ("research", "research-queue", "research-cq")):
+        sc.local_queues.append(
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "LocalQueue",
+                "metadata": {"name": lq, "namespace": ns, "uid": _uid("lq", ns, lq)},
+                "spec": {"clusterQueue": cq},
+            }
+        )
+
+    def running_gang(name: str, ns: str, queue: str, cq: str, rack: tuple[int, int], created: datetime, running: int,
+                     phase: str, min_member: int = 4, pods_ready: bool = True, timeout: int | None = None) -> Obj:
+        wl = _workload(name, ns, queue, min_member, GPUS_PER_NODE, created, podgroup=name)
+        nodes = hosts[rack][:min_member]
+        _admit(wl, cq, nodes, created + timedelta(minutes=2), GPUS_PER_NODE)
+        if pods_ready:
+            wl["status"]["conditions"].append(
+                _cond("PodsReady", "True", "Started", "All pods reached readiness and the workload is running", created + timedelta(minutes=4))
+            )
+        else:
+            wl["status"]["conditions"].append(
+                _cond("PodsReady", "False", "WaitForStart", "Not all pods are ready or succeeded", created + timedelta(minutes=2))
+            )
+        sc.workloads.append(wl)
+        sc.podgroups.append(_podgroup(name, ns, wl["metadata"]["ownerReferences"][0]["uid"], min_member, phase, running,
+                                      created + timedelta(minutes=2), timeout))
+        bound: list[tuple[str, list[int]]] = []
+        for i in range(min_member):
+            node = nodes[i] if i < running else None
+            gpus = list(range(GPUS_PER_NODE)) if node else []
+            sc.pods.append(_pod(wl, i, node, gpus, "Running" if node else "Pending"))
+            if node:
+                bound.append((node, gpus))
+        sc.placements.append(Placement(wl["metadata"]["name"], ns, name, bound))
+        return wl
+
+    running_gang("llama-train", "ml-team", "ml-team-queue", "gpu-cluster-queue", (1, 1), now - timedelta(hours=3), 4, "Running")
+    running_gang("mixtral-sft", "ml-team", "ml-team-queue", "gpu-cluster-queue", (1, 2), now - timedelta(minutes=25), 0, "Scheduling",
+                 pods_ready=False, timeout=600)
+    running_gang("t5-pretrain", "research", "research-queue", "research-cq", (2, 1), now - timedelta(minutes=40), 2, "Scheduling",
+                 pods_ready=False)
+    vit = running_gang("vit-large", "research", "research-queue", "research-cq", (2, 2), now - timedelta(hours=1), 4, "Running")
+
+    queued = _workload("bert-finetune", "ml-team", "ml-team-queue", 2, 8, now - timedelta(minutes=3))
+    _set_cond(queued, _cond("QuotaReserved", "False", "PendingEvaluation", "Workload is waiting to be evaluated by the scheduler", now - timedelta(minutes=3)))
+    inadmissible = _workload("gpt-pretrain", "ml-team", "ml-team-queue", 16, 8, now - timedelta(hours=2))
+    _set_cond(inadmissible, _cond(
+        "QuotaReserved", "False", "Pending",
+        "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor h100-tas, 64 more needed",
+        now - timedelta(hours=2)))
+    checks = _workload("sd-xl", "research", "research-queue", 2, 8, now - timedelta(minutes=10))
+    _set_cond(checks, _cond("QuotaReserved", "True", "QuotaReserved", "Quota reserved in ClusterQueue research-cq", now - timedelta(minutes=8)))
+    _set_cond(checks, _cond("Admitted", "False", "UnsatisfiedAdmissionChecks", "The workload has not all admission checks", now - timedelta(minutes=8)))
+    timed_out = _workload("whisper-asr", "research", "research-queue", 4, 8, now - timedelta(hours=1, minutes=30), podgroup="whisper-asr")
+    _set_cond(timed_out, _cond("QuotaReserved", "False", "PendingEvaluation", "Workload is waiting to be evaluated", now - timedelta(minutes=20)))
+    _set_cond(timed_out, _cond("Evicted", "True", "PodsReadyTimeout", "Exceeded the PodsReady timeout research/whisper-asr", now - timedelta(minutes=20)))
+    _set_cond(timed_out, _cond("Requeued", "True", "PodsReadyTimeout", "Exceeded the PodsReady timeout research/whisper-asr", now - timedelta(minutes=20)))
+    timed_out["status"]["requeueState"] = {"count": 1, "requeueAt": _ts(now + timedelta(minutes=5))}
+    timed_out["status"]["schedulingStats"] = {"evictions": [{"reason": "PodsReadyTimeout", "underlyingCause": "WaitForStart", "count": 1}]}
+    sc.podgroups.append(_podgroup("whisper-asr", "research", timed_out["metadata"]["ownerReferences"][0]["uid"], 4, "Pending", 0,
+                                  now - timedelta(hours=1)))
+    finished = _workload("resnet-eval", "ml-team", "ml-team-queue", 1, 8, now - timedelta(hours=5))
+    _set_cond(finished, _cond("Finished", "True", "Succeeded", "Job finished successfully", now - timedelta(hours=4)))
+    deactivated = _workload("llama-ablation", "ml-team", "ml-team-queue", 2, 8, now - timedelta(hours=6))
+    deactivated["spec"]["active"] = False
+    _set_cond(deactivated, _cond("QuotaReserved", "False", "Inadmissible", "The workload is deactivated", now - timedelta(hours=5)))
+    sc.workloads.extend([queued, inadmissible, checks, timed_out, finished, deactivated])
+
+    _node_failure_timeline(sc, vit, hosts[(2, 2)][1], now)
+    return sc
+
+
+def _node_failure_timeline(sc: Scenario, wl: Obj, failed_node: str, now: datetime) -> None:
+    """At +20 s a node of ``wl`` fails (unhealthyNodes); at +40 s Kueue evicts it with NodeFailures and clears admission."""
+    import copy
+
+    step1 = copy.deepcopy(wl)
+    step1["status"]["unhealthyNodes"] = [{"name": failed_node}]
+    _set_cond(step1, _cond("PodsReady", "False", "WaitForRecovery", "At least one pod has failed, waiting for recovery", now))
+    step2 = copy.deepcopy(step1)
+    step2["status"].pop("unhealthyNodes")
+    step2["status"].pop("admission")
+    msg = f"Workload was evicted as there was no replacement for unhealthy node(s): {failed_node}"
+    _set_cond(step2, _cond("Evicted", "True", "NodeFailures", msg, now + timedelta(seconds=40)))
+    _set_cond(step2, _cond("QuotaReserved", "False", "PendingEvaluation", "Workload is waiting to be evaluated", now + timedelta(seconds=40)))
+    _set_cond(step2, _cond("Admitted", "False", "NoReservation", "The workload has no reservation", now + timedelta(seconds=40)))
+    _set_cond(step2, _cond("Requeued", "True", "NodeFailures", msg, now + timedelta(seconds=40)))
+    step2["status"]["conditions"] = [c for c in step2["status"]["conditions"] if c["type"] != "PodsReady"]
+    step2["status"]["schedulingStats"] = {"evictions": [{"reason": "NodeFailures", "underlyingCause": "", "count": 1}]}
+    sc.timeline.append((20.0, "MODIFIED", step1))
+    sc.timeline.append((40.0, "MODIFIED", step2))

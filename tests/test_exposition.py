@@ -1,0 +1,90 @@
+"""Exposition: exact text in both formats, escaping, per-owner replacement, the series cap."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
+from prometheus_client.parser import text_string_to_metric_families as parse_text
+
+from exporter.exposition import Exposition, Family, escape_label_value, format_value
+
+G = Family("gangscope_test_gauge", "gauge", "A gauge.", ("a",))
+C = Family("gangscope_test_events_total", "counter", "A counter.", ("a",))
+I = Family("gangscope_test_info", "info", "An info series.", ("a",))
+
+
+def test_exact_text_and_openmetrics() -> None:
+    e = Exposition()
+    e.register(G, C, I)
+    e.set("o1", {G: [G.sample([("a", "x")], 1.5)], C: [C.sample([("a", "x")], 3)], I: [I.sample([("a", "x")], 1)]})
+    text = e.render(False).decode()
+    assert "# HELP gangscope_test_events_total A counter.\n# TYPE gangscope_test_events_total counter\n" \
+           'gangscope_test_events_total{a="x"} 3\n' in text
+    assert "# TYPE gangscope_test_info gauge\n" in text
+    om = e.render(True).decode()
+    assert "# TYPE gangscope_test_events counter\n" in om and 'gangscope_test_events_total{a="x"} 3\n' in om
+    assert "# TYPE gangscope_test info\n" in om
+    assert om.endswith("# EOF\n")
+    fams = {f.name: f for f in parse_om(om)}
+    assert fams["gangscope_test_events"].samples[0].value == 3
+    assert fams["gangscope_test"].type == "info"
+    tfams = {f.name: f for f in parse_text(text)}
+    assert tfams["gangscope_test_gauge"].samples[0].value == 1.5
+
+
+@pytest.mark.parametrize("raw", ['quote"d', "back\\slash", "new\nline", "tab\tand\x01ctl", "unicodé ☃ 日本"])
+def test_label_values_round_trip(raw: str) -> None:
+    e = Exposition()
+    e.register(G)
+    e.set("o", {G: [G.sample([("a", raw)], 1)]})
+    for parser, om in ((parse_om, True), (parse_text, False)):
+        fam = next(f for f in parser(e.render(om).decode()) if f.name == "gangscope_test_gauge")
+        assert fam.samples[0].labels["a"] == raw
+
+
+def test_owner_replacement_and_delete() -> None:
+    e = Exposition()
+    e.register(G, C)
+    e.set("o1", {G: [G.sample([("a", "1")], 1)], C: [C.sample([("a", "1")], 1)]})
+    e.set("o2", {G: [G.sample([("a", "2")], 2)]})
+    e.set("o1", {G: [G.sample([("a", "1")], 5)]})  # o1 no longer exports C
+    text = e.render(False).decode()
+    assert 'gangscope_test_gauge{a="1"} 5\n' in text
+    assert "gangscope_test_events_total{" not in text
+    e.delete("o2")
+    assert 'a="2"' not in e.render(False).decode()
+    assert e.owners() == {"o1"}
+
+
+def test_series_cap_drops_and_counts() -> None:
+    e = Exposition(max_series_per_family=3)
+    e.register(G)
+    e.set("o1", {G: [G.sample([("a", str(i))], i) for i in range(2)]})
+    e.set("o2", {G: [G.sample([("a", str(i))], i) for i in range(2, 4)]})  # would make 4 > 3
+    text = e.render(False).decode()
+    assert text.count("gangscope_test_gauge{") == 2
+    assert 'gangscope_exposition_dropped_series_total{family="gangscope_test_gauge"} 2\n' in text
+    e.delete("o1")
+    e.set("o2", {G: [G.sample([("a", str(i))], i) for i in range(2, 4)]})
+    assert e.render(False).decode().count("gangscope_test_gauge{") == 2
+
+
+def test_conflicting_registration_and_bad_families() -> None:
+    e = Exposition()
+    e.register(G)
+    with pytest.raises(ValueError):
+        e.register(Family("gangscope_test_gauge", "gauge", "Other help."))
+    with pytest.raises(ValueError):
+        Family("gangscope_bad", "counter", "no suffix")
+    with pytest.raises(KeyError):
+        e.set("o", {C: [C.sample([], 1)]})
+
+
+def test_format_value() -> None:
+    assert format_value(3) == "3"
+    assert format_value(2.0) == "2"
+    assert format_value(0.25) == "0.25"
+    assert format_value(float("nan")) == "NaN"
+    assert format_value(float("-inf")) == "-Inf"
+    assert format_value(1764500000.5) == "1764500000.5"
+    assert escape_label_value('a"b\\c\nd') == 'a\\"b\\\\c\\nd'

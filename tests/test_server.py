@@ -1,0 +1,49 @@
+"""The shared aiohttp app over real HTTP: negotiation, gzip, health and readiness."""
+
+from __future__ import annotations
+
+import gzip
+
+import aiohttp
+
+from exporter.exposition import Exposition, Family
+from exporter.server import ServerConfig, bound_port, build_app, parse_listen, start_server, wants_openmetrics
+
+G = Family("gangscope_test_gauge", "gauge", "A gauge.", ("a",))
+
+
+async def test_metrics_negotiation_gzip_and_health() -> None:
+    expo = Exposition()
+    expo.register(G)
+    expo.set("o", {G: [G.sample([("a", "b")], 1)]})
+    ready = {"ok": False}
+    runner = await start_server(build_app(ServerConfig(expo, lambda: (ready["ok"], "detail"))), "127.0.0.1:0")
+    base = f"http://127.0.0.1:{bound_port(runner)}"
+    try:
+        async with aiohttp.ClientSession(auto_decompress=False) as s:
+            async with s.get(base + "/metrics", headers={"Accept-Encoding": "identity"}) as r:
+                assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+                body = await r.text()
+                assert 'gangscope_test_gauge{a="b"} 1\n' in body and "# EOF" not in body
+            accept = "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1"
+            async with s.get(base + "/metrics", headers={"Accept": accept, "Accept-Encoding": "gzip"}) as r:
+                assert r.headers["Content-Type"].startswith("application/openmetrics-text")
+                assert r.headers["Content-Encoding"] == "gzip"
+                assert gzip.decompress(await r.read()).decode().endswith("# EOF\n")
+            async with s.get(base + "/healthz") as r:
+                assert r.status == 200
+            async with s.get(base + "/readyz") as r:
+                assert r.status == 503
+            ready["ok"] = True
+            async with s.get(base + "/readyz") as r:
+                assert r.status == 200
+    finally:
+        await runner.cleanup()
+
+
+def test_accept_parsing_and_listen() -> None:
+    assert wants_openmetrics("application/openmetrics-text; version=1.0.0")
+    assert not wants_openmetrics("application/openmetrics-text;q=0,text/plain")
+    assert not wants_openmetrics("text/plain;version=0.0.4")
+    assert parse_listen(":9400") == ("0.0.0.0", 9400)
+    assert parse_listen("[::1]:9400") == ("::1", 9400)
