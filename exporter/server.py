@@ -8,6 +8,7 @@ samples) happens off the scrape path.
 from __future__ import annotations
 
 import gzip
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -94,12 +95,12 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
-async def start_server(app: web.Application, listen: str) -> web.AppRunner:
+async def start_server(app: web.Application, listen: str, ssl_context: ssl.SSLContext | None = None) -> web.AppRunner:
     """Start serving; returns the runner (``await runner.cleanup()`` stops it). Port 0 picks a free one."""
     host, port = parse_listen(listen)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
     await site.start()
     return runner
 
