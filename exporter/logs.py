@@ -21,8 +21,22 @@ def redact(text: str) -> str:
     return _BEARER.sub(r"\1<redacted>", text)
 
 
+class _Stderr:
+    """Resolves ``sys.stderr`` at each write, so a logger configured before stderr was swapped
+    (by a test harness or a daemon manager) never writes to a closed file."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+    def isatty(self) -> bool:
+        return sys.stderr.isatty()
+
+
 def setup_logging(level: str = "info", stream=None) -> None:
-    stream = stream or sys.stderr
+    stream = stream or _Stderr()
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
         raise ValueError(f"unknown log level {level!r}")
