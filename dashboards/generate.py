@@ -1,0 +1,400 @@
+#!/usr/bin/env python3
+"""Writes gangscope's Grafana dashboards (dashboards/*.json) with grafana-foundation-sdk.
+
+Why generated: the four dashboards share a data source variable, topology variables, units and
+query idioms; building them from one small vocabulary of panel helpers keeps those rules true
+on every panel (tests/test_dashboards.py checks them on the JSON), and the SDK's typed builders
+(pinned to its Grafana 11.6 build) emit the JSON schema Grafana 11 provisions without
+migration. The committed JSON is what users import; `--check` tells whether it is current.
+
+Usage: python dashboards/generate.py [--check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from grafana_foundation_sdk.builders import dashboard as dash
+from grafana_foundation_sdk.builders import prometheus, stat, statetimeline, table, timeseries
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import dashboard as model
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat
+
+HERE = Path(__file__).resolve().parent
+DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
+RATE = "$__rate_interval"
+# Filters on the Workload join: the ClusterQueue variable narrows every per-workload query.
+IN_CQ = 'on (namespace, workload) group_left () topk by (namespace, workload) (1, gangscope_workload_info{cluster_queue=~"$cluster_queue"})'
+WL = 'namespace="$namespace", workload="$workload"'
+WL_GPUS = f'on (node, gpu) group_left () max by (node, gpu) (gangscope_gpu_pod_info{{{WL}}})'
+DOMAIN = 'block=~"$block", rack=~"$rack"'
+NODE = 'node=~"$node"'
+
+
+@dataclass(frozen=True)
+class Q:
+    """One PromQL target: expression, legend, and whether it is an instant table query."""
+
+    expr: str
+    legend: str = ""
+    instant: bool = False
+
+
+def _targets(queries: Sequence[Q]) -> list[prometheus.Dataquery]:
+    built = []
+    for index, q in enumerate(queries):
+        target = prometheus.Dataquery().expr(q.expr).ref_id(chr(ord("A") + index)).datasource(DATASOURCE)
+        target = target.legend_format(q.legend or "__auto")
+        if q.instant:
+            target = target.instant().format(PromQueryFormat.TABLE)
+        else:
+            target = target.range()
+        built.append(target)
+    return built
+
+
+def series(title: str, description: str, unit: str, *queries: Q, span: int = 12, height: int = 8, stack: bool = False):
+    panel = (
+        timeseries.Panel()
+        .title(title)
+        .description(description)
+        .unit(unit)
+        .datasource(DATASOURCE)
+        .targets(_targets(queries))
+        .span(span)
+        .height(height)
+        .fill_opacity(30 if stack else 10)
+    )
+    if stack:
+        from grafana_foundation_sdk.builders import common
+        from grafana_foundation_sdk.models.common import StackingMode
+
+        panel = panel.stacking(common.StackingConfig().mode(StackingMode.NORMAL))
+    return panel
+
+
+def single(title: str, description: str, unit: str, *queries: Q, span: int = 4, height: int = 5):
+    return (
+        stat.Panel().title(title).description(description).unit(unit).datasource(DATASOURCE)
+        .targets(_targets(queries)).span(span).height(height)
+    )
+
+
+def grid(title: str, description: str, unit: str, *queries: Q, span: int = 12, height: int = 8):
+    return (
+        table.Panel().title(title).description(description).unit(unit).datasource(DATASOURCE)
+        .targets(_targets([Q(q.expr, q.legend, instant=True) for q in queries])).span(span).height(height)
+    )
+
+
+def timeline(title: str, description: str, unit: str, *queries: Q, span: int = 24, height: int = 6):
+    return (
+        statetimeline.Panel().title(title).description(description).unit(unit).datasource(DATASOURCE)
+        .targets(_targets(queries)).span(span).height(height)
+    )
+
+
+def datasource_variable() -> dash.DatasourceVariable:
+    return dash.DatasourceVariable("datasource").label("Data source").type("prometheus")
+
+
+def label_variable(name: str, query: str, label: str, multi: bool = True) -> dash.QueryVariable:
+    var = (
+        dash.QueryVariable(name)
+        .label(label)
+        .datasource(DATASOURCE)
+        .query({"query": query, "refId": "PrometheusVariableQueryEditor-VariableQuery", "qryType": 1})
+        .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(model.VariableSort.ALPHABETICAL_ASC)
+    )
+    if multi:
+        var = var.multi(True).include_all(True).all_value(".*")
+    return var
+
+
+def board(uid: str, title: str, description: str, variables: list, rows: list[tuple[str, list]]) -> dash.Dashboard:
+    builder = (
+        dash.Dashboard(title)
+        .uid(uid)
+        .description(description)
+        .tags(["gangscope"])
+        .time("now-6h", "now")
+        .refresh("1m")
+        .timezone("browser")
+        .tooltip(model.DashboardCursorSync.CROSSHAIR)
+        .editable()
+        .with_variable(datasource_variable())
+    )
+    for variable in variables:
+        builder = builder.with_variable(variable)
+    for row_title, panels in rows:
+        builder = builder.with_row(dash.Row(row_title))
+        for panel in panels:
+            builder = builder.with_panel(panel)
+    return builder
+
+
+def overview() -> dash.Dashboard:
+    cq = label_variable("cluster_queue", "label_values(gangscope_workload_info, cluster_queue)", "ClusterQueue")
+    stage = f"sum by (stage) ((gangscope_workload_stage == 1) * {IN_CQ})"
+    return board(
+        "gangscope-overview",
+        "gangscope / Overview",
+        "The job pipeline across the cluster: queued, inadmissible, admitted, assembling, running; evictions by reason; GPUs held idle by partial gangs.",
+        [cq],
+        [
+            (
+                "Pipeline",
+                [
+                    single("Queued", "Workloads without reserved quota, waiting their turn.", "short",
+                           Q(f'sum((gangscope_workload_stage{{stage="queued"}} == 1) * {IN_CQ}) or vector(0)')),
+                    single("Inadmissible", "Workloads Kueue cannot admit as they are; they will wait forever (GangscopeWorkloadInadmissible).", "short",
+                           Q(f'sum((gangscope_workload_stage{{stage="inadmissible"}} == 1) * {IN_CQ}) or vector(0)')),
+                    single("Admission checks", "Quota reserved, waiting for admission checks (provisioning, MultiKueue).", "short",
+                           Q(f'sum((gangscope_workload_stage{{stage="admission_checks"}} == 1) * {IN_CQ}) or vector(0)')),
+                    single("Assembling", "Admitted workloads whose pods are not all ready: the gang is being scheduled.", "short",
+                           Q(f'sum((gangscope_workload_stage{{stage="assembling"}} == 1) * {IN_CQ}) or vector(0)')),
+                    single("Running", "Workloads with all pods ready.", "short",
+                           Q(f'sum((gangscope_workload_stage{{stage="running"}} == 1) * {IN_CQ}) or vector(0)')),
+                    single("Idle GPUs", "GPUs held by running pods of gangs below minMember: allocated, no training possible.", "short",
+                           Q('sum(cluster_queue:gangscope_gang_idle_gpus:sum{cluster_queue=~"$cluster_queue"}) or vector(0)')),
+                    series("Workloads by stage", "Count of workloads in each pipeline stage over time (gangscope_workload_stage).", "short",
+                           Q(stage, "{{stage}}"), stack=True),
+                    series("Kueue pending workloads", "Kueue's own pending counts per ClusterQueue: active are waiting for quota, inadmissible cannot be admitted.", "short",
+                           Q('sum by (cluster_queue, status) (kueue_pending_workloads{cluster_queue=~"$cluster_queue"})', "{{cluster_queue}} {{status}}")),
+                ],
+            ),
+            (
+                "Evictions and waste",
+                [
+                    series("Evictions by reason", "Kueue evictions per reason (NodeFailures, PodsReadyTimeout, Preempted, ...) in each interval.", "short",
+                           Q(f'sum by (reason) (increase(kueue_evicted_workloads_total{{cluster_queue=~"$cluster_queue"}}[{RATE}]))', "{{reason}}"), stack=True),
+                    series("Idle GPUs of partial gangs", "GPUs held idle by gangs below minMember, per ClusterQueue.", "short",
+                           Q('cluster_queue:gangscope_gang_idle_gpus:sum{cluster_queue=~"$cluster_queue"}', "{{cluster_queue}}"), stack=True),
+                    series("Admission wait (p90)", "90th percentile of the time from creation to admission, per ClusterQueue (Kueue histogram).", "s",
+                           Q(f'histogram_quantile(0.9, sum by (le, cluster_queue) (rate(kueue_admission_wait_time_seconds_bucket{{cluster_queue=~"$cluster_queue"}}[{RATE}])))', "{{cluster_queue}}")),
+                    series("Stuck gangs", "Admitted gangs past their schedule timeout without reaching Running.", "short",
+                           Q(f"count((gangscope_gang_assembly_stuck == 1) * {IN_CQ}) or vector(0)", "stuck")),
+                ],
+            ),
+            (
+                "gangscope health",
+                [
+                    series("Sources up", "Each watched or sampled source: 1 served and synced, 0 down or absent.", "short",
+                           Q("min by (source) (gangscope_source_up)", "{{source}}"), span=8),
+                    series("Parse and source errors", "Objects skipped as unparseable and errors talking to sources, per interval.", "short",
+                           Q(f"sum by (source) (increase(gangscope_parse_errors_total[{RATE}]))", "parse {{source}}"),
+                           Q(f"sum by (source) (increase(gangscope_source_errors_total[{RATE}]))", "error {{source}}"), span=8),
+                    grid("Firing gangscope alerts", "gangscope alerts firing now (Prometheus's ALERTS series).", "short",
+                         Q('sum by (alertname, severity) (ALERTS{alertname=~"Gangscope.*", alertstate="firing"})'), span=8),
+                ],
+            ),
+        ],
+    )
+
+
+def topology() -> dash.Dashboard:
+    variables = [
+        label_variable("block", "label_values(gangscope_workload_topology_pods, block)", "Block"),
+        label_variable("rack", 'label_values(gangscope_workload_topology_pods{block=~"$block"}, rack)', "Rack"),
+    ]
+    stuck = (
+        f"count by (block, rack) (max by (namespace, workload, block, rack) (gangscope_workload_topology_pods{{{DOMAIN}}})"
+        " * on (namespace, workload) group_left () (max by (namespace, workload) (gangscope_gang_assembly_stuck) == 1))"
+    )
+
+    def throughput(family: str, what: str) -> object:
+        return series(f"{what} per rack", f"{what} bytes per second per rack, both directions (recorded rack:gangscope_{family}_bytes:rate5m).", "Bps",
+                      Q(f'sum by (block, rack) (rack:gangscope_{family}_bytes:rate5m{{{DOMAIN}}})', "{{block}}/{{rack}}"), span=8)
+
+    return board(
+        "gangscope-topology",
+        "gangscope / Topology",
+        "Per block and rack: workloads, evictions, stuck gangs and NVLink/PCIe/fabric throughput side by side, so a failing rack shows in all of them at once.",
+        variables,
+        [
+            (
+                "Workloads and failures per rack",
+                [
+                    series("Workloads by stage per rack", "Workloads with pods placed in each rack, by stage (recorded rack:gangscope_workload_stage:count).", "short",
+                           Q(f"rack:gangscope_workload_stage:count{{{DOMAIN}}}", "{{block}}/{{rack}} {{stage}}"), span=8),
+                    series("Evictions per rack", "Evictions of workloads placed in each rack, by reason, per interval (gangscope_topology_evictions_total).", "short",
+                           Q(f"sum by (block, rack, reason) (increase(gangscope_topology_evictions_total{{{DOMAIN}}}[{RATE}]))", "{{block}}/{{rack}} {{reason}}"), span=8),
+                    series("Stuck gangs per rack", "Admitted gangs past their schedule timeout, counted in each rack they were placed in.", "short",
+                           Q(stuck, "{{block}}/{{rack}}"), span=8),
+                    series("Idle GPUs per rack", "GPUs held by running pods of partial gangs, per rack (recorded rack:gangscope_gang_idle_gpus:sum).", "short",
+                           Q(f"rack:gangscope_gang_idle_gpus:sum{{{DOMAIN}}}", "{{block}}/{{rack}}"), span=8),
+                    series("Unhealthy nodes per rack", "Nodes Kueue lists in workloads' status.unhealthyNodes, per rack.", "short",
+                           Q(f"count by (block, rack) (max by (block, rack, host) (gangscope_workload_unhealthy_node{{{DOMAIN}}}))", "{{block}}/{{rack}}"), span=8),
+                    grid("Workloads per host", "Pods of each workload per host of the selected racks (gangscope_workload_topology_pods).", "short",
+                         Q(f"sum by (block, rack, host, namespace, workload) (gangscope_workload_topology_pods{{{DOMAIN}}})"), span=8),
+                ],
+            ),
+            (
+                "Interconnect per rack",
+                [throughput("nvlink", "NVLink"), throughput("pcie", "PCIe"), throughput("fabric_port", "Fabric")],
+            ),
+            (
+                "Interconnect per host",
+                [
+                    series("NVLink per host", "NVLink bytes per second per host, both directions.", "Bps",
+                           Q(f"sum by (host) (host:gangscope_nvlink_bytes:rate5m{{{DOMAIN}}})", "{{host}}"), span=8),
+                    series("PCIe per host", "PCIe bytes per second per host, both directions.", "Bps",
+                           Q(f"sum by (host) (host:gangscope_pcie_bytes:rate5m{{{DOMAIN}}})", "{{host}}"), span=8),
+                    series("Fabric per host", "InfiniBand/RoCE port bytes per second per host, both directions.", "Bps",
+                           Q(f"sum by (host) (host:gangscope_fabric_port_bytes:rate5m{{{DOMAIN}}})", "{{host}}"), span=8),
+                ],
+            ),
+        ],
+    )
+
+
+def workload() -> dash.Dashboard:
+    variables = [
+        label_variable("namespace", "label_values(gangscope_workload_info, namespace)", "Namespace", multi=False),
+        label_variable("workload", 'label_values(gangscope_workload_info{namespace="$namespace"}, workload)', "Workload", multi=False),
+    ]
+    gang = f'on (namespace, podgroup) group_left () gangscope_gang_info{{{WL}}}'
+    return board(
+        "gangscope-workload",
+        "gangscope / Workload",
+        "One job: its stage over time, admission timestamps, topology assignment, PodGroup, and per-GPU and per-link throughput.",
+        variables,
+        [
+            (
+                "Admission and assembly",
+                [
+                    timeline("Stage", "The workload's pipeline stage over time (gangscope_workload_stage).", "short",
+                             Q(f"max by (stage) (gangscope_workload_stage{{{WL}}}) == 1", "{{stage}}")),
+                    grid("Milestones", "When the workload was created, got quota, was admitted and had all pods ready (condition transition times).", "dateTimeAsIso",
+                         Q(f"gangscope_workload_created_timestamp_seconds{{{WL}}} * 1000", "created"),
+                         Q(f"gangscope_workload_quota_reserved_timestamp_seconds{{{WL}}} * 1000", "quota reserved"),
+                         Q(f"gangscope_workload_admitted_timestamp_seconds{{{WL}}} * 1000", "admitted"),
+                         Q(f"gangscope_workload_pods_ready_timestamp_seconds{{{WL}}} * 1000", "pods ready"), span=8),
+                    grid("Conditions", "The workload's conditions with status and reason (gangscope_workload_condition).", "short",
+                         Q(f"max by (type, status, reason) (gangscope_workload_condition{{{WL}}})"), span=8),
+                    grid("Evictions", "Evictions of this workload so far, by reason (status.schedulingStats.evictions).", "short",
+                         Q(f"max by (reason, underlying_cause) (gangscope_workload_evictions_total{{{WL}}})"), span=8),
+                    grid("Assignment", "Pods per host of the workload's topology assignment (current or last).", "short",
+                         Q(f"max by (podset, block, rack, host) (gangscope_workload_topology_pods{{{WL}}})"), span=12),
+                    timeline("PodGroup phase", "Phase of the workload's PodGroup(s) over time.", "short",
+                             Q(f"max by (podgroup, phase) ((gangscope_podgroup_phase == 1) * {gang})", "{{podgroup}} {{phase}}"), span=12),
+                    series("Gang members", "Running pods of the gang against its minMember; GPUs requested and GPUs held idle.", "short",
+                           Q(f'max by (podgroup) (gangscope_podgroup_pods{{state="running"}} * {gang})', "{{podgroup}} running"),
+                           Q(f"max by (podgroup) (gangscope_podgroup_min_member * {gang})", "{{podgroup}} minMember"),
+                           Q(f"max(gangscope_workload_requested_gpus{{{WL}}})", "GPUs requested"),
+                           Q(f"max(gangscope_gang_idle_gpus{{{WL}}})", "GPUs idle")),
+                ],
+            ),
+            (
+                "Interconnect",
+                [
+                    series("Workload throughput", "The workload's NVLink, PCIe and fabric bytes per second, per direction (recorded namespace_workload:*:rate5m).", "Bps",
+                           Q(f"namespace_workload:gangscope_nvlink_bytes:rate5m{{{WL}}}", "NVLink {{direction}}"),
+                           Q(f"namespace_workload:gangscope_pcie_bytes:rate5m{{{WL}}}", "PCIe {{direction}}"),
+                           Q(f"namespace_workload:gangscope_fabric_port_bytes:rate5m{{{WL}}}", "fabric {{direction}}")),
+                    series("NVLink per GPU", "NVLink transmit plus receive bytes per second of each GPU the workload's pods hold.", "Bps",
+                           Q(f"sum by (node, gpu) (rate(gangscope_nvlink_transmit_bytes_total[{RATE}]) + rate(gangscope_nvlink_receive_bytes_total[{RATE}])) * {WL_GPUS}", "{{node}} GPU {{gpu}}")),
+                    series("NVLink per link", "Transmit bytes per second of every NVLink link of the workload's GPUs: one slow link stands out.", "Bps",
+                           Q(f"rate(gangscope_nvlink_transmit_bytes_total[{RATE}]) * {WL_GPUS}", "{{node}} GPU {{gpu}} link {{link}}")),
+                    series("PCIe per GPU", "PCIe transmit plus receive bytes per second of each of the workload's GPUs.", "Bps",
+                           Q(f"sum by (node, gpu) (rate(gangscope_pcie_transmit_bytes_total[{RATE}]) + rate(gangscope_pcie_receive_bytes_total[{RATE}])) * {WL_GPUS}", "{{node}} GPU {{gpu}}")),
+                ],
+            ),
+        ],
+    )
+
+
+def interconnect() -> dash.Dashboard:
+    variables = [
+        label_variable("node", "label_values(gangscope_gpu_info, node)", "Node"),
+        label_variable("gpu", 'label_values(gangscope_gpu_info{node=~"$node"}, gpu)', "GPU"),
+    ]
+    sel = f'{NODE}, gpu=~"$gpu"'
+    return board(
+        "gangscope-gpu-interconnect",
+        "gangscope / GPU interconnect",
+        "Per node and GPU: NVLink links and their errors, PCIe throughput, generation and width, fabric ports.",
+        variables,
+        [
+            (
+                "NVLink",
+                [
+                    single("Links down", "NVLink links reporting down on the selected GPUs (GangscopeNVLinkDown).", "short",
+                           Q(f"count(gangscope_nvlink_link_up{{{sel}}} == 0) or vector(0)"), span=6),
+                    single("GPUs lost", "GPUs the agent cannot read (lost or failing NVML calls).", "short",
+                           Q(f"count(gangscope_gpu_up{{{sel}}} == 0) or vector(0)"), span=6),
+                    grid("GPUs", "The selected GPUs with model, PCI bus id and driver, and the pod using each.", "short",
+                         Q(f"max by (node, gpu, name, pci_bus_id, driver_version) (gangscope_gpu_info{{{sel}}})"),
+                         Q(f"max by (node, gpu, namespace, pod, workload) (gangscope_gpu_pod_info{{{sel}}})"), span=12),
+                    series("NVLink transmit per link", "Transmit bytes per second of every link.", "Bps",
+                           Q(f"rate(gangscope_nvlink_transmit_bytes_total{{{sel}}}[{RATE}])", "{{node}} GPU {{gpu}} link {{link}}")),
+                    series("NVLink receive per link", "Receive bytes per second of every link.", "Bps",
+                           Q(f"rate(gangscope_nvlink_receive_bytes_total{{{sel}}}[{RATE}])", "{{node}} GPU {{gpu}} link {{link}}")),
+                    series("NVLink errors", "NVLink errors per interval by type (replay, recovery, CRC flit/data, ECC).", "short",
+                           Q(f"sum by (node, gpu, link, type) (increase(gangscope_nvlink_errors_total{{{sel}}}[{RATE}])) > 0", "{{node}} GPU {{gpu}} link {{link}} {{type}}")),
+                    timeline("NVLink link state", "Each link's state: 1 up, 0 down.", "short",
+                             Q(f"min by (node, gpu, link) (gangscope_nvlink_link_up{{{sel}}})", "{{node}} GPU {{gpu}} link {{link}}"), span=12, height=8),
+                ],
+            ),
+            (
+                "PCIe",
+                [
+                    series("PCIe throughput", "PCIe transmit and receive bytes per second per GPU.", "Bps",
+                           Q(f"rate(gangscope_pcie_transmit_bytes_total{{{sel}}}[{RATE}])", "{{node}} GPU {{gpu}} tx"),
+                           Q(f"rate(gangscope_pcie_receive_bytes_total{{{sel}}}[{RATE}])", "{{node}} GPU {{gpu}} rx"), span=8),
+                    series("PCIe generation", "Current against maximum PCIe generation; idle GPUs drop to a lower generation to save power.", "short",
+                           Q(f"max by (node, gpu, kind) (gangscope_pcie_link_generation{{{sel}}})", "{{node}} GPU {{gpu}} {{kind}}"), span=8),
+                    series("PCIe width", "Current against maximum PCIe link width; below maximum is a fault (GangscopePCIeLinkWidthDegraded).", "short",
+                           Q(f"max by (node, gpu, kind) (gangscope_pcie_link_width{{{sel}}})", "{{node}} GPU {{gpu}} x {{kind}}"), span=8),
+                ],
+            ),
+            (
+                "Fabric",
+                [
+                    series("Fabric port throughput", "InfiniBand/RoCE port transmit and receive bytes per second.", "Bps",
+                           Q(f"rate(gangscope_fabric_port_transmit_bytes_total{{{NODE}}}[{RATE}])", "{{node}} {{device}}/{{port}} tx"),
+                           Q(f"rate(gangscope_fabric_port_receive_bytes_total{{{NODE}}}[{RATE}])", "{{node}} {{device}}/{{port}} rx"), span=16),
+                    timeline("Fabric port state", "Each port's state: 1 up, 0 down.", "short",
+                             Q(f"min by (node, device, port) (gangscope_fabric_port_up{{{NODE}}})", "{{node}} {{device}}/{{port}}"), span=8, height=8),
+                ],
+            ),
+        ],
+    )
+
+
+DASHBOARDS = {
+    "gangscope-overview.json": overview,
+    "gangscope-topology.json": topology,
+    "gangscope-workload.json": workload,
+    "gangscope-gpu-interconnect.json": interconnect,
+}
+
+
+def render() -> dict[Path, str]:
+    return {HERE / name: json.dumps(build().build(), cls=JSONEncoder, indent=2, sort_keys=True) + "\n" for name, build in DASHBOARDS.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if a committed dashboard differs from what this renders")
+    args = parser.parse_args(argv)
+    stale = []
+    for path, text in render().items():
+        if args.check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(path.name)
+        else:
+            path.write_text(text)
+    for name in stale:
+        print(f"dashboards/{name} is not what dashboards/generate.py renders", file=sys.stderr)
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
