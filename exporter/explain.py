@@ -1,0 +1,489 @@
+"""``gangscope explain NAMESPACE/NAME``: why is this job pending, or slow? One layer at a time.
+
+A distributed job passes four layers (ARCHITECTURE.md): admission (Kueue quota), placement
+(topology assignment, node health), assembly (the gang binds all minMember pods) and
+interconnect (NVLink/PCIe throughput). Users ask "why is it pending?" and mostly cannot tell an
+admission problem from an assembly one; this walks the layers in order and stops at the first
+that holds the job back, naming it with its evidence (the Kueue message, the PodGroup phase and
+since when, the unhealthy node, the throughput drop).
+
+The diagnosis is computed from the same records the collector keeps (the Workload store and the
+gang index), so the three ways to get it agree: live (list everything once through the kube
+client), offline on a dump (``--from-file``), and the collector's ``/debug/explain`` endpoint
+(:func:`explain_route`). The JSON schema is documented in ``docs/explain.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import sys
+import textwrap
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .config import add_kube, add_logging, add_topology, topology_from_args
+
+SCHEMA = "gangscope.explain/v1"
+LAYERS = ("admission", "placement", "assembly", "interconnect")
+# Below this fraction of its own first hour, the job's interconnect throughput counts as degraded.
+DEGRADED_RATIO = 0.5
+TOPOLOGY_ANNOTATIONS = (
+    ("required", "kueue.x-k8s.io/podset-required-topology"),
+    ("preferred", "kueue.x-k8s.io/podset-preferred-topology"),
+    ("unconstrained", "kueue.x-k8s.io/podset-unconstrained-topology"),
+    ("slice_required", "kueue.x-k8s.io/podset-slice-required-topology"),
+)
+INTERCONNECT_SERIES = {
+    "nvlink": 'gangscope_nvlink_transmit_bytes_total|gangscope_nvlink_receive_bytes_total',
+    "pcie": 'gangscope_pcie_transmit_bytes_total|gangscope_pcie_receive_bytes_total',
+}
+
+
+class UnknownTarget(LookupError):
+    """NAME is neither a Workload, nor a Workload's owner, nor a PodGroup in NAMESPACE."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from .cluster.gangs import add_gang_arguments
+    from .snapshot import add_gpu_resource
+
+    p.add_argument("target", metavar="NAMESPACE/NAME", help="a Kueue Workload, its owner job, or a PodGroup")
+    p.add_argument("--from-file", type=Path, default=None, metavar="PATH",
+                   help="explain from a kubectl get -o yaml|json dump instead of the live cluster")
+    p.add_argument("--output", choices=("text", "json"), default="text", help="text for a terminal (default) or JSON")
+    p.add_argument("--prometheus", default=None, metavar="URL",
+                   help="Prometheus base URL: compare the job's NVLink/PCIe throughput now with its first hour")
+    p.add_argument("--sync-timeout", type=float, default=30.0,
+                   help="live: seconds to wait for the first list of every served resource (default 30)")
+    add_gang_arguments(p)
+    add_gpu_resource(p)
+    add_kube(p)
+    add_topology(p)
+    add_logging(p)
+
+
+# ---- the diagnosis ---------------------------------------------------------------------------
+
+def _ts(seconds: float | None) -> str | None:
+    if seconds is None:
+        return None
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    if seconds < 172800:
+        return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
+    return f"{seconds // 86400}d{(seconds % 86400) // 3600}h"
+
+
+def _cond(wl: Any, ctype: str) -> dict[str, Any] | None:
+    c = wl.conditions.get(ctype)
+    if c is None:
+        return None
+    return {"status": c.status, "reason": c.reason, "message": c.message, "since": _ts(c.last_transition_seconds)}
+
+
+def _layer(name: str, status: str, summary: str, evidence: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"name": name, "status": status, "summary": summary, "evidence": evidence or {}}
+
+
+def resolve(store: Any, gangs: Any, namespace: str, name: str) -> tuple[str, Any, list[Any]]:
+    """(how NAME was found, the Workload or None, its gangs); raises :class:`UnknownTarget`."""
+    wl = store.workload(namespace, name)
+    how = "workload"
+    if wl is None:
+        owned = store.workloads_by_owner_name(namespace, name)
+        if owned:
+            wl, how = owned[0], "owner"
+    if wl is not None:
+        return how, wl, gangs.gangs_of(wl.key)
+    found = gangs.find_podgroups(namespace, name)
+    if not found:
+        raise UnknownTarget(f"{namespace}/{name}: no Kueue Workload, owner job of a Workload, or PodGroup of that name")
+    wl = found[0].workload
+    return "podgroup", wl, (gangs.gangs_of(wl.key) if wl is not None else found)
+
+
+def admission_layer(wl: Any) -> dict[str, Any]:
+    if wl is None:
+        return _layer("admission", "unknown", "no Kueue Workload joined to this PodGroup (not admitted by Kueue)")
+    qr, adm, ev = _cond(wl, "QuotaReserved"), _cond(wl, "Admitted"), _cond(wl, "Evicted")
+    evidence = {
+        "stage": wl.stage, "local_queue": wl.queue_name, "cluster_queue": wl.cluster_queue or None,
+        "priority_class": wl.priority_class or None, "quota_reserved": qr, "admitted": adm, "evicted": ev,
+        "requeue": {"count": wl.requeue_count, "at": wl.requeue_at or None} if wl.requeue_count is not None or wl.requeue_at else None,
+        "evictions": [{"reason": r, "underlying_cause": u, "count": n} for (r, u), n in sorted(wl.evictions.items())],
+    }
+    cq = wl.cluster_queue or "?"
+    stage = wl.stage
+    if stage == "finished":
+        fin = _cond(wl, "Finished") or {}
+        return _layer("admission", "ok", f"finished ({fin.get('reason') or 'done'}) {fin.get('since') or ''}".rstrip(), evidence)
+    if stage == "deactivated":
+        return _layer("admission", "blocking", "deactivated (spec.active is false): Kueue will not admit it", evidence)
+    if stage == "evicting" and not (ev and ev["reason"] == "NodeFailures"):
+        return _layer("admission", "blocking", f"being evicted ({ev['reason'] if ev else '?'}): {ev['message'] if ev else ''}".rstrip(": "), evidence)
+    if stage in ("queued", "inadmissible") and not (qr and qr["reason"] == "TopologyPlacementFailed"):
+        why = (qr or {}).get("message") or (qr or {}).get("reason") or "not yet evaluated"
+        summary = f"{stage} in {cq} (queue {wl.queue_name}): {why}"
+        if wl.requeue_count:
+            summary += f"; requeued {wl.requeue_count}x" + (f", next retry {wl.requeue_at}" if wl.requeue_at else "")
+        return _layer("admission", "blocking", summary, evidence)
+    if stage == "admission_checks" and not (adm and adm["reason"] == "PendingDelayedTopologyRequests"):
+        return _layer("admission", "blocking", f"quota reserved in {cq}, admission checks pending: {(adm or {}).get('message') or ''}".rstrip(": "), evidence)
+    since = (adm or qr or {}).get("since")
+    return _layer("admission", "ok", f"admitted to {cq} (queue {wl.queue_name})" + (f" at {since}" if since else ""), evidence)
+
+
+def _by_level(placed: Sequence[tuple[tuple[tuple[str, str], ...], int]]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for path, pods in placed:
+        for alias, value in path:
+            level = out.setdefault(alias, {})
+            level[value] = level.get(value, 0) + pods
+    return out
+
+
+def placement_layer(wl: Any) -> dict[str, Any]:
+    if wl is None:
+        return _layer("placement", "unknown", "no Kueue Workload: no topology assignment to show")
+    requests = []
+    for ps in wl.podsets:
+        req = {k: ps.annotations[a] for k, a in TOPOLOGY_ANNOTATIONS if ps.annotations.get(a)}
+        if req:
+            requests.append({"podset": ps.name, **req})
+    assignments = []
+    for a in wl.last_assignments:
+        assignments.append({
+            "podset": a.name, "flavors": a.flavors,
+            "domains": [{"path": dict(path), "pods": pods} for path, pods in a.placed],
+            "by_level": _by_level(a.placed),
+        })
+    unhealthy = [{"node": n, "path": dict(p)} for n, p in zip(wl.unhealthy_nodes, wl.unhealthy_paths)]
+    evidence = {"topology_request": requests, "assignment_current": wl.admitted and bool(wl.assignments),
+                "assignments": assignments, "unhealthy_nodes": unhealthy}
+    qr, adm, ev = _cond(wl, "QuotaReserved"), _cond(wl, "Admitted"), _cond(wl, "Evicted")
+    if qr and qr["status"] == "False" and qr["reason"] == "TopologyPlacementFailed":
+        return _layer("placement", "blocking", f"no topology domain fits: {qr['message']}", evidence)
+    if adm and adm["status"] == "False" and adm["reason"] == "PendingDelayedTopologyRequests":
+        return _layer("placement", "blocking", f"topology assignment delayed: {adm['message']}", evidence)
+    if wl.stage == "evicting" and ev and ev["reason"] == "NodeFailures":
+        return _layer("placement", "blocking", f"evicted for node failures: {ev['message']}", evidence)
+    if unhealthy:
+        nodes = ", ".join(u["node"] for u in unhealthy)
+        return _layer("placement", "blocking", f"unhealthy node(s) in the assignment: {nodes}; Kueue is looking for a replacement", evidence)
+    if not assignments:
+        return _layer("placement", "ok", "no topology assignment (TAS not used for this Workload)", evidence)
+    counts = []
+    total = sum(pods for a in wl.last_assignments for _, pods in a.placed)
+    for alias, values in _by_level([x for a in wl.last_assignments for x in a.placed]).items():
+        n = len([v for v in values if v])
+        if n:
+            counts.append(f"{n} {alias}{'s' if n != 1 else ''}")
+    where = "current" if evidence["assignment_current"] else "last"
+    return _layer("placement", "ok", f"{total} pods on {', '.join(counts) or 'unlabelled nodes'} ({where} assignment)", evidence)
+
+
+def assembly_layer(wl: Any, gangs: Sequence[Any], now: float) -> dict[str, Any]:
+    evidence = {"podgroups": [g.as_dict() for g in gangs]}
+    for key in ("wait_start", "deadline"):
+        for d in evidence["podgroups"]:
+            d[key] = _ts(d[key])
+    for d in evidence["podgroups"]:
+        d["podgroup"]["phase_since"] = _ts(d["podgroup"]["phase_since"])
+    if not gangs:
+        if wl is not None and wl.stage == "assembling":
+            return _layer("assembly", "blocking", "admitted but pods not ready, and no PodGroup is joined "
+                          "(no gang scheduler, or its PodGroups are not watched): check the pods' events", evidence)
+        return _layer("assembly", "ok" if wl is not None and wl.stage in ("running", "finished") else "unknown",
+                      "no PodGroup joined to this Workload", evidence)
+    worst = None
+    for g in gangs:
+        if g.stage in ("stuck", "partially_bound", "failed", "assembling", "not_admitted"):
+            order = ("failed", "partially_bound", "stuck", "assembling", "not_admitted")
+            if worst is None or order.index(g.stage) < order.index(worst.stage):
+                worst = g
+    if worst is None:
+        names = ", ".join(f"{g.podgroup.name} {g.stage}" for g in gangs)
+        return _layer("assembly", "ok", names, evidence)
+    rec = worst.podgroup
+    parts = [f"PodGroup {rec.name} ({rec.api})"]
+    if rec.phase is not None:
+        since = ""
+        if rec.phase_since is not None and rec.since_source != "observed":
+            since = f" since {_ts(rec.phase_since)} ({_duration(now - rec.phase_since)})"
+        elif rec.phase_since is not None and now - rec.phase_since >= 1:  # no API timestamp: when gangscope saw it
+            since = f" (seen since {_ts(rec.phase_since)}, {_duration(now - rec.phase_since)})"
+        parts.append(f"{rec.phase}{since}")
+    if rec.min_member is not None:
+        parts.append(f"{rec.running if rec.running is not None else '?'}/{rec.min_member} running")
+    label = {"failed": "gang failed", "partially_bound": "partially bound: some pods hold resources, the rest cannot be placed",
+             "stuck": "stuck assembling", "assembling": "assembling", "not_admitted": "waiting for admission"}[worst.stage]
+    summary = f"{label}: " + ", ".join(parts)
+    if worst.deadline is not None:
+        verb = "passed" if worst.stuck else "ends"
+        summary += f"; timeout {int(worst.timeout)}s {verb} {_ts(worst.deadline)}"
+    if worst.idle_gpus:
+        summary += f"; {worst.idle_gpus:g} GPUs idle"
+    if rec.message:
+        summary += f"; scheduler: {rec.message}"
+    status = "blocking" if worst.stage != "not_admitted" else "unknown"
+    return _layer("assembly", status, summary, evidence)
+
+
+def interconnect_queries(namespace: str, workload: str, start: float | None, now: float) -> dict[str, str]:
+    """PromQL for the job's throughput now (5m rate) and over its first hour (or as much as it has run).
+
+    Per-GPU agent series join the job through ``gangscope_gpu_pod_info{namespace, workload}`` on
+    ``(node, gpu)``; the first hour uses the ``@`` modifier at ``start + 1h``.
+    """
+    sel = f'namespace="{namespace}",workload="{workload}"'
+    out = {}
+    for what, names in INTERCONNECT_SERIES.items():
+        join = f'* on (node, gpu) group_left max by (node, gpu) (gangscope_gpu_pod_info{{{sel}}}{{at}})'
+        rate = f'sum by (node, gpu) (rate({{__name__=~"{names}"}}[{{window}}]{{at}}))'
+        out[f"{what}_now"] = f"sum({rate} {join})".replace("{window}", "5m").replace("{at}", "")
+        if start is not None:
+            window = int(min(3600, max(300, now - start)))
+            at = f" @ {int(start + window)}"
+            out[f"{what}_first_hour"] = f"sum({rate} {join})".replace("{window}", f"{window}s").replace("{at}", at)
+    return out
+
+
+async def query_prometheus(url: str, queries: dict[str, str], now: float) -> dict[str, float | None]:
+    """Instant queries over the Prometheus HTTP API; a query without data gives None."""
+    import aiohttp
+
+    out: dict[str, float | None] = {}
+    timeout = aiohttp.ClientTimeout(total=15)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        for key, q in queries.items():
+            async with session.get(url.rstrip("/") + "/api/v1/query", params={"query": q, "time": str(now)}) as resp:
+                body = await resp.json(content_type=None)
+            if resp.status != 200 or body.get("status") != "success":
+                raise RuntimeError(f"Prometheus {resp.status}: {body.get('error') or body}")
+            result = body["data"]["result"]
+            out[key] = float(result[0]["value"][1]) if result else None
+    return out
+
+
+async def interconnect_layer(wl: Any, prometheus: str | None, now: float) -> dict[str, Any]:
+    if wl is None:
+        return _layer("interconnect", "unknown", "no Kueue Workload: GPU series are joined by workload name")
+    ready = wl.conditions.get("PodsReady")
+    start = ready.last_transition_seconds if ready is not None and ready.status == "True" else None
+    queries = interconnect_queries(wl.namespace, wl.name, start, now)
+    evidence: dict[str, Any] = {"prometheus": prometheus, "running_since": _ts(start), "queries": queries}
+    if prometheus is None:
+        return _layer("interconnect", "unknown",
+                      f"not checked: run with --prometheus URL, or query {queries['nvlink_now']}", evidence)
+    try:
+        values = await query_prometheus(prometheus, queries, now)
+    except Exception as exc:  # unreachable Prometheus: say so, keep the rest of the diagnosis
+        evidence["error"] = str(exc)
+        return _layer("interconnect", "unknown", f"Prometheus query failed: {exc}", evidence)
+    evidence["values_bytes_per_second"] = values
+    ratios = {}
+    for what in INTERCONNECT_SERIES:
+        cur, first = values.get(f"{what}_now"), values.get(f"{what}_first_hour")
+        if cur is not None and first:
+            ratios[what] = cur / first
+    evidence["ratio_now_to_first_hour"] = ratios
+    if not ratios:
+        return _layer("interconnect", "unknown", "no NVLink/PCIe series for this job's GPUs (agent not running, or job not started)", evidence)
+    low = {k: r for k, r in ratios.items() if r < DEGRADED_RATIO}
+    text = ", ".join(f"{k} {values[k + '_now'] / 1e9:.2f} GB/s now vs {values[k + '_first_hour'] / 1e9:.2f} GB/s first hour ({r:.0%})"
+                     for k, r in ratios.items())
+    return _layer("interconnect", "blocking" if low else "ok", ("degraded: " if low else "") + text, evidence)
+
+
+async def diagnose(store: Any, gangs: Any, namespace: str, name: str, *, prometheus: str | None = None,
+                   now: float | None = None) -> dict[str, Any]:
+    """The explain document (schema in docs/explain.md); raises :class:`UnknownTarget`."""
+    now = time.time() if now is None else now
+    how, wl, wl_gangs = resolve(store, gangs, namespace, name)
+    finished = wl is not None and wl.stage == "finished"
+    layers: list[dict[str, Any]] = []
+    blocked: dict[str, Any] | None = None
+    for layer_name in LAYERS:
+        if blocked is not None or (finished and layers):
+            why = "job finished" if finished else f"not checked: {blocked['name'] if blocked else ''} holds the job back"
+            layers.append(_layer(layer_name, "not_reached", why))
+            continue
+        if layer_name == "admission":
+            layer = admission_layer(wl)
+        elif layer_name == "placement":
+            layer = placement_layer(wl)
+        elif layer_name == "assembly":
+            layer = assembly_layer(wl, wl_gangs, now)
+        else:
+            layer = await interconnect_layer(wl, prometheus, now)
+        layers.append(layer)
+        if layer["status"] == "blocking":
+            blocked = layer
+    if finished:
+        verdict = {"status": "finished", "layer": None, "summary": layers[0]["summary"]}
+    elif blocked is not None:
+        status = "slow" if blocked["name"] == "interconnect" else "held"
+        verdict = {"status": status, "layer": blocked["name"], "summary": blocked["summary"]}
+    elif all(l["status"] == "ok" for l in layers):
+        verdict = {"status": "running", "layer": None, "summary": "every layer is healthy"}
+    else:
+        verdict = {"status": "unknown", "layer": None,
+                   "summary": "nothing found holding the job back; some layers could not be checked"}
+    owner = wl.owner if wl is not None else None
+    return {
+        "schema": SCHEMA,
+        "generated_at": _ts(now),
+        "target": {"namespace": namespace, "name": name, "resolved_as": how},
+        "workload": None if wl is None else {
+            "namespace": wl.namespace, "name": wl.name, "stage": wl.stage,
+            "owner_kind": owner.kind if owner else None, "owner_name": owner.name if owner else None,
+        },
+        "verdict": verdict,
+        "layers": layers,
+    }
+
+
+# ---- rendering ---------------------------------------------------------------------------------
+
+_COLOURS = {"ok": "32", "blocking": "31;1", "unknown": "33", "not_reached": "2"}
+
+
+def render_text(doc: dict[str, Any], colour: bool, columns: int = 100) -> str:
+    """Short and aligned: a header, the verdict, one row per layer, summaries wrapped to ``columns``."""
+    def paint(text: str, code: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if colour else text
+
+    wl = doc["workload"]
+    head = f"{doc['target']['namespace']}/{doc['target']['name']}"
+    if wl is not None:
+        owner = f", {wl['owner_kind']} {wl['owner_name']}" if wl["owner_kind"] else ""
+        head += f"  (Workload {wl['name']}{owner}; stage {wl['stage']})"
+    v = doc["verdict"]
+    verdict = {"held": f"held at {str(v['layer']).upper()}", "slow": "running but SLOW (interconnect)",
+               "running": "running", "finished": "finished", "unknown": "nothing found holding it back"}[v["status"]]
+    lines = [head, f"verdict: {paint(verdict, '31;1' if v['status'] in ('held', 'slow') else '32')}", ""]
+    width = max(len(n) for n in LAYERS) + 2
+    swidth = max(len(s) for s in _COLOURS) + 2
+    indent = " " * (2 + width + swidth)
+    wrap = max(40, columns - len(indent))
+    for layer in doc["layers"]:
+        status = layer["status"].replace("_", " ")
+        pad = " " * (swidth - len(status))
+        summary = textwrap.wrap(layer["summary"], wrap, break_on_hyphens=False) or [""]
+        lines.append(f"  {layer['name']:<{width}}{paint(status.upper() if layer['status'] == 'blocking' else status, _COLOURS[layer['status']])}{pad}{summary[0]}")
+        lines.extend(indent + rest for rest in summary[1:])
+        if layer["status"] == "blocking" and layer["name"] == "placement":
+            for a in layer["evidence"].get("assignments", []):
+                for alias, values in a["by_level"].items():
+                    shown = ", ".join(f"{k or '?'}:{n}" for k, n in list(values.items())[:8])
+                    more = f" (+{len(values) - 8} more)" if len(values) > 8 else ""
+                    lines.append(f"{indent}{a['podset']} {alias}: {shown}{more}")
+    return "\n".join(lines) + "\n"
+
+
+# ---- the command ---------------------------------------------------------------------------------
+
+def _build(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
+    from .cluster import build_collector
+    from .cluster.gangs import attach_gangs
+    from .exposition import Exposition
+    from .snapshot import gpu_resources
+
+    levels, overrides = topology_from_args(args)
+    exposition = Exposition()
+    store, handlers = build_collector(exposition, gpu_resources=gpu_resources(args),
+                                      level_keys=levels.keys if args.topology_levels else (), alias_overrides=overrides)
+    gangs = attach_gangs(store, assembly_timeout=args.assembly_timeout)
+    handlers.update(gangs.handlers())
+    return store, gangs, handlers
+
+
+async def _load_live(args: argparse.Namespace, handlers: dict[str, Any]) -> None:
+    from .exposition import Exposition
+    from .kube.client import KubeClient
+    from .kube.resources import COLLECTOR_RESOURCES
+    from .kube.sources import SourceSet, SourceSpec
+
+    client = await KubeClient.create(args.kubeconfig, args.context, args.insecure_skip_tls_verify)
+    try:
+        specs = [SourceSpec(r, handlers[r.source]) for r in COLLECTOR_RESOURCES if r.source in handlers]
+        sources = SourceSet(client, specs, Exposition(), discovery_interval=args.discovery_interval)
+        await sources.start()
+        try:
+            await sources.wait_ready(timeout=args.sync_timeout)
+        finally:
+            await sources.stop()
+    finally:
+        await client.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    from .logs import setup_logging
+
+    setup_logging(args.log_level if args.log_level != "info" else "warning")
+    namespace, sep, name = args.target.partition("/")
+    if not sep or not namespace or not name:
+        print(f"gangscope explain: want NAMESPACE/NAME, got {args.target!r}", file=sys.stderr)
+        return 2
+    store, gangs, handlers = _build(args)
+    if args.from_file is not None:
+        from .loader import load_path
+        from .snapshot import feed
+
+        try:
+            loaded = load_path(args.from_file)
+        except FileNotFoundError:
+            print(f"gangscope explain: {args.from_file}: no such file or directory", file=sys.stderr)
+            return 1
+        for problem in loaded.problems:
+            print(f"gangscope explain: {problem}", file=sys.stderr)
+        feed(store.exposition, handlers, loaded.objects)
+    else:
+        try:
+            asyncio.run(_load_live(args, handlers))
+        except Exception as exc:
+            print(f"gangscope explain: cannot read the cluster: {exc}", file=sys.stderr)
+            return 1
+    try:
+        doc = asyncio.run(diagnose(store, gangs, namespace, name, prometheus=args.prometheus))
+    except UnknownTarget as exc:
+        print(f"gangscope explain: {exc}", file=sys.stderr)
+        return 1
+    if args.output == "json":
+        sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        tty = sys.stdout.isatty()
+        sys.stdout.write(render_text(doc, colour=tty, columns=shutil.get_terminal_size().columns if tty else 100))
+    sys.stdout.flush()
+    return 0
+
+
+def explain_route(store: Any, gangs: Any, prometheus: str | None = None) -> Any:
+    """``GET /debug/explain?namespace=&name=`` for the collector: the same JSON as the command."""
+    from aiohttp import web
+
+    async def handler(request: web.Request) -> web.Response:
+        namespace, name = request.query.get("namespace", ""), request.query.get("name", "")
+        if not namespace or not name:
+            return web.json_response({"error": "namespace and name query parameters are required"}, status=400)
+        try:
+            doc = await diagnose(store, gangs, namespace, name, prometheus=prometheus)
+        except UnknownTarget as exc:
+            return web.json_response({"error": str(exc)}, status=404)
+        return web.Response(body=orjson.dumps(doc), content_type="application/json")
+
+    return web.get("/debug/explain", handler)
