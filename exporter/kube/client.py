@@ -1,0 +1,215 @@
+"""A small asyncio Kubernetes API client: JSON GET/POST and WATCH streams over one aiohttp session.
+
+Only what list/watch consumers need, with raw dicts decoded by orjson (the generated model
+classes of the ``kubernetes`` package are far too slow for 20,000-object lists; the package is
+used for credentials only, see :mod:`.credentials`). Failures are typed so callers can decide:
+410 relists, 403/404 send a source back to discovery, 429 carries ``Retry-After``, 401 has
+already been retried once with reloaded credentials. Error messages quote the server's Status
+message and the path, never a request header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+import structlog
+
+from ..logs import redact
+from .credentials import Credentials, CredentialsError
+
+log = structlog.get_logger(__name__)
+
+JSON = "application/json"
+USER_AGENT = "gangscope/0.1"
+MAX_RETRY_AFTER = 600.0
+
+
+class ApiError(Exception):
+    """A failed request. ``status`` 0 means no HTTP answer (connection, timeout, cut stream)."""
+
+    def __init__(self, status: int, reason: str, message: str = "", retry_after: float | None = None):
+        self.status = status
+        self.reason = reason
+        self.message = redact(message)
+        self.retry_after = retry_after
+        super().__init__(f"{status} {reason}: {self.message}" if message else f"{status} {reason}")
+
+
+class Unauthorized(ApiError):
+    """401 even after reloading the credentials."""
+
+
+class Forbidden(ApiError):
+    """403: RBAC does not allow it."""
+
+
+class NotFound(ApiError):
+    """404: the object, or the resource itself (CRD not installed, version not served)."""
+
+
+class Gone(ApiError):
+    """410: the resourceVersion or continue token is too old; relist."""
+
+
+class TransportError(ApiError):
+    """No (complete) HTTP answer: refused, reset, timed out, or a stream cut mid-way."""
+
+    def __init__(self, message: str):
+        super().__init__(0, "Transport", message)
+
+
+_BY_STATUS: dict[int, type[ApiError]] = {401: Unauthorized, 403: Forbidden, 404: NotFound, 410: Gone}
+
+
+def error_from_status(status: int, body: bytes, retry_after: float | None = None) -> ApiError:
+    """The typed error for a non-2xx answer or an ERROR watch event's Status object."""
+    reason, message = "", ""
+    try:
+        doc = orjson.loads(body) if body else {}
+        if isinstance(doc, dict):
+            reason, message = str(doc.get("reason") or ""), str(doc.get("message") or "")
+    except orjson.JSONDecodeError:
+        message = body[:200].decode("utf-8", "replace")
+    return _BY_STATUS.get(status, ApiError)(status, reason or "Error", message, retry_after)
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return min(max(float(value), 0.0), MAX_RETRY_AFTER)
+    except ValueError:
+        return None  # an HTTP date: rare from the API server; the caller's backoff applies
+
+
+class KubeClient:
+    """One aiohttp session to one API server. Create with :meth:`create`, end with :meth:`close`."""
+
+    def __init__(self, credentials: Credentials, *, request_timeout: float = 30.0, connect_timeout: float = 10.0,
+                 watch_read_slack: float = 30.0):
+        self.credentials = credentials
+        self.request_timeout = request_timeout
+        self.connect_timeout = connect_timeout
+        # A watch is silent for at most its timeoutSeconds (bookmarks aside); past that plus this
+        # slack the server is presumed gone and the stream is abandoned.
+        self.watch_read_slack = watch_read_slack
+        self._session = aiohttp.ClientSession(
+            headers={"User-Agent": USER_AGENT},
+            connector=aiohttp.TCPConnector(limit=0),  # one long-lived watch per resource plus lists
+        )
+
+    @classmethod
+    async def create(cls, kubeconfig: str | None = None, context: str | None = None, insecure: bool = False,
+                     **options: Any) -> KubeClient:
+        """Load credentials (see :meth:`Credentials.load`) and open the session."""
+        creds = await asyncio.to_thread(Credentials.load, kubeconfig, context, insecure)
+        return cls(creds, **options)
+
+    async def close(self) -> None:
+        await self._session.close()
+
+    @property
+    def host(self) -> str:
+        return self.credentials.host
+
+    async def _send(self, method: str, path: str, params: Mapping[str, str] | None, *, accept: str,
+                    body: bytes | None, timeout: aiohttp.ClientTimeout) -> aiohttp.ClientResponse:
+        """Send once, and once more after a 401 if reloading the credentials changed the token."""
+        for attempt in (1, 2):
+            try:
+                headers = await self.credentials.headers()
+            except CredentialsError as e:  # e.g. a kubeconfig caught mid-rewrite: retried later
+                raise ApiError(0, "Credentials", str(e)) from None
+            headers["Accept"] = accept
+            if body is not None:
+                headers["Content-Type"] = JSON
+            try:
+                resp = await self._session.request(
+                    method, self.credentials.host + path, params=params, data=body, headers=headers, timeout=timeout,
+                    ssl=self.credentials.ssl, server_hostname=self.credentials.server_hostname,
+                    proxy=self.credentials.proxy,
+                )
+            except (aiohttp.ClientError, OSError, TimeoutError) as e:
+                raise TransportError(f"{method} {path}: {type(e).__name__} {e}") from None
+            if resp.status < 300:
+                return resp
+            try:
+                payload = await resp.read()
+            except (aiohttp.ClientError, OSError, TimeoutError):
+                payload = b""
+            finally:
+                resp.release()
+            if resp.status == 401 and attempt == 1 and await self._reload_credentials():
+                log.info("kube_token_reloaded", path=path)
+                continue
+            raise error_from_status(resp.status, payload, _retry_after(resp.headers.get("Retry-After")))
+        raise AssertionError("unreachable")
+
+    async def _reload_credentials(self) -> bool:
+        try:
+            return await self.credentials.reload()
+        except CredentialsError as e:
+            log.warning("kube_credentials_reload_failed", error=str(e))
+            return False
+
+    async def get_json(self, path: str, params: Mapping[str, str] | None = None, *, accept: str = JSON) -> Any:
+        timeout = aiohttp.ClientTimeout(total=self.request_timeout, sock_connect=self.connect_timeout)
+        resp = await self._send("GET", path, params, accept=accept, body=None, timeout=timeout)
+        try:
+            return orjson.loads(await resp.read())
+        except (aiohttp.ClientError, OSError, TimeoutError) as e:
+            raise TransportError(f"GET {path}: {type(e).__name__} {e}") from None
+        except orjson.JSONDecodeError as e:
+            raise ApiError(resp.status, "BadResponse", f"GET {path}: undecodable JSON: {e}") from None
+        finally:
+            resp.release()
+
+    async def post_json(self, path: str, body: Any) -> Any:
+        timeout = aiohttp.ClientTimeout(total=self.request_timeout, sock_connect=self.connect_timeout)
+        resp = await self._send("POST", path, None, accept=JSON, body=orjson.dumps(body), timeout=timeout)
+        try:
+            return orjson.loads(await resp.read())
+        except (aiohttp.ClientError, OSError, TimeoutError) as e:
+            raise TransportError(f"POST {path}: {type(e).__name__} {e}") from None
+        except orjson.JSONDecodeError as e:
+            raise ApiError(resp.status, "BadResponse", f"POST {path}: undecodable JSON: {e}") from None
+        finally:
+            resp.release()
+
+    async def watch(self, path: str, params: Mapping[str, str] | None = None, *, accept: str = JSON) -> AsyncIterator[dict[str, Any]]:
+        """Decoded watch events (``{"type", "object"}``), one per line of the chunked stream.
+
+        Ends when the server ends the stream cleanly (its ``timeoutSeconds``); raises
+        :class:`TransportError` if the stream is cut (a partial last line is discarded, never
+        decoded), or if it stays silent longer than ``timeoutSeconds`` plus the read slack.
+        """
+        params = dict(params or {})
+        params["watch"] = "true"
+        silent = float(params.get("timeoutSeconds", "300")) + self.watch_read_slack
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout, sock_read=silent)
+        resp = await self._send("GET", path, params, accept=accept, body=None, timeout=timeout)
+        buf = bytearray()
+        try:
+            async for chunk in resp.content.iter_any():
+                buf += chunk
+                start = 0
+                while (nl := buf.find(b"\n", start)) >= 0:
+                    line = bytes(buf[start:nl])
+                    start = nl + 1
+                    if line.strip():
+                        try:
+                            event = orjson.loads(line)
+                        except orjson.JSONDecodeError as e:
+                            raise ApiError(200, "BadResponse", f"watch {path}: undecodable event: {e}") from None
+                        yield event
+                del buf[:start]
+        except (aiohttp.ClientError, OSError, TimeoutError) as e:
+            raise TransportError(f"watch {path}: {type(e).__name__} {e}") from None
+        finally:
+            resp.close()  # also when the consumer stops early: never hand a half-read stream back to the pool
+        if buf.strip():
+            raise TransportError(f"watch {path}: stream ended inside an event")

@@ -1,0 +1,209 @@
+"""Every watched resource as a supervised source: discover, inform, mark down, retry. Never exits.
+
+Usage (the collector and the agent)::
+
+    sources = SourceSet(client, [
+        SourceSpec(WORKLOADS, workload_handler),
+        SourceSpec(NODES, node_handler),
+        SourceSpec(AGENT_PODS, pod_handler, field_selector=f"spec.nodeName={node}"),
+    ], exposition, discovery_interval=args.discovery_interval)
+    await sources.start()          # one task per source
+    ready = sources.ready          # -> (bool, detail), for ServerConfig(ready=...)
+    ...
+    await sources.stop()           # cancels and waits
+
+Per source the loop is: find the served version (:func:`.discovery.served_version`); if none,
+the source is down (``gangscope_source_up 0``, not counted as an error: a CRD that is not
+installed is a fact, not a fault) and discovery runs again every ``discovery_interval`` (a failed
+discovery request, such as a 5xx, retries sooner, with backoff); if
+served, an :class:`~.informer.Informer` lists and watches it. A 404 from the informer (the CRD was
+deleted or the version dropped) empties the handler (``replace([])``: the objects are gone with
+their CRD) and goes back to discovery, so a CRD installed later, or re-installed, is picked up.
+A 403 (RBAC) marks the source down as an error and is retried every ``discovery_interval``.
+Sources are independent: one forbidden or missing resource never affects the others.
+
+``ready()`` is True once every *served* source has completed its first list (sources not served
+or forbidden do not hold readiness back: they are visible as down in the health series).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import structlog
+
+from ..exposition import Exposition
+from ..health import SourceHealth
+from .backoff import Backoff, BackoffPolicy
+from .client import ApiError, Forbidden, KubeClient, NotFound
+from .discovery import served_version
+from .informer import EventHandler, Informer
+from .resources import Resource
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """A resource to watch and the handler fed with its objects (optionally narrowed)."""
+
+    resource: Resource
+    handler: EventHandler
+    namespace: str | None = None
+    field_selector: str | None = None
+    label_selector: str | None = None
+
+
+@dataclass
+class SourceState:
+    """Where one source stands (read :attr:`state`, :attr:`version`, :attr:`synced_once`)."""
+
+    spec: SourceSpec
+    health: SourceHealth
+    phase: str = "discovering"  # discovering, not_served, forbidden, error, syncing
+    version: str | None = None
+    informer: Informer | None = None
+    holds_objects: bool = False  # the handler may hold objects from an earlier informer
+    _synced_before: bool = False
+
+    @property
+    def state(self) -> str:
+        """discovering, not_served, forbidden, error, syncing or synced."""
+        if self.phase == "syncing" and self.informer is not None and self.informer.synced.is_set():
+            return "synced"
+        return self.phase
+
+    @property
+    def synced_once(self) -> bool:
+        return self._synced_before or (self.informer is not None and self.informer.synced.is_set())
+
+    def retire_informer(self) -> None:
+        if self.informer is not None and self.informer.lists > 0:
+            self._synced_before = self.holds_objects = True
+        self.informer = None
+
+
+class SourceSet:
+    """Supervises one informer per :class:`SourceSpec`; see the module docstring."""
+
+    def __init__(self, client: KubeClient, specs: Iterable[SourceSpec], exposition: Exposition, *,
+                 discovery_interval: float = 60.0, backoff: BackoffPolicy | None = None,
+                 page_size: int = 500, watch_timeout: int = 300):
+        self.client = client
+        self.discovery_interval = discovery_interval
+        self.backoff = backoff
+        self.page_size = page_size
+        self.watch_timeout = watch_timeout
+        self.sources: dict[str, SourceState] = {}
+        for spec in specs:
+            name = spec.resource.source
+            if name in self.sources:
+                raise ValueError(f"source {name!r} given twice")
+            self.sources[name] = SourceState(spec, SourceHealth(name, exposition))
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._supervise(s), name=f"source:{name}") for name, s in self.sources.items()]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    async def run(self) -> None:
+        """Start and run until cancelled."""
+        await self.start()
+        try:
+            await asyncio.gather(*self._tasks)
+        finally:
+            await self.stop()
+
+    def ready(self) -> tuple[bool, str]:
+        waiting, absent = [], []
+        for name, s in self.sources.items():
+            if s.synced_once:
+                continue
+            if s.phase in ("not_served", "forbidden"):
+                absent.append(f"{name} ({s.phase})")
+            else:
+                waiting.append(name)
+        if waiting:
+            return False, "waiting for first sync of: " + ", ".join(waiting)
+        detail = f"{len(self.sources) - len(absent)} sources synced"
+        return True, detail + ("; down: " + ", ".join(absent) if absent else "")
+
+    async def wait_ready(self, timeout: float | None = None, poll: float = 0.02) -> None:
+        """Wait until :meth:`ready` (tests, benchmarks, the demo)."""
+        async with asyncio.timeout(timeout):
+            while not self.ready()[0]:
+                await asyncio.sleep(poll)
+
+    async def _supervise(self, s: SourceState) -> None:
+        spec, health = s.spec, s.health
+        slog = log.bind(source=health.name)
+        # Discovery failures (API server down, 5xx) retry with backoff, at most every interval.
+        errors = Backoff(self.backoff or BackoffPolicy())
+        while True:
+            s.retire_informer()
+            try:
+                version = await served_version(self.client, spec.resource)
+            except ApiError as e:
+                s.phase = "error"
+                slog.warning("kube_discovery_failed", error=str(e))
+                health.down(f"discovery: {e}")
+                await asyncio.sleep(min(e.retry_after or errors.next(), self.discovery_interval))
+                continue
+            errors.reset()
+            if version is None:
+                self._empty(s)
+                if s.phase != "not_served":
+                    slog.info("kube_source_not_served", versions=",".join(spec.resource.versions))
+                s.phase = "not_served"
+                health.down(f"not served (looked for {spec.resource.plural}.{spec.resource.group or 'core'} "
+                            f"{'/'.join(spec.resource.versions)})", error=False)
+                await asyncio.sleep(self.discovery_interval)
+                continue
+            s.version, s.phase = version, "syncing"
+            slog.info("kube_source_served", version=version)
+            s.informer = Informer(self.client, spec.resource, version, spec.handler, health,
+                                  namespace=spec.namespace, field_selector=spec.field_selector,
+                                  label_selector=spec.label_selector, page_size=self.page_size,
+                                  watch_timeout=self.watch_timeout, backoff=self.backoff)
+            try:
+                await s.informer.run()
+            except NotFound:
+                # The CRD (or this version) went away: its objects went with it. Rediscover now;
+                # if it is really gone the loop above waits discovery_interval.
+                listed = s.informer.lists > 0
+                s.retire_informer()
+                slog.info("kube_source_gone", version=version)
+                self._empty(s)
+                health.down(f"{version} no longer served", error=False)
+                s.phase = "discovering"
+                if not listed:  # discovery and LIST disagree: do not spin between them
+                    await asyncio.sleep(self.discovery_interval)
+            except Forbidden as e:
+                s.retire_informer()
+                slog.warning("kube_source_forbidden", error=str(e))
+                s.phase = "forbidden"
+                health.down(f"forbidden: {e.message}")
+                await asyncio.sleep(self.discovery_interval)
+
+    @staticmethod
+    def _empty(s: SourceState) -> None:
+        if s.holds_objects:
+            s.holds_objects = False
+            try:
+                s.spec.handler.replace([])
+            except Exception:
+                log.exception("kube_handler_failed", source=s.health.name)
+            s.health.set_objects(0)
+
+
+async def run_sources(client: KubeClient, specs: Iterable[SourceSpec], exposition: Exposition,
+                      discovery_interval: float = 60.0) -> None:
+    """Run a :class:`SourceSet` until cancelled (for callers that need neither ready() nor stop())."""
+    await SourceSet(client, specs, exposition, discovery_interval=discovery_interval).run()

@@ -1,0 +1,767 @@
+"""A simulated Kubernetes API server over real HTTP (aiohttp on 127.0.0.1), for tests, the demo
+and benchmarks.
+
+It implements the parts of the API that list/watch clients depend on, with the real wire
+formats: discovery documents, LIST with ``limit``/``continue`` (continue tokens served from a
+consistent snapshot and expiring with ``410 Expired`` after :meth:`SimApiServer.compact`),
+chunked WATCH streams with ADDED/MODIFIED/DELETED/BOOKMARK events and the ``410`` ERROR event of
+a too-old ``resourceVersion``, ``PartialObjectMetadata`` responses, field and label selectors,
+bearer-token authentication, TokenReview and SubjectAccessReview. Faults are switches a test
+flips: drop streams (now, after N events, mid-event), answer the next N requests with a status
+(429 with ``Retry-After``, 500), delay or stop answering, forbid a resource, stop serving one
+(a CRD deleted) and serve it again.
+
+Objects live in one store per (group, plural) and are served in every registered version (the
+``apiVersion`` is rewritten, nothing else: no conversion). One global, monotonically increasing
+``resourceVersion`` orders all changes, like etcd's revision. Each object's JSON is encoded once
+when it changes, so LIST and WATCH write pre-encoded bytes; that keeps a 20,000-object relist
+cheap enough for the benchmarks to measure the client rather than the simulator.
+
+Use it from a running event loop (``await sim.start()``; mutations are plain method calls) or
+from another thread (``sim.start_in_thread()``; then go through :meth:`SimApiServer.call`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import collections
+import ssl
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import yaml
+from aiohttp import web
+
+from exporter.kube.resources import Resource
+
+PARTIAL_KIND = "PartialObjectMetadata"
+META_API_VERSION = "meta.k8s.io/v1"
+
+
+def status_body(code: int, reason: str, message: str) -> dict[str, Any]:
+    """A ``metav1.Status`` failure, the body of every error the real server returns."""
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "code": code}
+
+
+_REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
+            409: "AlreadyExists", 410: "Expired", 429: "TooManyRequests", 500: "InternalError",
+            503: "ServiceUnavailable"}
+
+
+def _error(code: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(status=code, body=orjson.dumps(status_body(code, _REASONS.get(code, "Unknown"), message)),
+                        content_type="application/json", headers=headers)
+
+
+def _json(body: Any) -> web.Response:
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
+def make_object(resource: Resource, name: str, namespace: str | None = "default", *, version: str | None = None,
+                labels: dict[str, str] | None = None, **top: Any) -> dict[str, Any]:
+    """A minimal object of ``resource`` (extra top-level fields such as ``spec=`` as keywords)."""
+    version = version or resource.versions[0]
+    meta: dict[str, Any] = {"name": name}
+    if resource.namespaced:
+        meta["namespace"] = namespace or "default"
+    if labels:
+        meta["labels"] = dict(labels)
+    api_version = f"{resource.group}/{version}" if resource.group else version
+    return {"apiVersion": api_version, "kind": resource.kind, "metadata": meta, **top}
+
+
+# --- selectors -------------------------------------------------------------------------------
+
+Requirement = tuple[str, str, str | None]  # (key, op in = != exists !exists, value)
+
+
+def parse_selector(text: str | None) -> list[Requirement]:
+    """Equality-based selectors (``a=b``, ``a==b``, ``a!=b``, ``a``, ``!a``), comma-separated."""
+    out: list[Requirement] = []
+    for part in (text or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "!=" in part:
+            k, v = part.split("!=", 1)
+            out.append((k.strip(), "!=", v.strip()))
+        elif "==" in part:
+            k, v = part.split("==", 1)
+            out.append((k.strip(), "=", v.strip()))
+        elif "=" in part:
+            k, v = part.split("=", 1)
+            out.append((k.strip(), "=", v.strip()))
+        elif part.startswith("!"):
+            out.append((part[1:].strip(), "!exists", None))
+        else:
+            out.append((part, "exists", None))
+    return out
+
+
+def _field_value(obj: dict[str, Any], path: str) -> str | None:
+    cur: Any = obj
+    for step in path.split("."):
+        if not isinstance(cur, dict) or step not in cur:
+            return None
+        cur = cur[step]
+    return None if cur is None else str(cur)
+
+
+def _matches(obj: dict[str, Any], fields: list[Requirement], labels: list[Requirement]) -> bool:
+    for key, op, value in fields:
+        actual = _field_value(obj, key) or ""  # the real server compares absent fields as ""
+        if (op == "=" and actual != value) or (op == "!=" and actual == value):
+            return False
+    obj_labels = (obj.get("metadata") or {}).get("labels") or {}
+    for key, op, value in labels:
+        present = key in obj_labels
+        if op == "exists" and not present or op == "!exists" and present:
+            return False
+        if op == "=" and obj_labels.get(key) != value or op == "!=" and obj_labels.get(key) == value:
+            return False
+    return True
+
+
+# --- storage -----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Entry:
+    obj: dict[str, Any]
+    raw: bytes  # the object's JSON as stored (its own apiVersion)
+
+
+@dataclass
+class _Event:
+    rv: int
+    type: str
+    entry: _Entry
+    old: _Entry | None  # previous state (MODIFIED), for selector transitions
+
+
+@dataclass(eq=False)
+class _Watcher:
+    queue: asyncio.Queue[_Event | str]
+    namespace: str | None
+    fields: list[Requirement]
+    labels: list[Requirement]
+    partial: bool
+    version: str
+    sent: int = 0
+
+
+@dataclass
+class _Store:
+    group: str
+    plural: str
+    kind: str
+    namespaced: bool
+    versions: list[str]
+    objects: dict[tuple[str, str], _Entry] = field(default_factory=dict)
+    history: collections.deque[_Event] = field(default_factory=collections.deque)
+    compacted_rv: int = 0
+    watchers: set[_Watcher] = field(default_factory=set)
+    forbidden: bool = False
+    _raw_by_version: dict[tuple[int, str], bytes] = field(default_factory=dict)
+
+    def api_version(self, version: str) -> str:
+        return f"{self.group}/{version}" if self.group else version
+
+    def encoded(self, entry: _Entry, version: str, partial: bool) -> bytes:
+        """The object as served in ``version`` (or as PartialObjectMetadata)."""
+        if partial:
+            return orjson.dumps({"kind": PARTIAL_KIND, "apiVersion": META_API_VERSION, "metadata": entry.obj.get("metadata", {})})
+        if entry.obj.get("apiVersion") == self.api_version(version):
+            return entry.raw
+        converted = dict(entry.obj, apiVersion=self.api_version(version))
+        return orjson.dumps(converted)
+
+
+@dataclass
+class _Snapshot:
+    rv: int
+    entries: list[_Entry]
+
+
+@dataclass
+class _FailRule:
+    status: int
+    remaining: int
+    retry_after: float | None
+    match: str | None  # substring of the path, None for every request
+
+
+class SimApiServer:
+    """An in-memory API server. See the module docstring for what it implements.
+
+    ``history_limit`` events are kept per resource for watches to resume from (older ones are
+    compacted away, as etcd does every few minutes), which bounds memory in long demo runs.
+    """
+
+    def __init__(self, token: str | None = "sim-token", *, bookmark_interval: float = 5.0, history_limit: int = 10_000):
+        self.valid_tokens: set[str] = {token} if token else set()
+        self.bookmark_interval = bookmark_interval
+        self.history_limit = history_limit
+        self.requests: collections.Counter[str] = collections.Counter()  # "GET /apis/..." -> count
+        self.request_log: list[tuple[str, str, dict[str, str]]] = []  # (method, path, query)
+        # faults
+        self.delay = 0.0
+        self.ignore_partial_metadata = False
+        self.drop_after_events: int | None = None
+        self.drop_mid_event = False
+        self._fail_rules: list[_FailRule] = []
+        self._answering = asyncio.Event()
+        self._answering.set()
+        # TokenReview / SubjectAccessReview tables
+        self.token_users: dict[str, tuple[str, list[str]]] = {}
+        self.non_resource_rules: set[tuple[str, str, str]] = set()  # (user or group, verb, path)
+        self._stores: dict[tuple[str, str], _Store] = {}
+        self._rv = 0
+        self._snapshots: collections.OrderedDict[str, _Snapshot] = collections.OrderedDict()
+        self._runner: web.AppRunner | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._tls = False
+        self.port = 0
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self._tls else 'http'}://127.0.0.1:{self.port}"
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0, ssl_context: ssl.SSLContext | None = None) -> SimApiServer:
+        """Listen on ``host:port`` (port 0: any free one, see :attr:`port`); HTTPS with ``ssl_context``."""
+        self._loop = asyncio.get_running_loop()
+        self._tls = ssl_context is not None
+        # The Event was created before a loop existed; rebind it to this one.
+        self._answering = asyncio.Event()
+        self._answering.set()
+        app = web.Application(middlewares=[self._middleware])
+        app.router.add_route("*", "/{tail:.*}", self._route)
+        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, ssl_context=ssl_context)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return self
+
+    async def stop(self) -> None:
+        self._answering.set()
+        for store in self._stores.values():
+            for w in list(store.watchers):
+                w.queue.put_nowait("close")
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def start_in_thread(self) -> SimApiServer:
+        """Run the server on its own event loop in a daemon thread (benchmarks, the demo)."""
+        started = threading.Event()
+        loop = asyncio.new_event_loop()
+
+        def main() -> None:
+            asyncio.set_event_loop(loop)
+            loop.run_until_complete(self.start())
+            started.set()
+            loop.run_forever()
+            loop.run_until_complete(self.stop())
+            loop.close()
+
+        self._thread = threading.Thread(target=main, name="sim-apiserver", daemon=True)
+        self._thread.start()
+        started.wait()
+        return self
+
+    def stop_thread(self) -> None:
+        if self._thread is not None and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn`` on the server's loop and return its result (for use from another thread)."""
+        if self._thread is None or threading.current_thread() is self._thread:
+            return fn(*args, **kwargs)
+        assert self._loop is not None
+
+        async def run() -> Any:
+            return fn(*args, **kwargs)
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result()
+
+    # --- resources ------------------------------------------------------------------------
+
+    def serve(self, resource: Resource, versions: Iterable[str] | None = None) -> None:
+        """Serve ``resource`` in ``versions`` (default: all its versions); adds to what is served."""
+        key = (resource.group, resource.plural)
+        wanted = list(versions) if versions is not None else list(resource.versions)
+        store = self._stores.get(key)
+        if store is None:
+            self._stores[key] = _Store(resource.group, resource.plural, resource.kind, resource.namespaced, wanted)
+        else:
+            store.versions += [v for v in wanted if v not in store.versions]
+
+    def serve_kind(self, group: str, version: str, plural: str, kind: str, namespaced: bool) -> None:
+        self.serve(Resource(plural, group, (version,), plural, kind, namespaced))
+
+    def unserve(self, resource: Resource, versions: Iterable[str] | None = None) -> None:
+        """Stop serving versions of ``resource``; with none left it is gone, like a deleted CRD:
+        every object is deleted (DELETED events), open watches close, requests get 404."""
+        store = self._stores.get((resource.group, resource.plural))
+        if store is None:
+            return
+        drop = set(versions) if versions is not None else set(store.versions)
+        store.versions = [v for v in store.versions if v not in drop]
+        if not store.versions:
+            for entry in list(store.objects.values()):
+                self._delete_entry(store, entry)
+            del self._stores[(resource.group, resource.plural)]
+        for w in list(store.watchers):
+            if w.version in drop:
+                w.queue.put_nowait("close")
+
+    def forbid(self, resource: Resource, forbidden: bool = True) -> None:
+        """Answer 403 to every request for ``resource`` (RBAC missing), or stop doing so."""
+        self._store_for(resource.group, resource.plural).forbidden = forbidden
+
+    def _store_for(self, group: str, plural: str) -> _Store:
+        try:
+            return self._stores[(group, plural)]
+        except KeyError:
+            raise KeyError(f"resource {plural}.{group} is not served") from None
+
+    def _store_of(self, obj: dict[str, Any]) -> _Store:
+        api_version = obj.get("apiVersion", "")
+        group = api_version.rpartition("/")[0]
+        kind = obj.get("kind")
+        for store in self._stores.values():
+            if store.group == group and store.kind == kind:
+                return store
+        raise KeyError(f"no served resource for {api_version} {kind}")
+
+    # --- mutations ------------------------------------------------------------------------
+
+    @property
+    def resource_version(self) -> int:
+        return self._rv
+
+    def _key(self, store: _Store, obj: dict[str, Any]) -> tuple[str, str]:
+        meta = obj.get("metadata") or {}
+        return (meta.get("namespace", "") if store.namespaced else "", meta["name"])
+
+    def _stamp(self, obj: dict[str, Any], old: _Entry | None) -> _Entry:
+        self._rv += 1
+        meta = dict(obj.get("metadata") or {})
+        meta["resourceVersion"] = str(self._rv)
+        if old is not None:
+            old_meta = old.obj.get("metadata", {})
+            meta.setdefault("uid", old_meta.get("uid"))
+            meta.setdefault("creationTimestamp", old_meta.get("creationTimestamp"))
+        meta.setdefault("uid", str(uuid.uuid4()))
+        meta.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        raw = orjson.dumps(dict(obj, metadata=meta))
+        return _Entry(orjson.loads(raw), raw)  # a private copy: callers may keep mutating theirs
+
+    def _record(self, store: _Store, event: _Event) -> None:
+        store.history.append(event)
+        while len(store.history) > self.history_limit:
+            store.compacted_rv = store.history.popleft().rv
+        for w in store.watchers:
+            w.queue.put_nowait(event)
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Store a new object (stamped with uid, creationTimestamp, resourceVersion); returns it."""
+        store = self._store_of(obj)
+        key = self._key(store, obj)
+        if key in store.objects:
+            raise ValueError(f"{store.kind} {key} already exists")
+        entry = self._stamp(obj, None)
+        store.objects[key] = entry
+        self._record(store, _Event(self._rv, "ADDED", entry, None))
+        return entry.obj
+
+    def update(self, obj: dict[str, Any]) -> dict[str, Any]:
+        store = self._store_of(obj)
+        key = self._key(store, obj)
+        old = store.objects.get(key)
+        if old is None:
+            raise KeyError(f"{store.kind} {key} not found")
+        entry = self._stamp(obj, old)
+        store.objects[key] = entry
+        self._record(store, _Event(self._rv, "MODIFIED", entry, old))
+        return entry.obj
+
+    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create or update."""
+        store = self._store_of(obj)
+        return self.update(obj) if self._key(store, obj) in store.objects else self.create(obj)
+
+    def delete(self, obj: dict[str, Any]) -> None:
+        """Delete the object named by ``obj``'s apiVersion, kind and metadata.namespace/name."""
+        store = self._store_of(obj)
+        entry = store.objects.get(self._key(store, obj))
+        if entry is None:
+            raise KeyError(f"{store.kind} {self._key(store, obj)} not found")
+        self._delete_entry(store, entry)
+
+    def _delete_entry(self, store: _Store, entry: _Entry) -> None:
+        del store.objects[self._key(store, entry.obj)]
+        self._rv += 1
+        meta = dict(entry.obj["metadata"], resourceVersion=str(self._rv))
+        raw = orjson.dumps(dict(entry.obj, metadata=meta))
+        gone = _Entry(orjson.loads(raw), raw)
+        self._record(store, _Event(self._rv, "DELETED", gone, entry))
+
+    def bulk_load(self, objects: Iterable[dict[str, Any]]) -> int:
+        """Create many objects fast: no per-object history or watch events, and the history is
+        compacted to the new revision (a watch from before the load gets 410 and relists)."""
+        n = 0
+        touched: set[int] = set()
+        for obj in objects:
+            store = self._store_of(obj)
+            store.objects[self._key(store, obj)] = self._stamp(obj, None)
+            touched.add(id(store))
+            n += 1
+        for store in self._stores.values():
+            if id(store) in touched:
+                store.history.clear()
+                store.compacted_rv = self._rv
+                for w in list(store.watchers):
+                    w.queue.put_nowait("close")
+        return n
+
+    def objects(self, resource: Resource) -> list[dict[str, Any]]:
+        """The stored objects of a resource, in key order (the truth tests compare against)."""
+        store = self._store_for(resource.group, resource.plural)
+        return [store.objects[k].obj for k in sorted(store.objects)]
+
+    def compact(self) -> None:
+        """Forget history up to now, like etcd compaction: watches from an older resourceVersion
+        get a 410 ERROR event and outstanding continue tokens get HTTP 410."""
+        for store in self._stores.values():
+            store.history.clear()
+            store.compacted_rv = self._rv
+        self._snapshots.clear()
+
+    # --- faults ---------------------------------------------------------------------------
+
+    def fail_next(self, count: int, status: int = 500, *, retry_after: float | None = None, match: str | None = None) -> None:
+        """Answer the next ``count`` requests (whose path contains ``match``) with ``status``."""
+        self._fail_rules.append(_FailRule(status, count, retry_after, match))
+
+    def drop_watches(self, mid_event: bool = False) -> int:
+        """Cut every open watch stream now (abruptly: no terminating chunk); returns how many.
+        With ``mid_event`` half of an event line is written first."""
+        n = 0
+        for store in self._stores.values():
+            for w in list(store.watchers):
+                w.queue.put_nowait("cut-mid" if mid_event else "cut")
+                n += 1
+        return n
+
+    def hang(self, hanging: bool = True) -> None:
+        """Stop answering (requests wait until ``hang(False)``): a server that went silent."""
+        if hanging:
+            self._answering.clear()
+        else:
+            self._answering.set()
+
+    def rotate_token(self, new_token: str) -> None:
+        """Accept only ``new_token`` from now on: clients with the old one get 401."""
+        self.valid_tokens = {new_token}
+
+    def open_watches(self) -> int:
+        return sum(len(s.watchers) for s in self._stores.values())
+
+    def count(self, substring: str = "", *, watch: bool | None = None) -> int:
+        """Requests whose path contains ``substring`` (``watch=True/False`` to split LIST and WATCH)."""
+        return sum(1 for _, path, q in self.request_log
+                   if substring in path and (watch is None or _is_watch(q) == watch))
+
+    # --- kubeconfig -----------------------------------------------------------------------
+
+    def kubeconfig(self, token: str | None = None, context: str = "sim", **cluster: Any) -> dict[str, Any]:
+        """A kubeconfig dict; extra keywords go into the cluster entry (``certificate-authority``...)."""
+        token = token if token is not None else next(iter(sorted(self.valid_tokens)), "")
+        user: dict[str, Any] = {"token": token} if token else {}
+        return {
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": context, "cluster": {"server": self.url, **cluster}}],
+            "users": [{"name": context, "user": user}],
+            "contexts": [{"name": context, "context": {"cluster": context, "user": context, "namespace": "default"}}],
+            "current-context": context,
+        }
+
+    def write_kubeconfig(self, path: str, token: str | None = None, context: str = "sim") -> str:
+        """Write a kubeconfig for this server (the first valid token unless ``token`` is given)."""
+        with open(path, "w") as f:
+            yaml.safe_dump(self.kubeconfig(token, context), f)
+        return path
+
+    # --- HTTP -----------------------------------------------------------------------------
+
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+        self.requests[f"{request.method} {request.path}"] += 1
+        self.request_log.append((request.method, request.path, dict(request.query)))
+        await self._answering.wait()
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if self.valid_tokens:
+            auth = request.headers.get("Authorization", "")
+            if not auth.lower().startswith("bearer ") or auth[7:].strip() not in self.valid_tokens:
+                return _error(401, "Unauthorized")
+        for rule in self._fail_rules:
+            if rule.remaining > 0 and (rule.match is None or rule.match in request.path):
+                rule.remaining -= 1
+                headers = {"Retry-After": f"{rule.retry_after:g}"} if rule.retry_after is not None else None
+                return _error(rule.status, f"simulated {rule.status}", headers)
+        self._fail_rules = [r for r in self._fail_rules if r.remaining > 0]
+        return await handler(request)
+
+    async def _route(self, request: web.Request) -> web.StreamResponse:
+        parts = [p for p in request.path.split("/") if p]
+        if request.method == "POST":
+            return await self._post(request, parts)
+        if request.method != "GET":
+            return _error(405, f"method {request.method} not allowed")
+        if parts == ["api"]:
+            return _json({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})
+        if parts == ["apis"]:
+            return _json(self._group_list())
+        if parts[:1] == ["api"] and len(parts) >= 2:
+            group, rest = "", parts[1:]
+        elif parts[:1] == ["apis"] and len(parts) >= 2:
+            group, rest = parts[1], parts[2:]
+            if not rest:
+                doc = self._group(group)
+                return _json(doc) if doc else _error(404, "the server could not find the requested resource")
+        else:
+            return _error(404, "the server could not find the requested resource")
+        version, rest = rest[0], rest[1:]
+        if not rest:
+            doc = self._resource_list(group, version)
+            return _json(doc) if doc else _error(404, "the server could not find the requested resource")
+        namespace = None
+        if rest[0] == "namespaces" and len(rest) >= 3:
+            namespace, rest = rest[1], rest[2:]
+        if len(rest) not in (1, 2):
+            return _error(404, "the server could not find the requested resource")
+        store = self._stores.get((group, rest[0]))
+        if store is None or version not in store.versions or (namespace is not None and not store.namespaced):
+            return _error(404, "the server could not find the requested resource")
+        if store.forbidden:
+            return _error(403, f'{store.plural}.{store.group} is forbidden: User "sim" cannot list resource '
+                               f'"{store.plural}" in API group "{store.group}"')
+        accept = request.headers.get("Accept", "")
+        partial = "as=PartialObjectMetadata" in accept and not self.ignore_partial_metadata
+        if len(rest) == 2:
+            entry = store.objects.get((namespace or "", rest[1]))
+            if entry is None:
+                return _error(404, f'{store.plural}.{store.group} "{rest[1]}" not found')
+            return web.Response(body=store.encoded(entry, version, partial), content_type="application/json")
+        fields = parse_selector(request.query.get("fieldSelector"))
+        labels = parse_selector(request.query.get("labelSelector"))
+        if _is_watch(request.query):
+            return await self._watch(request, store, version, namespace, fields, labels, partial)
+        return self._list(request, store, version, namespace, fields, labels, partial)
+
+    def _group_list(self) -> dict[str, Any]:
+        groups = sorted({s.group for s in self._stores.values() if s.group})
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [self._group(g) for g in groups]}
+
+    def _group(self, group: str) -> dict[str, Any] | None:
+        versions: list[str] = []
+        for s in self._stores.values():
+            if s.group == group:
+                versions += [v for v in s.versions if v not in versions]
+        if not versions:
+            return None
+        entries = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+        return {"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": entries, "preferredVersion": entries[0]}
+
+    def _resource_list(self, group: str, version: str) -> dict[str, Any] | None:
+        stores = [s for s in self._stores.values() if s.group == group and version in s.versions]
+        if not stores and group:
+            return None
+        return {
+            "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}" if group else version,
+            "resources": [{"name": s.plural, "singularName": s.kind.lower(), "namespaced": s.namespaced, "kind": s.kind,
+                           "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]} for s in stores],
+        }
+
+    def _selected(self, store: _Store, entry: _Entry, namespace: str | None,
+                  fields: list[Requirement], labels: list[Requirement]) -> bool:
+        if namespace is not None and entry.obj.get("metadata", {}).get("namespace") != namespace:
+            return False
+        return _matches(entry.obj, fields, labels)
+
+    def _list(self, request: web.Request, store: _Store, version: str, namespace: str | None,
+              fields: list[Requirement], labels: list[Requirement], partial: bool) -> web.Response:
+        limit = int(request.query.get("limit", "0") or 0)
+        token = request.query.get("continue")
+        if token:
+            try:
+                decoded = orjson.loads(base64.urlsafe_b64decode(token))
+                snap_id, offset = decoded["id"], int(decoded["offset"])
+            except (ValueError, KeyError, TypeError):
+                return _error(400, "invalid continue token")
+            snapshot = self._snapshots.get(snap_id)
+            if snapshot is None:
+                return _error(410, "The provided continue parameter is too old to display a consistent list result. "
+                                   "You can start a new list without the continue parameter.")
+        else:
+            entries = [store.objects[k] for k in sorted(store.objects)]
+            snapshot = _Snapshot(self._rv, [e for e in entries if self._selected(store, e, namespace, fields, labels)])
+            snap_id, offset = uuid.uuid4().hex, 0
+        end = len(snapshot.entries) if limit <= 0 else min(len(snapshot.entries), offset + limit)
+        meta: dict[str, Any] = {"resourceVersion": str(snapshot.rv)}
+        if end < len(snapshot.entries):
+            self._snapshots[snap_id] = snapshot
+            self._snapshots.move_to_end(snap_id)
+            while len(self._snapshots) > 64:
+                self._snapshots.popitem(last=False)
+            meta["continue"] = base64.urlsafe_b64encode(orjson.dumps({"id": snap_id, "offset": end})).decode()
+            meta["remainingItemCount"] = len(snapshot.entries) - end
+        else:
+            self._snapshots.pop(snap_id, None)
+        items = b",".join(store.encoded(e, version, partial) for e in snapshot.entries[offset:end])
+        kind, api_version = (f"{PARTIAL_KIND}List", META_API_VERSION) if partial else (f"{store.kind}List", store.api_version(version))
+        head = orjson.dumps({"kind": kind, "apiVersion": api_version, "metadata": meta})
+        body = head[:-1] + b',"items":[' + items + b"]}"
+        return web.Response(body=body, content_type="application/json")
+
+    def _event_line(self, store: _Store, w: _Watcher, event: _Event) -> bytes | None:
+        """The line for ``event`` as ``w`` sees it (selector transitions become ADDED/DELETED)."""
+        now = self._selected(store, event.entry, w.namespace, w.fields, w.labels)
+        etype = event.type
+        if etype == "MODIFIED" and event.old is not None:
+            before = self._selected(store, event.old, w.namespace, w.fields, w.labels)
+            if before and not now:
+                etype, now = "DELETED", True
+            elif now and not before:
+                etype = "ADDED"
+            elif not now:
+                return None
+        elif etype == "DELETED" and event.old is not None:
+            now = self._selected(store, event.old, w.namespace, w.fields, w.labels)
+        if not now:
+            return None
+        return b'{"type":"' + etype.encode() + b'","object":' + store.encoded(event.entry, w.version, w.partial) + b"}\n"
+
+    async def _watch(self, request: web.Request, store: _Store, version: str, namespace: str | None,
+                     fields: list[Requirement], labels: list[Requirement], partial: bool) -> web.StreamResponse:
+        rv_text = request.query.get("resourceVersion", "")
+        bookmarks = request.query.get("allowWatchBookmarks", "") in ("true", "1", "True")
+        timeout = float(request.query.get("timeoutSeconds", "0") or 0) or 1800.0
+        w = _Watcher(asyncio.Queue(), namespace, fields, labels, partial, version)
+        # Registering and replaying happen in one synchronous block: no event can slip between.
+        too_old = False
+        if rv_text in ("", "0"):
+            for k in sorted(store.objects):
+                w.queue.put_nowait(_Event(self._rv, "ADDED", store.objects[k], None))
+        else:
+            try:
+                since = int(rv_text)
+            except ValueError:
+                return _error(400, f"invalid resourceVersion {rv_text!r}")
+            if since < store.compacted_rv:
+                too_old = True
+            else:
+                for event in store.history:
+                    if event.rv > since:
+                        w.queue.put_nowait(event)
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        if too_old:
+            status = status_body(410, "Expired", f"too old resource version: {rv_text} ({store.compacted_rv})")
+            await resp.write(orjson.dumps({"type": "ERROR", "object": status}) + b"\n")
+            await resp.write_eof()
+            return resp
+        store.watchers.add(w)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                wait = min(remaining, self.bookmark_interval) if bookmarks else remaining
+                try:
+                    item = await asyncio.wait_for(w.queue.get(), wait)
+                except TimeoutError:
+                    if bookmarks and deadline - time.monotonic() > 0:
+                        mark = {"kind": PARTIAL_KIND if partial else store.kind,
+                                "apiVersion": META_API_VERSION if partial else store.api_version(version),
+                                "metadata": {"resourceVersion": str(self._rv)}}
+                        await resp.write(orjson.dumps({"type": "BOOKMARK", "object": mark}) + b"\n")
+                    continue
+                if item == "close":
+                    break
+                if item in ("cut", "cut-mid"):
+                    return self._cut(request, resp, half=b'{"type":"MODIFIED","object":{"kind"' if item == "cut-mid" else b"")
+                assert isinstance(item, _Event)
+                line = self._event_line(store, w, item)
+                if line is None:
+                    continue
+                if self.drop_after_events is not None and w.sent >= self.drop_after_events:
+                    return self._cut(request, resp, half=line[: len(line) // 2] if self.drop_mid_event else b"")
+                await resp.write(line)
+                w.sent += 1
+            await resp.write_eof()
+        except ConnectionError:  # the client went away; nothing to tell it
+            pass
+        finally:
+            store.watchers.discard(w)
+        return resp
+
+    def _cut(self, request: web.Request, resp: web.StreamResponse, half: bytes) -> web.StreamResponse:
+        """Close the connection without the terminating chunk, optionally after half a line."""
+        transport = request.transport
+        if transport is not None:
+            if half:
+                transport.write(f"{len(half):x}\r\n".encode() + half + b"\r\n")
+            transport.abort()
+        return resp
+
+    async def _post(self, request: web.Request, parts: list[str]) -> web.Response:
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError:
+            return _error(400, "invalid JSON")
+        spec = body.get("spec") or {}
+        if parts == ["apis", "authentication.k8s.io", "v1", "tokenreviews"]:
+            found = self.token_users.get(spec.get("token", ""))
+            status: dict[str, Any] = {"authenticated": found is not None}
+            if found:
+                status["user"] = {"username": found[0], "groups": list(found[1])}
+            return _json(dict(body, status=status))
+        if parts == ["apis", "authorization.k8s.io", "v1", "subjectaccessreviews"]:
+            attrs = spec.get("nonResourceAttributes") or {}
+            subjects = [spec.get("user", "")] + list(spec.get("groups") or [])
+            allowed = any((s, attrs.get("verb", ""), attrs.get("path", "")) in self.non_resource_rules for s in subjects)
+            return _json(dict(body, status={"allowed": allowed, "reason": "sim rule" if allowed else "no rule"}))
+        return _error(405, "only TokenReview and SubjectAccessReview accept POST here")
+
+    def allow_non_resource(self, subject: str, verb: str, path: str) -> None:
+        """Let a user or group ``verb`` the non-resource URL ``path`` (SubjectAccessReview)."""
+        self.non_resource_rules.add((subject, verb, path))
+
+    def add_token_user(self, token: str, username: str, groups: Iterable[str] = ()) -> None:
+        """A bearer token that TokenReview authenticates as ``username`` in ``groups``."""
+        self.token_users[token] = (username, list(groups))
+
+
+def _is_watch(query: Any) -> bool:
+    return query.get("watch", "") in ("true", "1", "True")
+
+
+__all__ = ["SimApiServer", "make_object", "parse_selector", "status_body"]

@@ -1,0 +1,337 @@
+"""The informer against the simulated API server over real HTTP: every fault ends with the
+informer's objects equal to the server's (same keys, same resourceVersions): nothing lost,
+nothing invented."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from exporter.exposition import Exposition
+from exporter.health import SourceHealth
+from exporter.kube.backoff import BackoffPolicy
+from exporter.kube.cache import ObjectCache
+from exporter.kube.client import KubeClient
+from exporter.kube.informer import Informer
+from exporter.kube.resources import AGENT_PODS, NODES, WORKLOADS, Resource
+from exporter.sim.apiserver import SimApiServer, make_object
+
+WL = "/apis/kueue.x-k8s.io/v1beta2/workloads"
+FAST = BackoffPolicy(base=0.01, cap=0.05)
+
+
+async def eventually(check: Callable[[], bool], timeout: float = 3.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.01)
+
+
+def truth(sim: SimApiServer, resource: Resource) -> dict[tuple[str, str], str]:
+    out = {}
+    for o in sim.objects(resource):
+        meta = o["metadata"]
+        out[(meta.get("namespace", ""), meta["name"])] = meta["resourceVersion"]
+    return out
+
+
+class Running:
+    """An informer task with its cache and health, cancelled at teardown."""
+
+    def __init__(self, informer: Informer, cache: ObjectCache, health: SourceHealth):
+        self.informer, self.cache, self.health = informer, cache, health
+        self.task = asyncio.create_task(informer.run())
+
+    async def synced(self) -> None:
+        await asyncio.wait_for(self.informer.synced.wait(), 3)
+
+
+StartInformer = Callable[..., Awaitable[Running]]
+
+
+@pytest.fixture
+async def start_informer(kube_client: KubeClient) -> AsyncIterator[StartInformer]:
+    running: list[Running] = []
+
+    async def start(resource: Resource = WORKLOADS, version: str = "v1beta2", **options: Any) -> Running:
+        options.setdefault("backoff", FAST)
+        options.setdefault("page_size", 5)
+        cache = ObjectCache()
+        health = SourceHealth(resource.source, Exposition())
+        r = Running(Informer(kube_client, resource, version, cache, health, **options), cache, health)
+        running.append(r)
+        return r
+
+    yield start
+    for r in running:
+        r.task.cancel()
+    await asyncio.gather(*(r.task for r in running), return_exceptions=True)
+
+
+def seed(sim: SimApiServer, n: int) -> None:
+    sim.serve(WORKLOADS)
+    for i in range(n):
+        sim.create(make_object(WORKLOADS, f"wl-{i:03d}", f"ns-{i % 3}"))
+
+
+async def test_paginated_list_then_watch(kube_sim: SimApiServer, start_informer: StartInformer) -> None:
+    seed(kube_sim, 23)
+    r = await start_informer(page_size=5)
+    await r.synced()
+    assert r.cache.versions() == truth(kube_sim, WORKLOADS)
+    lists = [q for m, p, q in kube_sim.request_log if p == WL and "watch" not in q]
+    assert len(lists) == 5 and all(q["limit"] == "5" for q in lists)
+    assert ["continue" in q for q in lists] == [False, True, True, True, True]
+    assert r.health.up and r.health.objects == 23 and r.health.errors == 0
+    await eventually(lambda: kube_sim.open_watches() == 1)
+    watch = [q for m, p, q in kube_sim.request_log if "watch" in q][0]
+    assert watch["resourceVersion"] == "23" and watch["allowWatchBookmarks"] == "true"
+    kube_sim.create(make_object(WORKLOADS, "new", "ns-0"))
+    kube_sim.update(make_object(WORKLOADS, "wl-001", "ns-1", spec={"active": False}))
+    kube_sim.delete(make_object(WORKLOADS, "wl-002", "ns-2"))
+    await eventually(lambda: r.cache.versions() == truth(kube_sim, WORKLOADS))
+    assert r.cache.get("wl-001", "ns-1")["spec"] == {"active": False}
+    assert r.health.objects == 23 and r.informer.lists == 1
+
+
+async def test_resume_after_dropped_streams_without_relist(kube_sim: SimApiServer, start_informer: StartInformer) -> None:
+    seed(kube_sim, 4)
+    r = await start_informer()
+    await r.synced()
+    await eventually(lambda: kube_sim.open_watches() == 1)
+    kube_sim.drop_after_events, kube_sim.drop_mid_event = 2, True  # every stream cut inside its 3rd event
+    for i in range(20):
+        kube_sim.create(make_object(WORKLOADS, f"burst-{i:02d}", "ns-0"))
+        if i % 5 == 0:
+            kube_sim.update(make_object(WORKLOADS, "wl-000", "ns-0", spec={"i": i}))
+    kube_sim.delete(make_object(WORKLOADS, "wl-003", "ns-0"))
+    await eventually(lambda: r.cache.versions() == truth(kube_sim, WORKLOADS))
+    assert r.informer.lists == 1  # resumed from the last version every time, never relisted
+    watches = [q["resourceVersion"] for m, p, q in kube_sim.request_log if "watch" in q]
+    assert len(watches) >= 10 and watches == sorted(watches, key=int)
+    assert r.health.errors >= 9 and r.health.up  # each cut counted, the source stays up
+    assert r.cache.get("wl-000", "ns-0")["spec"] == {"i": 15}
+
+
+async def test_410_relists_without_lost_or_ghost_objects(kube_sim: SimApiServer, start_informer: StartInformer) -> None:
+    seed(kube_sim, 10)
+    r = await start_informer()
+    await r.synced()
+    await eventually(lambda: kube_sim.open_watches() == 1)
+    # The stream goes away and the server stops answering; meanwhile objects change and etcd compacts.
+    kube_sim.hang()
+    kube_sim.drop_watches()
+    await eventually(lambda: kube_sim.count(WL, watch=True) == 2)
+    kube_sim.delete(make_object(WORKLOADS, "wl-004", "ns-1"))
+    kube_sim.delete(make_object(WORKLOADS, "wl-005", "ns-2"))
+    kube_sim.create(make_object(WORKLOADS, "late", "ns-0"))
+    kube_sim.update(make_object(WORKLOADS, "wl-006", "ns-0", spec={"v": 2}))
+    kube_sim.compact()
+    kube_sim.hang(False)
+    await eventually(lambda: r.informer.lists == 2)
+    assert r.cache.versions() == truth(kube_sim, WORKLOADS)
+    assert ("ns-1", "wl-004") not in r.cache.objects and r.cache.replaces == 2
+    assert r.health.objects == 9
+    # And it keeps following after the relist.
+    kube_sim.create(make_object(WORKLOADS, "after", "ns-0"))
+    await eventually(lambda: r.cache.versions() == truth(kube_sim, WORKLOADS))
+
+
+async def test_410_on_continue_restarts_the_list(kube_sim: SimApiServer, start_informer: StartInformer) -> None:
+    seed(kube_sim, 12)
+    kube_sim.delay = 0.1
+
+    async def compact_during_second_page() -> None:
+        await eventually(lambda: kube_sim.count(WL) >= 2)  # the 2nd page request is in its delay
+        kube_sim.compact()
+
+    task = asyncio.create_task(compact_during_second_page())
+    r = await start_informer(page_size=5)
+    await asyncio.wait_for(r.informer.synced.wait(), 5)
+    await task
+    first_pages = [q for m, p, q in kube_sim.request_log if p == WL and "continue" not in q and "watch" not in q]
+    assert len(first_pages) == 2
+    assert r.cache.versions() == truth(kube_sim, WORKLOADS) and r.informer.lists == 1
+
+
+async def test_429_retry_after_is_honoured(kube_sim: SimApiServer, start_informer: StartInformer) -> None:
+    seed(kube_sim, 3)
+    kube_sim.fail_next(3, 429, retry_after=0.25, match=WL)
+    start = time.monotonic()
+    r = await start_informer(page_size=0)
+    await r.synced()
+    elapsed = time.monotonic() - start
+    # Backoff alone (10-50 ms) would have retried far sooner: the server's 0.25 s was waited out.
+    assert elapsed >= 0.7
+    assert kube_sim.count(WL, watch=False) == 4  # 3 refused + 1 served: not hammered
+    assert r.cache.versions() == truth(kube_sim, WORKLOADS)
+
+
+async def test_500s_back_off_exponentially(kube_sim: SimApiServer, start_informer: StartInformer) -> None:
+    seed(kube_sim, 3)
+    kube_sim.fail_next(4, 500, match=WL)
+    start = time.monotonic()
+    r = await start_informer(backoff=BackoffPolicy(base=0.05, cap=1.0, jitter=0.0), page_size=0)
+    await r.synced()
+    assert time.monotonic() - start >= 0.05 + 0.1 + 0.2 + 0.4 - 0.01
+    assert kube_sim.count(WL, watch=False) == 5
+    assert r.health.errors == 4 and r.health.up
+    # Success resets the backoff: the next failure waits the base again.
+    assert r.informer.backoff.attempts == 0
+
+
+async def test_server_that_stops_answering_then_recovers(kube_sim: SimApiServer, start_informer: StartInformer) -> None:
+    seed(kube_sim, 3)
+    r = await start_informer(watch_timeout=1)
+    await r.synced()
+    await eventually(lambda: kube_sim.open_watches() == 1)
+    kube_sim.hang()
+    kube_sim.drop_watches()
+    kube_sim.create(make_object(WORKLOADS, "during", "ns-0"))
+    # The resumed watch gets no answer; the client gives up after timeoutSeconds + slack (2 s).
+    await eventually(lambda: r.health.errors >= 2, timeout=4)
+    kube_sim.hang(False)
+    await eventually(lambda: r.cache.versions() == truth(kube_sim, WORKLOADS), timeout=4)
+
+
+async def test_token_rotation_401_then_success(kube_sim: SimApiServer, kube_sim_kubeconfig: str,
+                                               start_informer: StartInformer) -> None:
+    seed(kube_sim, 3)
+    r = await start_informer()
+    await r.synced()
+    await eventually(lambda: kube_sim.open_watches() == 1)
+    kube_sim.rotate_token("rotated-token")
+    kube_sim.write_kubeconfig(kube_sim_kubeconfig, token="rotated-token")
+    kube_sim.drop_watches()
+    kube_sim.create(make_object(WORKLOADS, "after-rotation", "ns-0"))
+    await eventually(lambda: r.cache.versions() == truth(kube_sim, WORKLOADS))
+    assert r.informer.lists == 1  # the 401 was retried with the reloaded token, no relist needed
+    statuses = kube_sim.count(WL, watch=True)
+    assert statuses == 3  # first watch, 401, retried with the new token
+
+
+async def test_metadata_only_nodes(kube_sim: SimApiServer, start_informer: StartInformer) -> None:
+    kube_sim.serve(NODES)
+    kube_sim.create(make_object(NODES, "gpu-1", labels={"rack": "r1"}, status={"capacity": {"nvidia.com/gpu": "8"}}))
+    r = await start_informer(NODES, "v1")
+    await r.synced()
+    node = r.cache.get("gpu-1")
+    assert node["kind"] == "PartialObjectMetadata" and "status" not in node and node["metadata"]["labels"] == {"rack": "r1"}
+    await eventually(lambda: kube_sim.open_watches() == 1)
+    kube_sim.update(make_object(NODES, "gpu-1", labels={"rack": "r2"}, status={}))
+    await eventually(lambda: r.cache.get("gpu-1")["metadata"]["labels"] == {"rack": "r2"})
+    assert r.cache.get("gpu-1")["kind"] == "PartialObjectMetadata"
+    accepts = [h for h in kube_sim.request_log if h[1] == "/api/v1/nodes"]
+    assert len(accepts) == 2
+
+
+async def test_metadata_only_accepts_full_objects(kube_sim: SimApiServer, start_informer: StartInformer) -> None:
+    kube_sim.serve(NODES)
+    kube_sim.ignore_partial_metadata = True
+    kube_sim.create(make_object(NODES, "gpu-1", labels={"rack": "r1"}))
+    r = await start_informer(NODES, "v1")
+    await r.synced()
+    assert r.cache.get("gpu-1")["kind"] == "Node" and r.cache.get("gpu-1")["metadata"]["labels"] == {"rack": "r1"}
+
+
+async def test_field_selector_follows_pods_moving_to_and_from_a_node(kube_sim: SimApiServer,
+                                                                    start_informer: StartInformer) -> None:
+    kube_sim.serve(AGENT_PODS)
+    kube_sim.create(make_object(AGENT_PODS, "a", "ns", spec={"nodeName": "n1"}))
+    kube_sim.create(make_object(AGENT_PODS, "b", "ns", spec={"nodeName": "n2"}))
+    kube_sim.create(make_object(AGENT_PODS, "c", "ns", spec={}))
+    r = await start_informer(AGENT_PODS, "v1", field_selector="spec.nodeName=n1")
+    await r.synced()
+    assert set(r.cache.objects) == {("ns", "a")}
+    await eventually(lambda: kube_sim.open_watches() == 1)
+    kube_sim.update(make_object(AGENT_PODS, "c", "ns", spec={"nodeName": "n1"}))  # scheduled here
+    kube_sim.delete(make_object(AGENT_PODS, "a", "ns"))
+    await eventually(lambda: set(r.cache.objects) == {("ns", "c")})
+    assert r.health.objects == 1
+
+
+async def test_handler_exception_is_counted_not_fatal(kube_sim: SimApiServer, kube_client: KubeClient) -> None:
+    seed(kube_sim, 2)
+
+    class Fussy(ObjectCache):
+        def apply(self, event_type: str, obj: dict[str, Any]) -> None:
+            if obj["metadata"]["name"] == "bad":
+                raise ValueError("cannot parse")
+            super().apply(event_type, obj)
+
+    cache, health = Fussy(), SourceHealth("workloads", Exposition())
+    task = asyncio.create_task(Informer(kube_client, WORKLOADS, "v1beta2", cache, health, backoff=FAST).run())
+    try:
+        await eventually(lambda: kube_sim.open_watches() == 1)
+        kube_sim.create(make_object(WORKLOADS, "bad", "ns"))
+        kube_sim.create(make_object(WORKLOADS, "good", "ns"))
+        await eventually(lambda: ("ns", "good") in cache.objects)
+        assert health.parse_errors == 1 and health.up
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_relist_while_events_keep_arriving(kube_sim: SimApiServer, start_informer: StartInformer) -> None:
+    """A large paginated relist (after a 410) while creates, updates and deletes keep coming:
+    the list is a consistent snapshot and the watch replays everything after it."""
+    kube_sim.serve(WORKLOADS)
+    kube_sim.bulk_load(make_object(WORKLOADS, f"wl-{i:04d}", f"ns-{i % 7}") for i in range(3000))
+    r = await start_informer(page_size=100)
+    await r.synced()
+    await eventually(lambda: kube_sim.open_watches() == 1)
+    stop = asyncio.Event()
+
+    async def churn() -> None:
+        i = 0
+        while not stop.is_set():
+            kube_sim.create(make_object(WORKLOADS, f"churn-{i:04d}", "ns-0"))
+            n = (i * 7) % 3000
+            kube_sim.apply(make_object(WORKLOADS, f"wl-{n:04d}", f"ns-{n % 7}", spec={"i": i}))
+            if i % 3 == 0:
+                n = (i * 11 + 1) % 3000
+                with contextlib.suppress(KeyError):  # already deleted earlier
+                    kube_sim.delete(make_object(WORKLOADS, f"wl-{n:04d}", f"ns-{n % 7}"))
+            i += 1
+            await asyncio.sleep(0.002)
+
+    # The stream is cut while the server is unresponsive, something changes and etcd compacts:
+    # the resumed watch gets 410 and the informer relists ~3000 objects in 30 pages.
+    kube_sim.hang()
+    kube_sim.drop_watches()
+    kube_sim.create(make_object(WORKLOADS, "during-gap", "ns-0"))
+    kube_sim.compact()
+    kube_sim.delay = 0.005  # 30 pages take > 0.15 s: the churn certainly overlaps the relist
+    task = asyncio.create_task(churn())
+    kube_sim.hang(False)
+    await eventually(lambda: r.informer.lists == 2, timeout=5)
+    await asyncio.sleep(0.1)
+    stop.set()
+    await task
+    await eventually(lambda: r.cache.versions() == truth(kube_sim, WORKLOADS))
+    assert r.informer.lists == 2 and r.health.objects == len(truth(kube_sim, WORKLOADS))
+    assert sum(1 for _, name in truth(kube_sim, WORKLOADS) if name.startswith("churn-")) > 20
+    assert r.cache.events > 20  # changes made during the list arrived through the watch
+
+
+async def test_unreadable_kubeconfig_during_rotation_is_retried(kube_sim: SimApiServer, kube_sim_kubeconfig: str,
+                                                                start_informer: StartInformer) -> None:
+    seed(kube_sim, 2)
+    r = await start_informer()
+    await r.synced()
+    await eventually(lambda: kube_sim.open_watches() == 1)
+    kube_sim.rotate_token("next")
+    with open(kube_sim_kubeconfig, "w") as f:
+        f.write("clusters: [unterminated")  # caught mid-rewrite
+    kube_sim.drop_watches()
+    await eventually(lambda: r.health.errors >= 3)
+    assert not r.task.done()
+    kube_sim.write_kubeconfig(kube_sim_kubeconfig, token="next")
+    kube_sim.create(make_object(WORKLOADS, "later", "ns-0"))
+    await eventually(lambda: r.cache.versions() == truth(kube_sim, WORKLOADS))

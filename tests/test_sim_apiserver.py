@@ -1,0 +1,297 @@
+"""The simulated API server on its own, over raw HTTP (no gangscope client in the loop), so the
+informer tests stand on a server whose wire behaviour is itself checked."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+import urllib.request
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+
+from exporter.kube.resources import NODES, WORKLOADS, AGENT_PODS, TOPOLOGIES
+from exporter.sim.apiserver import SimApiServer, make_object
+
+WL = "/apis/kueue.x-k8s.io/v1beta2/workloads"
+AUTH = {"Authorization": "Bearer sim-token"}
+
+
+async def get(sim: SimApiServer, path: str, params: dict[str, str] | None = None, headers: dict[str, str] | None = None
+              ) -> tuple[int, Any, dict[str, str]]:
+    async with aiohttp.ClientSession() as s, s.get(sim.url + path, params=params, headers={**AUTH, **(headers or {})}) as r:
+        return r.status, orjson.loads(await r.read()), dict(r.headers)
+
+
+async def watch_lines(sim: SimApiServer, path: str, params: dict[str, str], count: int, headers: dict[str, str] | None = None
+                      ) -> list[dict[str, Any]]:
+    """The first ``count`` events of a watch stream."""
+    out: list[dict[str, Any]] = []
+    async with aiohttp.ClientSession() as s:
+        async with s.get(sim.url + path, params={**params, "watch": "true"}, headers={**AUTH, **(headers or {})}) as r:
+            assert r.status == 200
+            while len(out) < count:
+                line = await asyncio.wait_for(r.content.readline(), 3)
+                if not line:
+                    break
+                out.append(orjson.loads(line))
+    return out
+
+
+def seed(sim: SimApiServer, n: int, namespace: str = "team-a") -> None:
+    sim.serve(WORKLOADS)
+    for i in range(n):
+        sim.create(make_object(WORKLOADS, f"wl-{i:03d}", namespace))
+
+
+async def test_discovery_documents(kube_sim: SimApiServer) -> None:
+    kube_sim.serve(WORKLOADS, versions=["v1beta1"])
+    kube_sim.serve(TOPOLOGIES, versions=["v1alpha1"])
+    kube_sim.serve(NODES)
+    status, group, _ = await get(kube_sim, "/apis/kueue.x-k8s.io")
+    assert status == 200 and group["kind"] == "APIGroup"
+    assert [v["version"] for v in group["versions"]] == ["v1beta1", "v1alpha1"]
+    _, resources, _ = await get(kube_sim, "/apis/kueue.x-k8s.io/v1alpha1")
+    assert [r["name"] for r in resources["resources"]] == ["topologies"]
+    _, core, _ = await get(kube_sim, "/api")
+    assert core["versions"] == ["v1"]
+    _, core_v1, _ = await get(kube_sim, "/api/v1")
+    assert {"name": "nodes", "namespaced": False, "kind": "Node"}.items() <= core_v1["resources"][0].items()
+    _, groups, _ = await get(kube_sim, "/apis")
+    assert [g["name"] for g in groups["groups"]] == ["kueue.x-k8s.io"]
+    assert (await get(kube_sim, "/apis/scheduling.x-k8s.io"))[0] == 404
+    assert (await get(kube_sim, "/apis/kueue.x-k8s.io/v1beta2/workloads"))[0] == 404  # version not served
+
+
+async def test_list_pagination_is_a_consistent_snapshot(kube_sim: SimApiServer) -> None:
+    seed(kube_sim, 7)
+    status, page1, _ = await get(kube_sim, WL, {"limit": "3"})
+    assert status == 200 and page1["kind"] == "WorkloadList"
+    assert [o["metadata"]["name"] for o in page1["items"]] == ["wl-000", "wl-001", "wl-002"]
+    assert page1["metadata"]["remainingItemCount"] == 4
+    # Changes after the first page do not leak into later pages (same resourceVersion).
+    kube_sim.delete(make_object(WORKLOADS, "wl-005", "team-a"))
+    _, page2, _ = await get(kube_sim, WL, {"limit": "3", "continue": page1["metadata"]["continue"]})
+    _, page3, _ = await get(kube_sim, WL, {"limit": "3", "continue": page2["metadata"]["continue"]})
+    names = [o["metadata"]["name"] for o in page1["items"] + page2["items"] + page3["items"]]
+    assert names == [f"wl-{i:03d}" for i in range(7)]
+    assert "continue" not in page3["metadata"]
+    assert page1["metadata"]["resourceVersion"] == page3["metadata"]["resourceVersion"] == "7"
+
+
+async def test_continue_token_expires_after_compaction(kube_sim: SimApiServer) -> None:
+    seed(kube_sim, 4)
+    _, page1, _ = await get(kube_sim, WL, {"limit": "2"})
+    kube_sim.compact()
+    status, body, _ = await get(kube_sim, WL, {"limit": "2", "continue": page1["metadata"]["continue"]})
+    assert status == 410 and body["kind"] == "Status" and body["reason"] == "Expired" and body["code"] == 410
+
+
+async def test_watch_replays_history_then_streams_live_events(kube_sim: SimApiServer) -> None:
+    seed(kube_sim, 3)
+    obj = make_object(WORKLOADS, "wl-001", "team-a", spec={"active": False})
+
+    async def later() -> None:
+        await asyncio.sleep(0.1)
+        kube_sim.update(obj)
+        kube_sim.delete(obj)
+
+    task = asyncio.create_task(later())
+    events = await watch_lines(kube_sim, WL, {"resourceVersion": "1"}, 4)
+    await task
+    assert [(e["type"], e["object"]["metadata"]["name"], e["object"]["metadata"]["resourceVersion"]) for e in events] == [
+        ("ADDED", "wl-001", "2"), ("ADDED", "wl-002", "3"), ("MODIFIED", "wl-001", "4"), ("DELETED", "wl-001", "5")]
+    assert events[2]["object"]["spec"] == {"active": False}
+
+
+async def test_watch_from_zero_sends_current_state_and_bookmarks(kube_sim: SimApiServer) -> None:
+    seed(kube_sim, 2)
+    events = await watch_lines(kube_sim, WL, {"resourceVersion": "0", "allowWatchBookmarks": "true"}, 3)
+    assert [e["type"] for e in events] == ["ADDED", "ADDED", "BOOKMARK"]
+    assert events[2]["object"]["metadata"]["resourceVersion"] == "2"
+    assert events[2]["object"]["kind"] == "Workload"
+
+
+async def test_watch_from_compacted_version_gets_410_error_event(kube_sim: SimApiServer) -> None:
+    seed(kube_sim, 3)
+    kube_sim.compact()
+    events = await watch_lines(kube_sim, WL, {"resourceVersion": "1"}, 2)
+    assert len(events) == 1 and events[0]["type"] == "ERROR"
+    assert events[0]["object"]["code"] == 410 and events[0]["object"]["reason"] == "Expired"
+    # From the compacted revision itself the watch is fine.
+    kube_sim.create(make_object(WORKLOADS, "new", "team-a"))
+    events = await watch_lines(kube_sim, WL, {"resourceVersion": "3"}, 1)
+    assert events[0]["type"] == "ADDED" and events[0]["object"]["metadata"]["name"] == "new"
+
+
+async def test_timeout_seconds_ends_the_stream_cleanly(kube_sim: SimApiServer) -> None:
+    seed(kube_sim, 1)
+    start = time.monotonic()
+    events = await watch_lines(kube_sim, WL, {"resourceVersion": "1", "timeoutSeconds": "0.3"}, 5)
+    assert events == [] and 0.25 < time.monotonic() - start < 2
+
+
+async def test_selectors_and_namespaces(kube_sim: SimApiServer) -> None:
+    kube_sim.serve(AGENT_PODS)
+    for i, (node, team) in enumerate([("n1", "a"), ("n2", "a"), ("n1", "b")]):
+        kube_sim.create(make_object(AGENT_PODS, f"p{i}", f"ns-{team}", labels={"team": team}, spec={"nodeName": node}))
+    pods = "/api/v1/pods"
+    names = lambda body: [o["metadata"]["name"] for o in body["items"]]  # noqa: E731
+    assert names((await get(kube_sim, pods, {"fieldSelector": "spec.nodeName=n1"}))[1]) == ["p0", "p2"]
+    assert names((await get(kube_sim, pods, {"labelSelector": "team=a"}))[1]) == ["p0", "p1"]
+    assert names((await get(kube_sim, pods, {"labelSelector": "team!=a", "fieldSelector": "metadata.name=p2"}))[1]) == ["p2"]
+    assert names((await get(kube_sim, "/api/v1/namespaces/ns-a/pods"))[1]) == ["p0", "p1"]
+    status, one, _ = await get(kube_sim, "/api/v1/namespaces/ns-b/pods/p2")
+    assert status == 200 and one["spec"]["nodeName"] == "n1"
+    assert (await get(kube_sim, "/api/v1/namespaces/ns-a/pods/p2"))[0] == 404
+
+
+async def test_watch_selector_transitions(kube_sim: SimApiServer) -> None:
+    """A pod that starts or stops matching a field selector is ADDED or DELETED for that watcher."""
+    kube_sim.serve(AGENT_PODS)
+    kube_sim.create(make_object(AGENT_PODS, "p", "ns", spec={}))
+
+    async def later() -> None:
+        await asyncio.sleep(0.1)
+        kube_sim.update(make_object(AGENT_PODS, "p", "ns", spec={"nodeName": "n1"}))
+        kube_sim.update(make_object(AGENT_PODS, "p", "ns", spec={"nodeName": "n1", "x": 1}))
+        kube_sim.update(make_object(AGENT_PODS, "p", "ns", spec={"nodeName": "n2"}))
+
+    task = asyncio.create_task(later())
+    events = await watch_lines(kube_sim, "/api/v1/pods", {"resourceVersion": "1", "fieldSelector": "spec.nodeName=n1"}, 3)
+    await task
+    assert [e["type"] for e in events] == ["ADDED", "MODIFIED", "DELETED"]
+
+
+async def test_partial_object_metadata(kube_sim: SimApiServer) -> None:
+    kube_sim.serve(NODES)
+    kube_sim.create(make_object(NODES, "n1", labels={"rack": "r1"}, status={"capacity": {"cpu": "64"}}))
+    accept = {"Accept": "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"}
+    _, body, _ = await get(kube_sim, "/api/v1/nodes", headers=accept)
+    assert body["kind"] == "PartialObjectMetadataList" and body["apiVersion"] == "meta.k8s.io/v1"
+    assert body["items"][0]["kind"] == "PartialObjectMetadata" and "status" not in body["items"][0]
+    assert body["items"][0]["metadata"]["labels"] == {"rack": "r1"}
+    kube_sim.ignore_partial_metadata = True
+    _, body, _ = await get(kube_sim, "/api/v1/nodes", headers=accept)
+    assert body["kind"] == "NodeList" and body["items"][0]["status"] == {"capacity": {"cpu": "64"}}
+
+
+async def test_authentication_and_fault_switches(kube_sim: SimApiServer) -> None:
+    seed(kube_sim, 1)
+    status, body, _ = await get(kube_sim, WL, headers={"Authorization": "Bearer wrong"})
+    assert status == 401 and body["reason"] == "Unauthorized"
+    kube_sim.fail_next(2, 429, retry_after=3, match="/workloads")
+    assert (await get(kube_sim, "/apis"))[0] == 200  # not matched
+    status, body, headers = await get(kube_sim, WL)
+    assert status == 429 and headers["Retry-After"] == "3" and body["code"] == 429
+    assert (await get(kube_sim, WL))[0] == 429
+    assert (await get(kube_sim, WL))[0] == 200
+    kube_sim.forbid(WORKLOADS)
+    status, body, _ = await get(kube_sim, WL)
+    assert status == 403 and body["reason"] == "Forbidden"
+    assert kube_sim.count("/workloads") == 5 and kube_sim.requests[f"GET {WL}"] == 5
+    kube_sim.rotate_token("fresh")
+    assert (await get(kube_sim, "/apis"))[0] == 401
+
+
+async def test_hang_and_delay(kube_sim: SimApiServer) -> None:
+    seed(kube_sim, 1)
+    kube_sim.hang()
+    task = asyncio.create_task(get(kube_sim, WL))
+    await asyncio.sleep(0.2)
+    assert not task.done()
+    kube_sim.hang(False)
+    assert (await asyncio.wait_for(task, 2))[0] == 200
+    kube_sim.delay = 0.2
+    start = time.monotonic()
+    await get(kube_sim, WL)
+    assert time.monotonic() - start >= 0.2
+
+
+async def test_drop_after_events_cuts_mid_event(kube_sim: SimApiServer) -> None:
+    seed(kube_sim, 5)
+    kube_sim.drop_after_events, kube_sim.drop_mid_event = 2, True
+    got: list[bytes] = []
+    async with aiohttp.ClientSession() as s:
+        async with s.get(kube_sim.url + WL, params={"watch": "true", "resourceVersion": "0"}, headers=AUTH) as r:
+            with pytest.raises(aiohttp.ClientPayloadError):
+                async for chunk in r.content.iter_any():
+                    got.append(chunk)
+    data = b"".join(got)
+    lines = data.split(b"\n")
+    assert [orjson.loads(x)["object"]["metadata"]["name"] for x in lines[:2]] == ["wl-000", "wl-001"]
+    assert lines[2] and not lines[2].endswith(b"}")  # half an event, then the cut
+
+
+async def test_unserve_deletes_objects_and_closes_watches(kube_sim: SimApiServer) -> None:
+    seed(kube_sim, 2)
+
+    async def later() -> None:
+        await asyncio.sleep(0.1)
+        kube_sim.unserve(WORKLOADS)
+
+    task = asyncio.create_task(later())
+    events = await watch_lines(kube_sim, WL, {"resourceVersion": "2"}, 5)
+    await task
+    assert [e["type"] for e in events] == ["DELETED", "DELETED"]
+    assert (await get(kube_sim, WL))[0] == 404
+    assert (await get(kube_sim, "/apis/kueue.x-k8s.io"))[0] == 404
+    kube_sim.serve(WORKLOADS)
+    _, body, _ = await get(kube_sim, WL)
+    assert body["items"] == []
+
+
+async def test_token_review_and_subject_access_review(kube_sim: SimApiServer) -> None:
+    kube_sim.add_token_user("scraper-token", "system:serviceaccount:monitoring:prometheus", ["system:serviceaccounts"])
+    kube_sim.allow_non_resource("system:serviceaccounts", "get", "/metrics")
+
+    async def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        async with aiohttp.ClientSession() as s, s.post(kube_sim.url + path, json=body, headers=AUTH) as r:
+            assert r.status == 200
+            return await r.json()
+
+    tr = "/apis/authentication.k8s.io/v1/tokenreviews"
+    review = await post(tr, {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": "scraper-token"}})
+    assert review["status"] == {"authenticated": True, "user": {"username": "system:serviceaccount:monitoring:prometheus",
+                                                                "groups": ["system:serviceaccounts"]}}
+    assert (await post(tr, {"spec": {"token": "nope"}}))["status"] == {"authenticated": False}
+    sar = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+    spec = {"user": "u", "groups": ["system:serviceaccounts"], "nonResourceAttributes": {"path": "/metrics", "verb": "get"}}
+    assert (await post(sar, {"spec": spec}))["status"]["allowed"] is True
+    spec["groups"] = []
+    assert (await post(sar, {"spec": spec}))["status"]["allowed"] is False
+
+
+def test_background_thread_and_bulk_load() -> None:
+    """The benchmark mode: the server on its own thread, 20,000 objects loaded in bulk."""
+    sim = SimApiServer().start_in_thread()
+    try:
+        sim.call(sim.serve, WORKLOADS)
+        start = time.monotonic()
+        n = sim.call(sim.bulk_load, (make_object(WORKLOADS, f"wl-{i:05d}", f"ns-{i % 50}") for i in range(20_000)))
+        assert n == 20_000 and time.monotonic() - start < 5
+        req = urllib.request.Request(sim.url + WL + "?limit=500", headers=AUTH)
+        with urllib.request.urlopen(req, timeout=5) as r:
+            body = json.loads(r.read())
+        assert len(body["items"]) == 500 and body["metadata"]["remainingItemCount"] == 19_500
+        assert json.loads(base64.urlsafe_b64decode(body["metadata"]["continue"]))["offset"] == 500
+        assert body["metadata"]["resourceVersion"] == "20000"
+    finally:
+        sim.stop_thread()
+
+
+def test_kubeconfig_loads_with_the_kubernetes_package(tmp_path: Any) -> None:
+    from kubernetes.client import Configuration
+    from kubernetes.config import load_kube_config
+
+    sim = SimApiServer(token="abc")
+    sim.port = 4321
+    path = sim.write_kubeconfig(str(tmp_path / "kc"))
+    cfg = Configuration()
+    load_kube_config(config_file=path, client_configuration=cfg, persist_config=False)
+    assert cfg.host == "http://127.0.0.1:4321"
+    assert cfg.api_key["BearerToken"] == "Bearer abc"
