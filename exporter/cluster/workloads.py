@@ -1,0 +1,468 @@
+"""Kueue Workloads: the typed record, its pipeline stage, its metric families and their lines.
+
+One module follows a Workload from the decoded JSON (either API version) to its exposition
+lines: :func:`parse_workload` builds a :class:`Workload` record, :func:`workload_stage` places it
+in the admission pipeline, and :func:`render_workload` turns it into sample lines for the
+families declared below. Topology labels come from the store (``placed`` domains and a label
+fragment per path), because they depend on Node labels and Topology objects that change on
+their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..exposition import Family, escape_label_value, format_value
+from ..topology import AssignmentError, Domain, iter_domains
+from .fields import ParseError, Problems, as_bool, as_dict, as_int, as_list, as_str, parse_quantity, parse_time, str_map
+
+_NW = ("namespace", "workload")
+
+WORKLOAD_INFO = Family(
+    "gangscope_workload_info", "info",
+    "Kueue Workload identity: its queues, priority class and controller owner.",
+    (*_NW, "cluster_queue", "local_queue", "priority_class", "owner_kind", "owner_name"),
+)
+WORKLOAD_STAGE = Family(
+    "gangscope_workload_stage", "gauge",
+    "Pipeline stage of the Workload (1 for the current stage, 0 for the others).", (*_NW, "stage"),
+)
+WORKLOAD_CONDITION = Family(
+    "gangscope_workload_condition", "gauge",
+    "One series per Workload status condition, with its status and reason.", (*_NW, "type", "status", "reason"),
+)
+WORKLOAD_CREATED = Family(
+    "gangscope_workload_created_timestamp_seconds", "gauge", "When the Workload object was created.", _NW,
+)
+WORKLOAD_QUOTA_RESERVED = Family(
+    "gangscope_workload_quota_reserved_timestamp_seconds", "gauge",
+    "When the QuotaReserved condition last became True (absent while not True).", _NW,
+)
+WORKLOAD_ADMITTED = Family(
+    "gangscope_workload_admitted_timestamp_seconds", "gauge",
+    "When the Admitted condition last became True (absent while not True).", _NW,
+)
+WORKLOAD_PODS_READY = Family(
+    "gangscope_workload_pods_ready_timestamp_seconds", "gauge",
+    "When the PodsReady condition last became True (absent while not True).", _NW,
+)
+WORKLOAD_EVICTIONS = Family(
+    "gangscope_workload_evictions_total", "counter",
+    "Evictions of the Workload by reason and underlying cause, from status.schedulingStats.",
+    (*_NW, "reason", "underlying_cause"),
+)
+WORKLOAD_REQUESTED_GPUS = Family(
+    "gangscope_workload_requested_gpus", "gauge",
+    "GPUs the Workload requests: pod count times GPUs per pod, summed over pod sets.", _NW,
+)
+WORKLOAD_TOPOLOGY_PODS = Family(
+    "gangscope_workload_topology_pods", "gauge",
+    "Pods assigned per lowest-level topology domain, from the current or last topology assignment.",
+    (*_NW, "podset"), topology=True,
+)
+WORKLOAD_UNHEALTHY_NODE = Family(
+    "gangscope_workload_unhealthy_node", "gauge",
+    "Nodes Kueue lists in status.unhealthyNodes of the Workload (1 per node).", _NW, topology=True,
+)
+TOPOLOGY_EVICTIONS = Family(
+    "gangscope_topology_evictions_total", "counter",
+    "Workload evictions observed since start, counted once per lowest domain of the evicted Workload's last assignment.",
+    ("reason",), topology=True,
+)
+
+# Registration (and so exposition) order.
+FAMILIES = (
+    WORKLOAD_INFO, WORKLOAD_STAGE, WORKLOAD_CONDITION, WORKLOAD_CREATED, WORKLOAD_QUOTA_RESERVED,
+    WORKLOAD_ADMITTED, WORKLOAD_PODS_READY, WORKLOAD_EVICTIONS, WORKLOAD_REQUESTED_GPUS,
+    WORKLOAD_TOPOLOGY_PODS, WORKLOAD_UNHEALTHY_NODE, TOPOLOGY_EVICTIONS,
+)
+
+# Highest precedence first: the first stage whose rule applies is the Workload's stage.
+STAGES = (
+    "finished", "deactivated", "evicting", "recovering", "running", "assembling",
+    "admission_checks", "inadmissible", "queued",
+)
+
+# Condition types whose True transition time is exported as a timestamp family.
+_TIMESTAMPS = (("QuotaReserved", WORKLOAD_QUOTA_RESERVED), ("Admitted", WORKLOAD_ADMITTED), ("PodsReady", WORKLOAD_PODS_READY))
+
+Path = tuple[tuple[str, str], ...]  # ((alias, value), ...) over the configured topology levels
+
+
+@dataclass(slots=True)
+class Condition:
+    type: str
+    status: str
+    reason: str
+    message: str
+    last_transition: str  # as written by the API server (RFC 3339)
+    last_transition_seconds: float | None
+
+
+@dataclass(slots=True)
+class Owner:
+    """The controller ownerReference (usually the Job, JobSet, RayJob ...)."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+
+
+@dataclass(slots=True)
+class PodSet:
+    """``spec.podSets[]``: what the gang needs, and the template metadata the PodGroup join reads."""
+
+    name: str
+    count: int
+    gpus_per_pod: float
+    labels: dict[str, str]
+    annotations: dict[str, str]
+
+
+@dataclass(slots=True)
+class Assignment:
+    """``status.admission.podSetAssignments[]`` with its topology domains.
+
+    ``domains`` are the expanded domains as Kueue stores them (often only the hostname level);
+    ``placed`` is filled by the store: one ``(full path, pods)`` per domain, upper levels taken
+    from Node labels.
+    """
+
+    name: str
+    count: int | None
+    flavors: dict[str, str]
+    levels: tuple[str, ...]
+    domains: tuple[Domain, ...]
+    placed: list[tuple[Path, int]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Workload:
+    """Everything gangscope reads from one Workload (fields named after the API)."""
+
+    namespace: str
+    name: str
+    uid: str
+    api_version: str
+    resource_version: str
+    labels: dict[str, str]
+    owner: Owner | None
+    queue_name: str
+    priority_class: str
+    priority: int | None
+    active: bool
+    created: str
+    created_seconds: float | None
+    conditions: dict[str, Condition]
+    requeue_count: int | None
+    requeue_at: str
+    evictions: dict[tuple[str, str], int]  # (reason, underlyingCause) -> count
+    podsets: list[PodSet]
+    admitted: bool  # status.admission present
+    admission_cluster_queue: str
+    assignments: list[Assignment]  # current admission (empty when none)
+    unhealthy_nodes: list[str]
+    stage: str
+    problems: list[str]
+    # Filled by the store:
+    cluster_queue: str = ""  # admission's, else the LocalQueue's spec.clusterQueue
+    last_assignments: list[Assignment] = field(default_factory=list)  # current, else the last seen with topology
+    unhealthy_paths: list[Path] = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+    def condition_true(self, ctype: str) -> bool:
+        c = self.conditions.get(ctype)
+        return c is not None and c.status == "True"
+
+    @property
+    def has_topology(self) -> bool:
+        return any(a.domains for a in self.assignments)
+
+
+def parse_workload(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",)) -> Workload:
+    """Decode a Workload of either API version; problems in single fields land in ``problems``.
+
+    Raises :class:`ParseError` only when the object has no usable namespace/name.
+    """
+    if not isinstance(obj, dict):
+        raise ParseError(f"expected an object, got {type(obj).__name__}")
+    p: Problems = []
+    meta = as_dict(obj.get("metadata"), "metadata", p)
+    name, namespace = meta.get("name"), meta.get("namespace")
+    if not isinstance(name, str) or not name or not isinstance(namespace, str) or not namespace:
+        raise ParseError("Workload without metadata.name and metadata.namespace")
+    spec = as_dict(obj.get("spec"), "spec", p)
+    status = as_dict(obj.get("status"), "status", p)
+
+    owner = None
+    for i, ref in enumerate(as_list(meta.get("ownerReferences"), "metadata.ownerReferences", p)):
+        if isinstance(ref, dict) and ref.get("controller") is True:
+            w = f"metadata.ownerReferences[{i}]"
+            owner = Owner(as_str(ref.get("apiVersion"), w, p), as_str(ref.get("kind"), w, p),
+                          as_str(ref.get("name"), w, p), as_str(ref.get("uid"), w, p))
+            break
+
+    # v1beta2 spec.priorityClassRef.name, v1beta1 spec.priorityClassName
+    priority_class = as_str(as_dict(spec.get("priorityClassRef"), "spec.priorityClassRef", p).get("name"),
+                            "spec.priorityClassRef.name", p)
+    if not priority_class:
+        priority_class = as_str(spec.get("priorityClassName"), "spec.priorityClassName", p)
+
+    created = as_str(meta.get("creationTimestamp"), "metadata.creationTimestamp", p)
+    conditions = _conditions(status.get("conditions"), p)
+    requeue = as_dict(status.get("requeueState"), "status.requeueState", p)
+    admission = status.get("admission")
+    admission_d = as_dict(admission, "status.admission", p)
+    assignments = _assignments(admission_d.get("podSetAssignments"), p)
+    unhealthy = []
+    for i, n in enumerate(as_list(status.get("unhealthyNodes"), "status.unhealthyNodes", p)):
+        node = as_str(as_dict(n, f"status.unhealthyNodes[{i}]", p).get("name"), f"status.unhealthyNodes[{i}].name", p)
+        if node:
+            unhealthy.append(node)
+
+    wl = Workload(
+        namespace=namespace,
+        name=name,
+        uid=as_str(meta.get("uid"), "metadata.uid", p),
+        api_version=as_str(obj.get("apiVersion"), "apiVersion", p),
+        resource_version=as_str(meta.get("resourceVersion"), "metadata.resourceVersion", p),
+        labels=str_map(meta.get("labels"), "metadata.labels", p),
+        owner=owner,
+        queue_name=as_str(spec.get("queueName"), "spec.queueName", p),
+        priority_class=priority_class,
+        priority=as_int(spec.get("priority"), "spec.priority", p),
+        active=as_bool(spec.get("active"), "spec.active", p, True),
+        created=created,
+        created_seconds=_time(created, "metadata.creationTimestamp", p),
+        conditions=conditions,
+        requeue_count=as_int(requeue.get("count"), "status.requeueState.count", p),
+        requeue_at=as_str(requeue.get("requeueAt"), "status.requeueState.requeueAt", p),
+        evictions=_evictions(status.get("schedulingStats"), p),
+        podsets=_podsets(spec.get("podSets"), gpu_resources, p),
+        admitted=isinstance(admission, dict),
+        admission_cluster_queue=as_str(admission_d.get("clusterQueue"), "status.admission.clusterQueue", p),
+        assignments=assignments,
+        unhealthy_nodes=unhealthy,
+        stage="",
+        problems=p,
+    )
+    wl.stage = workload_stage(wl)
+    return wl
+
+
+def workload_stage(wl: Workload) -> str:
+    """The first stage in :data:`STAGES` order whose rule holds (issue 2 defines the rules)."""
+    conds = wl.conditions
+    if wl.condition_true("Finished"):
+        return "finished"
+    if not wl.active:
+        return "deactivated"
+    quota = conds.get("QuotaReserved")
+    if wl.condition_true("Evicted") and (wl.admitted or (quota is not None and quota.status == "True")):
+        return "evicting"
+    ready = conds.get("PodsReady")
+    if wl.unhealthy_nodes or (ready is not None and ready.status == "False" and ready.reason == "WaitForRecovery"):
+        return "recovering"
+    if ready is not None and ready.status == "True":
+        return "running"
+    if wl.condition_true("Admitted"):
+        return "assembling"
+    if quota is not None and quota.status == "True":
+        return "admission_checks"
+    if quota is not None and quota.status == "False" and quota.reason != "PendingEvaluation":
+        return "inadmissible"
+    return "queued"
+
+
+def _conditions(raw: Any, p: Problems) -> dict[str, Condition]:
+    out: dict[str, Condition] = {}
+    for i, c in enumerate(as_list(raw, "status.conditions", p)):
+        if not isinstance(c, dict):
+            p.append(f"status.conditions[{i}]: expected an object")
+            continue
+        ctype = c.get("type")
+        if not isinstance(ctype, str) or not ctype:
+            p.append(f"status.conditions[{i}].type missing")
+            continue
+        status = c.get("status")
+        if isinstance(status, bool):  # unquoted YAML True/False in a hand-written dump
+            p.append(f"status.conditions[{i}].status: boolean instead of a string")
+            status = "True" if status else "False"
+        w = f"status.conditions[{i}]"
+        ltt = as_str(c.get("lastTransitionTime"), w + ".lastTransitionTime", p)
+        out[ctype] = Condition(
+            ctype, as_str(status, w + ".status", p), as_str(c.get("reason"), w + ".reason", p),
+            as_str(c.get("message"), w + ".message", p), ltt, _time(ltt, w + ".lastTransitionTime", p),
+        )
+    return out
+
+
+def _time(value: str, what: str, p: Problems) -> float | None:
+    if not value:
+        return None
+    seconds = parse_time(value)
+    if seconds is None:
+        p.append(f"{what}: not an RFC 3339 time: {value!r}")
+    return seconds
+
+
+def _evictions(raw: Any, p: Problems) -> dict[tuple[str, str], int]:
+    out: dict[tuple[str, str], int] = {}
+    stats = as_dict(raw, "status.schedulingStats", p)
+    for i, e in enumerate(as_list(stats.get("evictions"), "status.schedulingStats.evictions", p)):
+        w = f"status.schedulingStats.evictions[{i}]"
+        e = as_dict(e, w, p)
+        count = as_int(e.get("count"), w + ".count", p, 0) or 0
+        key = (as_str(e.get("reason"), w + ".reason", p), as_str(e.get("underlyingCause"), w + ".underlyingCause", p))
+        out[key] = out.get(key, 0) + count
+    return out
+
+
+def _podsets(raw: Any, gpu_resources: Sequence[str], p: Problems) -> list[PodSet]:
+    out = []
+    for i, ps in enumerate(as_list(raw, "spec.podSets", p)):
+        w = f"spec.podSets[{i}]"
+        ps = as_dict(ps, w, p)
+        template = as_dict(ps.get("template"), w + ".template", p)
+        tmeta = as_dict(template.get("metadata"), w + ".template.metadata", p)
+        out.append(PodSet(
+            name=as_str(ps.get("name"), w + ".name", p, "main") or "main",
+            count=as_int(ps.get("count"), w + ".count", p, 1) or 0,
+            gpus_per_pod=pod_gpus(as_dict(template.get("spec"), w + ".template.spec", p), gpu_resources, p, w),
+            labels=str_map(tmeta.get("labels"), w + ".template.metadata.labels", p),
+            annotations=str_map(tmeta.get("annotations"), w + ".template.metadata.annotations", p),
+        ))
+    return out
+
+
+def _container_gpus(c: Any, gpu_resources: Sequence[str], p: Problems, what: str) -> float:
+    resources = as_dict(as_dict(c, what, p).get("resources"), what + ".resources", p)
+    if not resources:
+        return 0
+    requests = as_dict(resources.get("requests"), what + ".resources.requests", p)
+    limits = as_dict(resources.get("limits"), what + ".resources.limits", p)
+    total: float = 0
+    for res in gpu_resources:
+        # Extended resources cannot be overcommitted: a limit alone implies the same request.
+        q = requests.get(res, limits.get(res))
+        if q is not None:
+            try:
+                total += parse_quantity(q)
+            except ValueError:
+                p.append(f"{what}.resources: bad quantity for {res}: {q!r}")
+    return total
+
+
+def pod_gpus(pod_spec: dict, gpu_resources: Sequence[str], p: Problems, what: str = "spec") -> float:
+    """GPUs one pod holds, the way the scheduler counts an effective request.
+
+    max(sum of app containers + restartable init containers (sidecars), the largest init
+    container plus the sidecars started before it).
+    """
+    app = sum(_container_gpus(c, gpu_resources, p, f"{what}.containers[{i}]")
+              for i, c in enumerate(as_list(pod_spec.get("containers"), what + ".containers", p)))
+    sidecars: float = 0
+    init_peak: float = 0
+    for i, c in enumerate(as_list(pod_spec.get("initContainers"), what + ".initContainers", p)):
+        g = _container_gpus(c, gpu_resources, p, f"{what}.initContainers[{i}]")
+        if isinstance(c, dict) and c.get("restartPolicy") == "Always":
+            sidecars += g
+        else:
+            init_peak = max(init_peak, g + sidecars)
+    return max(app + sidecars, init_peak)
+
+
+def _assignments(raw: Any, p: Problems) -> list[Assignment]:
+    out = []
+    for i, a in enumerate(as_list(raw, "status.admission.podSetAssignments", p)):
+        w = f"status.admission.podSetAssignments[{i}]"
+        a = as_dict(a, w, p)
+        levels: tuple[str, ...] = ()
+        domains: tuple[Domain, ...] = ()
+        ta = a.get("topologyAssignment")
+        if ta is not None:
+            try:
+                domains = tuple(iter_domains(ta))
+                levels = tuple(ta["levels"])
+            except AssignmentError as exc:
+                p.append(f"{w}.topologyAssignment: {exc}")
+                domains = ()
+        out.append(Assignment(
+            name=as_str(a.get("name"), w + ".name", p, "main") or "main",
+            count=as_int(a.get("count"), w + ".count", p),
+            flavors=str_map(a.get("flavors"), w + ".flavors", p),
+            levels=levels,
+            domains=domains,
+        ))
+    return out
+
+
+def esc(value: str) -> str:
+    """Label value escaping with a fast path for the common clean value."""
+    if "\\" in value or '"' in value or "\n" in value:
+        return escape_label_value(value)
+    return value
+
+
+def render_workload(wl: Workload, fragment: Callable[[Path], str]) -> dict[Family, list[str]]:
+    """All sample lines of one Workload; ``fragment(path)`` renders a topology path's label pairs.
+
+    Lines are built with f-strings over a pre-escaped ``namespace,workload`` prefix: this runs
+    on every watch event for tens of thousands of objects, so it avoids per-label generic code.
+    """
+    base = f'namespace="{esc(wl.namespace)}",workload="{esc(wl.name)}"'
+    owner_kind, owner_name = (wl.owner.kind, wl.owner.name) if wl.owner else ("", "")
+    out: dict[Family, list[str]] = {
+        WORKLOAD_INFO: [
+            f'gangscope_workload_info{{{base},cluster_queue="{esc(wl.cluster_queue)}",local_queue="{esc(wl.queue_name)}",'
+            f'priority_class="{esc(wl.priority_class)}",owner_kind="{esc(owner_kind)}",owner_name="{esc(owner_name)}"}} 1\n'
+        ],
+        WORKLOAD_STAGE: [
+            f'gangscope_workload_stage{{{base},stage="{s}"}} {1 if s == wl.stage else 0}\n' for s in STAGES
+        ],
+        WORKLOAD_CONDITION: [
+            f'gangscope_workload_condition{{{base},type="{esc(c.type)}",status="{esc(c.status)}",reason="{esc(c.reason)}"}} 1\n'
+            for c in wl.conditions.values()
+        ],
+    }
+    if wl.created_seconds is not None:
+        out[WORKLOAD_CREATED] = [f"gangscope_workload_created_timestamp_seconds{{{base}}} {format_value(wl.created_seconds)}\n"]
+    for ctype, fam in _TIMESTAMPS:
+        c = wl.conditions.get(ctype)
+        if c is not None and c.status == "True" and c.last_transition_seconds is not None:
+            out[fam] = [f"{fam.name}{{{base}}} {format_value(c.last_transition_seconds)}\n"]
+    if wl.evictions:
+        out[WORKLOAD_EVICTIONS] = [
+            f'gangscope_workload_evictions_total{{{base},reason="{esc(r)}",underlying_cause="{esc(u)}"}} {n}\n'
+            for (r, u), n in wl.evictions.items()
+        ]
+    gpus = sum(ps.count * ps.gpus_per_pod for ps in wl.podsets)
+    out[WORKLOAD_REQUESTED_GPUS] = [f"gangscope_workload_requested_gpus{{{base}}} {format_value(gpus)}\n"]
+    pods_lines = []
+    for a in wl.last_assignments:
+        per_path: dict[Path, int] = {}
+        for path, pods in a.placed:  # two domains with one known path (unknown Node) add up
+            per_path[path] = per_path.get(path, 0) + pods
+        podset = esc(a.name)
+        pods_lines.extend(
+            f'gangscope_workload_topology_pods{{{base},podset="{podset}",{fragment(path)}}} {pods}\n'
+            for path, pods in per_path.items()
+        )
+    if pods_lines:
+        out[WORKLOAD_TOPOLOGY_PODS] = pods_lines
+    if wl.unhealthy_paths:
+        out[WORKLOAD_UNHEALTHY_NODE] = [
+            f"gangscope_workload_unhealthy_node{{{base},{fragment(path)}}} 1\n" for path in dict.fromkeys(wl.unhealthy_paths)
+        ]
+    return out
+
+
+def render_fragment(path: Path) -> str:
+    """``block="b1",rack="r1",host="h1"`` for a topology path (escaped)."""
+    return ",".join(f'{alias}="{esc(value)}"' for alias, value in path)

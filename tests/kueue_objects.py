@@ -1,0 +1,108 @@
+"""Small builders of Kueue and Node objects for the collector tests, plus exposition helpers."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "kueue"  # copies of the shared Kueue examples
+BLOCK, RACK, HOST = "cloud.provider.com/topology-block", "cloud.provider.com/topology-rack", "kubernetes.io/hostname"
+T0 = "2026-08-20T09:00:03Z"
+
+
+def fixture(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((FIXTURES / name).read_text()) if d]
+
+
+def cond(ctype: str, status: str, reason: str, at: str = "2026-08-20T10:00:00Z", message: str = "") -> dict[str, Any]:
+    return {"type": ctype, "status": status, "reason": reason, "message": message, "lastTransitionTime": at}
+
+
+def workload(name: str = "wl", ns: str = "team", *, version: str = "v1beta2", conditions: list | None = None,
+             hosts: list[str] | None = None, gpus: Any = "8", count: int | None = None, queue: str = "q",
+             admitted_cq: str | None = "cq", evictions: list | None = None, unhealthy: list[str] | None = None,
+             active: bool = True, priority: str = "high") -> dict[str, Any]:
+    hosts = hosts if hosts is not None else ["h1", "h2"]
+    count = count if count is not None else max(len(hosts), 1)
+    spec: dict[str, Any] = {
+        "active": active, "queueName": queue,
+        "podSets": [{"name": "main", "count": count, "template": {
+            "metadata": {"labels": {"scheduling.x-k8s.io/pod-group": name}},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": gpus}}}]}}}],
+    }
+    if version == "v1beta2":
+        spec["priorityClassRef"] = {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": priority}
+    else:
+        spec["priorityClassName"] = priority
+    status: dict[str, Any] = {"conditions": conditions or []}
+    if admitted_cq is not None:
+        psa: dict[str, Any] = {"name": "main", "count": count, "flavors": {"nvidia.com/gpu": "tas"}}
+        if hosts:
+            psa["topologyAssignment"] = _assignment(version, hosts)
+        status["admission"] = {"clusterQueue": admitted_cq, "podSetAssignments": [psa]}
+    if evictions:
+        status["schedulingStats"] = {"evictions": evictions}
+    if unhealthy:
+        status["unhealthyNodes"] = [{"name": n} for n in unhealthy]
+    return {
+        "apiVersion": f"kueue.x-k8s.io/{version}", "kind": "Workload",
+        "metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}", "creationTimestamp": T0,
+                     "labels": {"kueue.x-k8s.io/job-uid": f"job-uid-{name}"},
+                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": f"job-{name}",
+                                          "uid": f"job-uid-{name}", "controller": True}]},
+        "spec": spec, "status": status,
+    }
+
+
+def _assignment(version: str, hosts: list[str]) -> dict[str, Any]:
+    if version == "v1beta1":
+        return {"levels": [HOST], "domains": [{"values": [h], "count": 1} for h in hosts]}
+    return {"levels": [HOST], "slices": [{"domainCount": len(hosts), "podCounts": {"universal": 1},
+                                          "valuesPerLevel": [{"individual": {"roots": list(hosts)}}]}]}
+
+
+def admitted_conditions(ready: bool = True) -> list[dict[str, Any]]:
+    out = [cond("QuotaReserved", "True", "QuotaReserved", "2026-08-20T10:05:12Z"),
+           cond("Admitted", "True", "Admitted", "2026-08-20T10:05:12Z")]
+    if ready:
+        out.append(cond("PodsReady", "True", "Started", "2026-08-20T10:07:40Z"))
+    return out
+
+
+def node(name: str, block: str, rack: str, hostname: str | None = None) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {
+        BLOCK: block, RACK: rack, HOST: hostname or name}}}
+
+
+def topology(name: str = "default", levels: tuple[str, ...] = (BLOCK, RACK, HOST)) -> dict[str, Any]:
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Topology", "metadata": {"name": name},
+            "spec": {"levels": [{"nodeLabel": k} for k in levels]}}
+
+
+def local_queue(name: str, ns: str, cq: str) -> dict[str, Any]:
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": name, "namespace": ns},
+            "spec": {"clusterQueue": cq}}
+
+
+def modified(obj: dict[str, Any], **status: Any) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    out["status"].update(status)
+    return out
+
+
+def series(text: str, prefix: str = "gangscope_") -> dict[tuple[str, frozenset], float]:
+    """Every sample of the text exposition as {(name, labels): value}."""
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name.startswith(prefix):
+                out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def sample(name: str, **labels: str) -> tuple[str, frozenset]:
+    return (name, frozenset(labels.items()))

@@ -1,0 +1,148 @@
+"""exporter.topology: label aliases, level building, and expansion of both assignment forms.
+
+The expansion vectors are Kueue's own (research-kueue.md §2: the workload_types.go doc example,
+the kind-cluster output with an empty root, the conversion test with a suffix).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter.topology import (
+    HOSTNAME_LABEL, AssignmentError, Domain, DomainPaths, TopologyError, TopologyLevels, alias_for, iter_domains,
+    parse_alias_overrides,
+)
+
+BLOCK, RACK = "cloud.provider.com/topology-block", "cloud.provider.com/topology-rack"
+
+
+@pytest.mark.parametrize(("key", "alias"), [
+    ("kubernetes.io/hostname", "host"),
+    ("topology.kubernetes.io/rack", "rack"),
+    ("cloud.google.com/gce-topology-block", "block"),
+    ("cloud.provider.com/topology-rack", "rack"),
+    ("topology.kubernetes.io/zone", "zone"),
+    ("example.com/Topology-Super-Pod", "topology_super_pod"),  # case-sensitive "topology-" match, then lower-cased
+    ("example.com/my-topology-sub.block", "sub_block"),
+    ("nvidia.com/gpu.clique", "gpu_clique"),
+    ("rack", "rack"),
+    ("example.com/9rack", "_9rack"),  # a label name cannot start with a digit
+    ("example.com/topology-", "_"),  # nothing left: still a valid label name
+    ("a.b/topology-x/topology-y", "y"),
+])
+def test_alias_rules(key: str, alias: str) -> None:
+    assert alias_for(key) == alias
+
+
+def test_levels_put_hostname_last_and_dedupe() -> None:
+    levels = TopologyLevels.build([HOSTNAME_LABEL, BLOCK, RACK, BLOCK])
+    assert levels.keys == (BLOCK, RACK, HOSTNAME_LABEL)
+    assert levels.aliases == ("block", "rack", "host")
+    assert TopologyLevels.build([]).aliases == ("host",)
+
+
+def test_alias_collision_names_both_keys_and_override_resolves_it() -> None:
+    with pytest.raises(TopologyError) as exc:
+        TopologyLevels.build(["a.com/topology-rack", "b.com/rack"])
+    assert "a.com/topology-rack" in str(exc.value) and "b.com/rack" in str(exc.value)
+    levels = TopologyLevels.build(["a.com/topology-rack", "b.com/rack"], {"b.com/rack": "rack2"})
+    assert levels.aliases == ("rack", "rack2", "host")
+
+
+def test_reserved_alias_rejected_and_overrides_parsed() -> None:
+    with pytest.raises(TopologyError):
+        TopologyLevels.build(["example.com/namespace"])
+    assert parse_alias_overrides(["a.com/x=pod_rack"]) == {"a.com/x": "pod_rack"}
+    for bad in ("nokey", "=x", "a=1x", "a=has-dash"):
+        with pytest.raises(TopologyError):
+            parse_alias_overrides([bad])
+
+
+def test_labels_from_node_fills_missing_with_empty_and_host_with_name() -> None:
+    levels = TopologyLevels.build([BLOCK, RACK])
+    assert levels.labels_from_node({BLOCK: "b1"}, "n1") == [("block", "b1"), ("rack", ""), ("host", "n1")]
+
+
+def _domains(a: dict) -> list[tuple[tuple[str, ...], int]]:
+    return [(d.values, d.count) for d in iter_domains(a)]
+
+
+def test_v1beta1_and_v1beta2_doc_example_agree() -> None:
+    v1 = {"levels": [BLOCK, RACK], "domains": [{"values": ["block-1", "rack-1"], "count": 4},
+                                               {"values": ["block-1", "rack-2"], "count": 2}]}
+    v2 = {"levels": [BLOCK, RACK], "slices": [{
+        "domainCount": 2,
+        "valuesPerLevel": [{"universal": "block-1"}, {"individual": {"prefix": "rack-", "roots": ["1", "2"]}}],
+        "podCounts": {"individual": [4, 2]}}]}
+    expected = [(("block-1", "rack-1"), 4), (("block-1", "rack-2"), 2)]
+    assert _domains(v1) == expected
+    assert _domains(v2) == expected
+
+
+def test_kind_output_with_empty_root() -> None:
+    a = {"levels": [HOSTNAME_LABEL], "slices": [{"domainCount": 2, "podCounts": {"individual": [7, 3]},
+                                                  "valuesPerLevel": [{"individual": {"prefix": "kind-worker", "roots": ["", "2"]}}]}]}
+    assert _domains(a) == [(("kind-worker",), 7), (("kind-worker2",), 3)]
+
+
+def test_two_slices_suffix_and_universal_count() -> None:
+    a = {"levels": ["a", "b"], "slices": [
+        {"domainCount": 2, "valuesPerLevel": [{"universal": "a1"}, {"individual": {"prefix": "b", "roots": ["1", "2"]}}],
+         "podCounts": {"individual": [10, 20]}},
+        {"domainCount": 2, "valuesPerLevel": [{"universal": "a2"}, {"individual": {"roots": ["first", "second"], "suffix": "-in-a2"}}],
+         "podCounts": {"universal": 50}},
+    ]}
+    assert _domains(a) == [(("a1", "b1"), 10), (("a1", "b2"), 20), (("a2", "first-in-a2"), 50), (("a2", "second-in-a2"), 50)]
+
+
+def test_prefix_and_suffix_together_and_empty_suffix() -> None:
+    a = {"levels": [HOSTNAME_LABEL], "slices": [{"domainCount": 3, "podCounts": {"universal": 1},
+                                                  "valuesPerLevel": [{"individual": {"prefix": "n-", "suffix": ".x", "roots": ["a", "", "c"]}}]}]}
+    assert _domains(a) == [(("n-a.x",), 1), (("n-.x",), 1), (("n-c.x",), 1)]
+    b = {"levels": [HOSTNAME_LABEL], "slices": [{"domainCount": 1, "podCounts": {"universal": 2},
+                                                  "valuesPerLevel": [{"individual": {"prefix": "n-", "suffix": "", "roots": ["a"]}}]}]}
+    assert _domains(b) == [(("n-a",), 2)]
+
+
+def test_hundred_thousand_roots() -> None:
+    n = 100_000
+    a = {"levels": [HOSTNAME_LABEL], "slices": [{"domainCount": n, "podCounts": {"universal": 1},
+                                                  "valuesPerLevel": [{"individual": {"prefix": "node-", "roots": [str(i) for i in range(n)]}}]}]}
+    domains = list(iter_domains(a))
+    assert len(domains) == n
+    assert domains[0] == Domain(("node-0",), 1) and domains[-1] == Domain((f"node-{n - 1}",), 1)
+
+
+@pytest.mark.parametrize("bad", [
+    {"levels": ["a"], "slices": [{"domainCount": 2, "valuesPerLevel": [{"individual": {"roots": ["x"]}}], "podCounts": {"universal": 1}}]},
+    {"levels": ["a"], "slices": [{"domainCount": 2, "valuesPerLevel": [{"universal": "x"}], "podCounts": {"individual": [1]}}]},
+    {"levels": ["a", "b"], "slices": [{"domainCount": 1, "valuesPerLevel": [{"universal": "x"}], "podCounts": {"universal": 1}}]},
+    {"levels": ["a"], "slices": [{"domainCount": 1, "valuesPerLevel": [{"universal": "x", "individual": {"roots": ["y"]}}], "podCounts": {"universal": 1}}]},
+    {"levels": ["a"], "slices": [{"domainCount": 1, "valuesPerLevel": [{}], "podCounts": {"universal": 1}}]},
+    {"levels": ["a"], "slices": [{"domainCount": 1, "valuesPerLevel": [{"universal": "x"}], "podCounts": {}}]},
+    {"levels": ["a"], "slices": [{"domainCount": "1", "valuesPerLevel": [{"universal": "x"}], "podCounts": {"universal": 1}}]},
+    {"levels": ["a"], "slices": [{"domainCount": -1, "valuesPerLevel": [{"universal": "x"}], "podCounts": {"universal": 1}}]},
+    {"levels": ["a"], "slices": [{"domainCount": 1, "valuesPerLevel": [{"individual": {"roots": [5]}}], "podCounts": {"universal": 1}}]},
+    {"levels": ["a"], "slices": [{"domainCount": 1, "valuesPerLevel": [{"individual": {"prefix": 3, "roots": ["x"]}}], "podCounts": {"universal": 1}}]},
+    {"levels": ["a"], "domains": [{"values": ["x", "y"], "count": 1}]},
+    {"levels": ["a"], "domains": [{"values": ["x"], "count": "1"}]},
+    {"levels": [], "domains": []},
+    {"levels": "a", "domains": []},
+    {"levels": [7], "domains": [{"values": ["x"], "count": 1}]},
+    {"levels": ["a"]},
+    "not an object",
+])
+def test_malformed_assignments_raise_assignment_error(bad: object) -> None:
+    with pytest.raises(AssignmentError):
+        list(iter_domains(bad))  # type: ignore[arg-type]
+
+
+def test_domain_paths_fill_upper_levels_from_nodes() -> None:
+    levels = TopologyLevels.build([BLOCK, RACK, HOSTNAME_LABEL])
+    nodes = {"h1": {BLOCK: "b1", RACK: "r1", HOSTNAME_LABEL: "h1"}}
+    paths = DomainPaths(levels, nodes)
+    assert paths.path([HOSTNAME_LABEL], ["h1"]) == (("block", "b1"), ("rack", "r1"), ("host", "h1"))
+    assert paths.path([HOSTNAME_LABEL], ["unknown"]) == (("block", ""), ("rack", ""), ("host", "unknown"))
+    # a multi-level assignment keeps its own values, even where a node says otherwise
+    assert paths.path([BLOCK, RACK], ["b9", "r9"]) == (("block", "b9"), ("rack", "r9"), ("host", ""))
+    assert paths.path([BLOCK, RACK, HOSTNAME_LABEL], ["b2", "r2", "h1"]) == (("block", "b2"), ("rack", "r2"), ("host", "h1"))

@@ -1,0 +1,432 @@
+"""Workload parsing, stages and rendering through the store: objects in, exposition text out."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from exporter.cluster import build_collector
+from exporter.cluster.workloads import STAGES, parse_workload
+from exporter.exposition import Exposition
+from exporter.health import SourceHealth
+from kueue_objects import (
+    BLOCK, HOST, RACK, admitted_conditions, cond, fixture, local_queue, modified, node, sample, series, topology, workload,
+)
+
+
+def collector(**kwargs):
+    expo = Exposition()
+    store, handlers, _ = build_collector(expo, **kwargs)
+    for name, h in handlers.items():
+        h.health = SourceHealth(name, expo)
+    return expo, store, handlers
+
+
+def text(expo: Exposition) -> str:
+    return expo.render(False).decode()
+
+
+def workload_series(expo: Exposition) -> dict:
+    return {k: v for k, v in series(text(expo)).items() if not k[0].startswith(("gangscope_source_", "gangscope_parse"))}
+
+
+def parse_errors(expo: Exposition, source: str) -> float:
+    return series(text(expo))[sample("gangscope_parse_errors_total", source=source)]
+
+
+def test_exact_lines_of_one_workload() -> None:
+    expo, _, h = collector()
+    h["topologies"].replace([topology()])
+    h["nodes"].replace([node("h1", "b1", "r1"), node("h2", "b1", "r2")])
+    h["workloads"].replace([workload(conditions=admitted_conditions(),
+                                     evictions=[{"reason": "Preempted", "underlyingCause": "", "count": 2}])])
+    lines = [line for line in text(expo).splitlines() if line.startswith("gangscope_workload") or
+             line.startswith("gangscope_topology")]
+    nw = 'namespace="team",workload="wl"'
+    assert lines == [
+        f'gangscope_workload_info{{{nw},cluster_queue="cq",local_queue="q",priority_class="high",owner_kind="Job",owner_name="job-wl"}} 1',
+        *[f'gangscope_workload_stage{{{nw},stage="{s}"}} {1 if s == "running" else 0}' for s in STAGES],
+        f'gangscope_workload_condition{{{nw},type="QuotaReserved",status="True",reason="QuotaReserved"}} 1',
+        f'gangscope_workload_condition{{{nw},type="Admitted",status="True",reason="Admitted"}} 1',
+        f'gangscope_workload_condition{{{nw},type="PodsReady",status="True",reason="Started"}} 1',
+        f"gangscope_workload_created_timestamp_seconds{{{nw}}} 1787216403",
+        f"gangscope_workload_quota_reserved_timestamp_seconds{{{nw}}} 1787220312",
+        f"gangscope_workload_admitted_timestamp_seconds{{{nw}}} 1787220312",
+        f"gangscope_workload_pods_ready_timestamp_seconds{{{nw}}} 1787220460",
+        f'gangscope_workload_evictions_total{{{nw},reason="Preempted",underlying_cause=""}} 2',
+        f"gangscope_workload_requested_gpus{{{nw}}} 16",
+        f'gangscope_workload_topology_pods{{{nw},podset="main",block="b1",rack="r1",host="h1"}} 1',
+        f'gangscope_workload_topology_pods{{{nw},podset="main",block="b1",rack="r2",host="h2"}} 1',
+    ]
+
+
+def test_fixtures_of_both_api_versions_give_the_same_series() -> None:
+    results = []
+    for name in ("workload-v1beta1-admitted-tas.yaml", "workload-v1beta2-admitted-tas.yaml"):
+        expo, store, h = collector()
+        h["workloads"].replace(fixture(name))
+        results.append(workload_series(expo))
+        wl = store.workload("ml-team", "job-llama-train-f48ba")
+        assert wl is not None and wl.priority_class == "training-high" and wl.stage == "running"
+        assert wl.owner is not None and (wl.owner.kind, wl.owner.name) == ("Job", "llama-train")
+        assert [d.values[0] for d in wl.assignments[0].domains][:2] == [
+            "gke-ml-a3mega-pool-1-5d2f7a1c-35l9", "gke-ml-a3mega-pool-1-5d2f7a1c-avsy"]
+        assert parse_errors(expo, "workloads") == 0
+    assert results[0] == results[1]
+    s = results[1]
+    assert s[sample("gangscope_workload_requested_gpus", namespace="ml-team", workload="job-llama-train-f48ba")] == 128
+    pods = [k for k in s if k[0] == "gangscope_workload_topology_pods"]
+    assert len(pods) == 16
+
+
+def _stage_of(obj) -> str:
+    return parse_workload(obj).stage
+
+
+@pytest.mark.parametrize(("stage", "obj"), [
+    ("queued", workload(admitted_cq=None, conditions=[])),
+    ("queued", workload(admitted_cq=None, conditions=[cond("QuotaReserved", "False", "PendingEvaluation")])),
+    ("inadmissible", workload(admitted_cq=None, conditions=[cond("QuotaReserved", "False", "Pending")])),
+    ("inadmissible", workload(admitted_cq=None, conditions=[cond("QuotaReserved", "False", "NoMatchingFlavor")])),
+    ("admission_checks", workload(conditions=[cond("QuotaReserved", "True", "QuotaReserved"),
+                                              cond("Admitted", "False", "UnsatisfiedAdmissionChecks")])),
+    ("assembling", workload(conditions=admitted_conditions(ready=False))),
+    ("assembling", workload(conditions=[*admitted_conditions(ready=False), cond("PodsReady", "False", "WaitForStart")])),
+    ("running", workload(conditions=admitted_conditions())),
+    ("recovering", workload(conditions=[*admitted_conditions(ready=False), cond("PodsReady", "False", "WaitForRecovery")])),
+    ("recovering", workload(conditions=admitted_conditions(), unhealthy=["h1"])),
+    ("evicting", workload(conditions=[*admitted_conditions(), cond("Evicted", "True", "Preempted")])),
+    ("queued", workload(admitted_cq=None, conditions=[cond("QuotaReserved", "False", "PendingEvaluation"),
+                                                      cond("Evicted", "True", "NodeFailures")])),
+    ("deactivated", workload(active=False, conditions=admitted_conditions())),
+    ("finished", workload(active=False, conditions=[*admitted_conditions(), cond("Finished", "True", "Succeeded")])),
+])
+def test_every_stage(stage: str, obj) -> None:
+    assert _stage_of(obj) == stage
+    expo, _, h = collector()
+    h["workloads"].replace([obj])
+    s = series(text(expo))
+    assert [st for st in STAGES if s[sample("gangscope_workload_stage", namespace="team", workload="wl", stage=st)] == 1] == [stage]
+
+
+def test_fixture_node_failure_timeline() -> None:
+    base = fixture("workload-v1beta2-admitted-tas.yaml")[0]
+    unhealthy, evicted = fixture("workload-v1beta2-tas-node-failure.yaml")
+    assert [_stage_of(o) for o in (base, unhealthy, evicted)] == ["running", "recovering", "queued"]
+    expo, store, h = collector()
+    h["topologies"].replace([topology()])
+    h["nodes"].replace([node("gke-ml-a3mega-pool-1-5d2f7a1c-jn2q", "b1", "r1")])
+    h["workloads"].replace([base])
+    h["workloads"].apply("MODIFIED", unhealthy)
+    s = series(text(expo))
+    nw = {"namespace": "ml-team", "workload": "job-llama-train-f48ba"}
+    assert s[sample("gangscope_workload_unhealthy_node", **nw, block="b1", rack="r1",
+                    host="gke-ml-a3mega-pool-1-5d2f7a1c-jn2q")] == 1
+    h["workloads"].apply("MODIFIED", evicted)
+    h["workloads"].apply("MODIFIED", evicted)  # a repeated MODIFIED is not a second eviction
+    s = series(text(expo))
+    assert not [k for k in s if k[0] == "gangscope_workload_unhealthy_node"]
+    # the assignment is gone from the object, but its pods are still exported from the cache ...
+    assert len([k for k in s if k[0] == "gangscope_workload_topology_pods"]) == 16
+    assert store.workload("ml-team", "job-llama-train-f48ba").assignments == []
+    # ... and the NodeFailures eviction lands once on each of its 16 hosts, the failed node with its rack
+    evictions = {k: v for k, v in s.items() if k[0] == "gangscope_topology_evictions_total"}
+    assert len(evictions) == 16 and set(evictions.values()) == {1}
+    assert evictions[sample("gangscope_topology_evictions_total", reason="NodeFailures", block="b1", rack="r1",
+                            host="gke-ml-a3mega-pool-1-5d2f7a1c-jn2q")] == 1
+    assert s[sample("gangscope_workload_evictions_total", **nw, reason="NodeFailures", underlying_cause="")] == 1
+
+
+EVICTION_REASONS = [
+    ("Preempted", ""), ("PodsReadyTimeout", "WaitForStart"), ("PodsReadyTimeout", "WaitForRecovery"),
+    ("AdmissionCheck", ""), ("ClusterQueueStopped", ""), ("LocalQueueStopped", ""), ("NodeFailures", ""),
+    ("Deactivated", ""), ("DeactivatedDueToRequeuingLimitExceeded", "RequeuingLimitExceeded"),
+    ("EvictedOnManagerCluster", ""), ("WorkloadSliceReplaced", ""), ("FlavorMigration", ""), ("SomeFutureReason", "x"),
+]
+
+
+@pytest.mark.parametrize(("reason", "cause"), EVICTION_REASONS)
+def test_every_eviction_reason(reason: str, cause: str) -> None:
+    expo, _, h = collector()
+    running = workload(conditions=admitted_conditions())
+    h["workloads"].replace([running])
+    evicted = workload(conditions=[*admitted_conditions(), cond("Evicted", "True", reason, "2026-08-20T11:00:00Z")],
+                       evictions=[{"reason": reason, "underlyingCause": cause, "count": 1}])
+    h["workloads"].apply("MODIFIED", evicted)
+    s = series(text(expo))
+    assert s[sample("gangscope_workload_evictions_total", namespace="team", workload="wl", reason=reason,
+                    underlying_cause=cause)] == 1
+    assert s[sample("gangscope_topology_evictions_total", reason=reason, host="h1")] == 1
+    assert s[sample("gangscope_topology_evictions_total", reason=reason, host="h2")] == 1
+
+
+def _topology_evictions(expo: Exposition) -> float:
+    return series(text(expo)).get(sample("gangscope_topology_evictions_total", reason="Preempted", host="h1"), 0)
+
+
+@pytest.mark.parametrize("order", ["condition_first", "stats_first", "together"])
+def test_each_eviction_counted_once_whatever_the_signal_order(order: str) -> None:
+    expo, _, h = collector()
+    base = workload(conditions=admitted_conditions())
+    h["workloads"].replace([base])
+    evicted_cond = [*admitted_conditions(), cond("Evicted", "True", "Preempted", "2026-08-20T11:00:00Z")]
+    stats = [{"reason": "Preempted", "underlyingCause": "", "count": 1}]
+    steps = {
+        "condition_first": [modified(base, conditions=evicted_cond), modified(base, conditions=evicted_cond, schedulingStats={"evictions": stats})],
+        "stats_first": [modified(base, schedulingStats={"evictions": stats}), modified(base, conditions=evicted_cond, schedulingStats={"evictions": stats})],
+        "together": [modified(base, conditions=evicted_cond, schedulingStats={"evictions": stats})],
+    }[order]
+    for step in steps:
+        h["workloads"].apply("MODIFIED", step)
+        h["workloads"].apply("MODIFIED", step)
+    assert _topology_evictions(expo) == 1
+    # a second eviction: the condition turns True again with a new transition time and the count rises
+    again = modified(base, conditions=[*admitted_conditions(), cond("Evicted", "True", "Preempted", "2026-08-20T12:00:00Z")],
+                     schedulingStats={"evictions": [{"reason": "Preempted", "underlyingCause": "", "count": 2}]})
+    h["workloads"].apply("MODIFIED", again)
+    assert _topology_evictions(expo) == 2
+
+
+def test_evictions_already_in_the_first_sight_are_history_not_counted() -> None:
+    expo, _, h = collector()
+    h["workloads"].replace([workload(conditions=[*admitted_conditions(), cond("Evicted", "True", "Preempted")],
+                                     evictions=[{"reason": "Preempted", "underlyingCause": "", "count": 3}])])
+    assert _topology_evictions(expo) == 0
+
+
+def test_hostname_assignment_filled_from_nodes_and_follows_node_changes() -> None:
+    expo, store, h = collector()
+    changed: list = []
+    store.on_workload_change.append(changed.append)
+    topo_changes: list = []
+    store.on_topology_change.append(lambda: topo_changes.append(1))
+    h["workloads"].replace([workload(conditions=admitted_conditions())])
+    s = series(text(expo))
+    assert s[sample("gangscope_workload_topology_pods", namespace="team", workload="wl", podset="main", host="h1")] == 1
+    h["topologies"].replace([topology()])  # levels arrive after the Workload: re-rendered with block and rack
+    h["nodes"].replace([node("h1", "b1", "r1"), node("h2", "b1", "r2"), node("other", "b2", "r3")])
+    s = series(text(expo))
+    key = sample("gangscope_workload_topology_pods", namespace="team", workload="wl", podset="main", block="b1", rack="r1", host="h1")
+    assert s[key] == 1
+    h["nodes"].apply("MODIFIED", node("h1", "b1", "r9"))  # relabelled
+    s = series(text(expo))
+    assert key not in s
+    assert s[sample("gangscope_workload_topology_pods", namespace="team", workload="wl", podset="main", block="b1", rack="r9", host="h1")] == 1
+    n = len(changed)
+    h["nodes"].apply("MODIFIED", node("other", "b2", "r4"))  # not used by the Workload: no re-render
+    h["nodes"].apply("MODIFIED", node("h2", "b1", "r2"))  # labels unchanged: no re-render
+    assert len(changed) == n
+    h["nodes"].apply("DELETED", node("h1", "b1", "r9"))
+    s = series(text(expo))
+    assert s[sample("gangscope_workload_topology_pods", namespace="team", workload="wl", podset="main", block="", rack="", host="h1")] == 1
+    assert changed[-1] == ("team", "wl") and topo_changes
+    assert store.levels.aliases == ("block", "rack", "host")
+
+
+def test_node_name_differs_from_hostname_label() -> None:
+    expo, _, h = collector(level_keys=(BLOCK, RACK))
+    h["nodes"].replace([node("node-a", "b1", "r1", hostname="host-a")])
+    h["workloads"].replace([workload(hosts=["host-a"], conditions=admitted_conditions(), unhealthy=["node-a"])])
+    s = series(text(expo))
+    assert s[sample("gangscope_workload_topology_pods", namespace="team", workload="wl", podset="main",
+                    block="b1", rack="r1", host="host-a")] == 1
+    assert s[sample("gangscope_workload_unhealthy_node", namespace="team", workload="wl", block="b1", rack="r1", host="host-a")] == 1
+
+
+def test_flag_levels_override_topologies_and_aliases_apply() -> None:
+    expo, store, h = collector(level_keys=(RACK,), alias_overrides={RACK: "pod_rack"})
+    h["topologies"].replace([topology()])
+    assert store.levels.aliases == ("pod_rack", "host")
+    h["nodes"].replace([node("h1", "b1", "r1")])
+    h["workloads"].replace([workload(hosts=["h1"], conditions=admitted_conditions())])
+    assert series(text(expo))[sample("gangscope_workload_topology_pods", namespace="team", workload="wl", podset="main",
+                                     pod_rack="r1", host="h1")] == 1
+
+
+def test_several_topologies_merge_in_a_stable_order() -> None:
+    for order in ([topology("a", (RACK, HOST)), topology("b", (BLOCK, RACK, HOST))],
+                  [topology("b", (BLOCK, RACK, HOST)), topology("a", (RACK, HOST))]):
+        _, store, h = collector()
+        for t in order:
+            h["topologies"].apply("ADDED", t)
+        assert store.levels.keys == (BLOCK, RACK, HOST)
+
+
+def test_colliding_topology_levels_are_counted_and_keep_the_old_levels() -> None:
+    expo, store, h = collector()
+    h["topologies"].replace([topology("a", ("a.com/topology-rack", "b.com/rack", HOST))])
+    assert store.levels.keys == (HOST,)
+    assert parse_errors(expo, "topologies") == 1
+
+
+def test_multi_level_assignment_with_two_podsets() -> None:
+    obj = workload(conditions=admitted_conditions(), hosts=[])
+    obj["status"]["admission"]["podSetAssignments"] = [
+        {"name": "leader", "count": 1, "topologyAssignment": {"levels": [BLOCK, RACK], "domains": [{"values": ["b1", "r1"], "count": 1}]}},
+        {"name": "workers", "count": 6, "topologyAssignment": {"levels": [BLOCK, RACK], "slices": [{
+            "domainCount": 2, "valuesPerLevel": [{"universal": "b1"}, {"individual": {"prefix": "r", "roots": ["1", "2"]}}],
+            "podCounts": {"individual": [4, 2]}}]}},
+    ]
+    expo, _, h = collector(level_keys=(BLOCK, RACK))
+    h["workloads"].replace([obj])
+    s = series(text(expo))
+    got = {(dict(k[1])["podset"], dict(k[1])["rack"]): v for k, v in s.items() if k[0] == "gangscope_workload_topology_pods"}
+    assert got == {("leader", "r1"): 1, ("workers", "r1"): 4, ("workers", "r2"): 2}
+
+
+def test_cluster_queue_from_local_queue_while_pending() -> None:
+    expo, store, h = collector()
+    pending = workload(admitted_cq=None, queue="lq")
+    h["workloads"].replace([pending])
+    info = lambda: [dict(k[1]) for k in series(text(expo)) if k[0] == "gangscope_workload_info"][0]  # noqa: E731
+    assert info()["cluster_queue"] == ""
+    h["localqueues"].replace([local_queue("lq", "team", "gpu-cq")])
+    assert info()["cluster_queue"] == "gpu-cq"
+    h["localqueues"].apply("MODIFIED", local_queue("lq", "team", "other-cq"))
+    assert info()["cluster_queue"] == "other-cq"
+    h["workloads"].apply("MODIFIED", workload(queue="lq", admitted_cq="admitting-cq"))
+    assert info()["cluster_queue"] == "admitting-cq"
+    h["localqueues"].apply("DELETED", local_queue("lq", "team", "other-cq"))
+    assert info()["cluster_queue"] == "admitting-cq"
+
+
+def test_v1beta1_priority_class_name() -> None:
+    wl = parse_workload(workload(version="v1beta1", priority="batch-low"))
+    assert wl.priority_class == "batch-low" and wl.api_version == "kueue.x-k8s.io/v1beta1"
+
+
+@pytest.mark.parametrize(("pod_spec", "resources", "gpus"), [
+    ({"containers": [{"resources": {"limits": {"nvidia.com/gpu": "4"}}}]}, ("nvidia.com/gpu",), 4),
+    ({"containers": [{"resources": {"requests": {"nvidia.com/gpu": 2}}}, {"resources": {"requests": {"nvidia.com/gpu": "2"}}}]},
+     ("nvidia.com/gpu",), 4),
+    ({"containers": [{"resources": {"requests": {"nvidia.com/gpu": "1"}}}],
+      "initContainers": [{"resources": {"requests": {"nvidia.com/gpu": "3"}}}]}, ("nvidia.com/gpu",), 3),
+    ({"containers": [{"resources": {"requests": {"nvidia.com/gpu": "1"}}}],
+      "initContainers": [{"restartPolicy": "Always", "resources": {"requests": {"nvidia.com/gpu": "1"}}}]}, ("nvidia.com/gpu",), 2),
+    ({"containers": [{"resources": {"requests": {"nvidia.com/gpu": "2", "amd.com/gpu": "1"}}}]},
+     ("nvidia.com/gpu", "amd.com/gpu"), 3),
+    ({"containers": [{"resources": {"requests": {"amd.com/gpu": "1"}}}]}, ("nvidia.com/gpu",), 0),
+    ({"containers": [{"name": "no-resources"}]}, ("nvidia.com/gpu",), 0),
+])
+def test_requested_gpus(pod_spec, resources, gpus) -> None:
+    obj = workload(count=3)
+    obj["spec"]["podSets"][0]["template"]["spec"] = pod_spec
+    expo, _, h = collector(gpu_resources=resources)
+    h["workloads"].replace([obj])
+    assert series(text(expo))[sample("gangscope_workload_requested_gpus", namespace="team", workload="wl")] == 3 * gpus
+
+
+def _break(path: str, value):
+    obj = workload(conditions=admitted_conditions())
+    target = obj
+    parts = path.split(".")
+    for p in parts[:-1]:
+        target = target[int(p)] if p.isdigit() else target[p]
+    last = parts[-1]
+    if last.isdigit():
+        target[int(last)] = value
+    else:
+        target[last] = value
+    return obj
+
+
+@pytest.mark.parametrize(("path", "value"), [
+    ("spec", "not-a-dict"),
+    ("spec.active", "yes"),
+    ("spec.podSets", {"a": 1}),
+    ("spec.podSets.0.count", "16"),
+    ("spec.podSets.0.template.spec.containers.0.resources.requests.nvidia.com/gpu", "eight"),
+    ("status.conditions", "Admitted"),
+    ("status.conditions.0", 17),
+    ("status.conditions.1.status", True),
+    ("status.conditions.1.reason", ["x"]),
+    ("status.conditions.0.lastTransitionTime", "yesterday"),
+    ("status.admission.podSetAssignments.0.topologyAssignment.slices.0.domainCount", 7),
+    ("status.admission.podSetAssignments.0.topologyAssignment", []),
+    ("status.admission.clusterQueue", 5),
+    ("status.schedulingStats", {"evictions": [{"reason": "Preempted", "count": "one"}]}),
+    ("status.unhealthyNodes", [{"name": 5}, "x"]),
+    ("metadata.labels", {"a": 1}),
+    ("metadata.ownerReferences", {"kind": "Job"}),
+])
+def test_malformed_fields_are_counted_and_the_rest_exported(path: str, value) -> None:
+    if "nvidia.com/gpu" in path:  # the dotted resource name is one key
+        obj = workload(gpus=value, conditions=admitted_conditions())
+    else:
+        obj = _break(path, value)
+    expo, _, h = collector()
+    h["workloads"].replace([obj])
+    assert 'gangscope_workload_info{namespace="team",workload="wl"' in text(expo)
+    assert parse_errors(expo, "workloads") >= 1
+
+
+@pytest.mark.parametrize("bad", [None, 5, "text", [], {"metadata": {"name": 5, "namespace": "x"}},
+                                 {"metadata": {"name": "x"}}, {"metadata": "nope"}])
+def test_unusable_objects_are_skipped_and_counted(bad) -> None:
+    expo, store, h = collector()
+    h["workloads"].replace([bad, workload(name="good")])
+    h["workloads"].apply("MODIFIED", bad)
+    h["workloads"].apply("DELETED", bad)
+    assert list(store.workloads) == [("team", "good")]
+    assert parse_errors(expo, "workloads") == 3
+
+
+def test_unknown_condition_types_and_statuses_are_exported_as_they_are() -> None:
+    expo, _, h = collector()
+    h["workloads"].replace([workload(conditions=[cond("QuotaReserved", "Maybe", "Thinking"), cond("BrandNew", "True", "Why\"Not")])])
+    s = series(text(expo))
+    assert s[sample("gangscope_workload_condition", namespace="team", workload="wl", type="BrandNew", status="True", reason='Why"Not')] == 1
+    assert s[sample("gangscope_workload_condition", namespace="team", workload="wl", type="QuotaReserved", status="Maybe", reason="Thinking")] == 1
+    assert parse_errors(expo, "workloads") == 0
+
+
+def test_replace_deletes_missing_and_delete_event_removes_lines() -> None:
+    expo, store, h = collector()
+    changed: list = []
+    store.on_workload_change.append(changed.append)
+    h["workloads"].replace([workload("a"), workload("b")])
+    h["workloads"].replace([workload("b")])
+    assert list(store.workloads) == [("team", "b")]
+    assert 'workload="a"' not in text(expo)
+    h["workloads"].apply("DELETED", workload("b"))
+    assert "gangscope_workload_info{" not in text(expo)
+    assert ("team", "a") in changed and changed[-1] == ("team", "b") and store.workload("team", "b") is None
+
+
+def test_store_lookups_for_the_gang_join() -> None:
+    _, store, h = collector()
+    obj = workload("w1", conditions=admitted_conditions())
+    obj["metadata"]["labels"]["kueue.x-k8s.io/job-uid"] = "label-uid"
+    h["workloads"].replace([obj, workload("w2")])
+    assert [w.name for w in store.workloads_by_owner_uid("job-uid-w1")] == ["w1"]
+    assert [w.name for w in store.workloads_by_owner_uid("label-uid")] == ["w1"]
+    assert [w.name for w in store.workloads_by_owner_name("team", "job-w2")] == ["w2"]
+    w1 = store.workload("team", "w1")
+    assert w1.podsets[0].labels == {"scheduling.x-k8s.io/pod-group": "w1"}
+    assert w1.podsets[0].gpus_per_pod == 8 and w1.podsets[0].count == 2
+    assert w1.conditions["Admitted"].last_transition == "2026-08-20T10:05:12Z"
+    assert w1.assignments[0].flavors == {"nvidia.com/gpu": "tas"}
+    assert [(dict(p)["host"], n) for p, n in w1.last_assignments[0].placed] == [("h1", 1), ("h2", 1)]
+    h["workloads"].apply("DELETED", obj)
+    assert store.workloads_by_owner_uid("label-uid") == []
+
+
+def test_label_values_escaped() -> None:
+    expo, _, h = collector()
+    h["workloads"].replace([workload(conditions=[cond("X", "True", 'a"b\\c\nd ☃')], hosts=['odd"host'])])
+    s = series(text(expo))
+    assert s[sample("gangscope_workload_condition", namespace="team", workload="wl", type="X", status="True", reason='a"b\\c\nd ☃')] == 1
+    assert s[sample("gangscope_workload_topology_pods", namespace="team", workload="wl", podset="main", host='odd"host')] == 1
+
+
+def test_handler_never_raises_on_deep_garbage() -> None:
+    expo, _, h = collector()
+    garbage = copy.deepcopy(workload())
+    garbage["status"] = {"admission": {"podSetAssignments": [None, 1, {"topologyAssignment": {"levels": [HOST], "slices": "x"}}]},
+                         "conditions": [None], "requeueState": 3, "schedulingStats": [], "unhealthyNodes": {}}
+    garbage["spec"]["podSets"] = [None, {"template": 5}, {"template": {"spec": {"containers": 5, "initContainers": [None]}}}]
+    h["workloads"].replace([garbage])
+    h["workloads"].apply("MODIFIED", garbage)
+    assert 'gangscope_workload_info{namespace="team",workload="wl"' in text(expo)
+    assert parse_errors(expo, "workloads") > 0
