@@ -399,16 +399,14 @@ def render_text(doc: dict[str, Any], colour: bool, columns: int = 100) -> str:
 
 def _build(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
     from .cluster import build_collector
-    from .cluster.gangs import attach_gangs
     from .exposition import Exposition
     from .snapshot import gpu_resources
 
     levels, overrides = topology_from_args(args)
     exposition = Exposition()
-    store, handlers = build_collector(exposition, gpu_resources=gpu_resources(args),
-                                      level_keys=levels.keys if args.topology_levels else (), alias_overrides=overrides)
-    gangs = attach_gangs(store, assembly_timeout=args.assembly_timeout)
-    handlers.update(gangs.handlers())
+    store, handlers, gangs = build_collector(
+        exposition, gpu_resources=gpu_resources(args), level_keys=levels.keys if args.topology_levels else (),
+        alias_overrides=overrides, assembly_timeout=args.assembly_timeout)
     return store, gangs, handlers
 
 

@@ -30,7 +30,7 @@ def _section(title: str) -> str:
 def code_families() -> dict[str, Family]:
     found: dict[str, Family] = {Exposition.DROPPED.name: Exposition.DROPPED}
     for info in pkgutil.walk_packages(exporter.__path__, "exporter."):
-        if "_pb2" in info.name:
+        if "_pb2" in info.name or info.name.endswith("__main__"):
             continue
         module = importlib.import_module(info.name)
         for value in vars(module).values():

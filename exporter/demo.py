@@ -1,0 +1,259 @@
+"""``gangscope demo``: a whole simulated GPU cluster, watched by the real collector and agents.
+
+Everything runs in one process on loopback and uses the real code paths: the simulated API
+server speaks real HTTP (list, watch, bookmarks), each simulated node has a real gRPC kubelet
+pod-resources socket and a simulated NVML at the ``pynvml`` boundary, and the collector and one
+agent per node are the same classes ``gangscope collector`` and ``gangscope agent`` run. The
+scenario (:mod:`exporter.sim.scenario`) evolves: a node of ``vit-large`` fails at +20 s and Kueue
+evicts the Workload with ``NodeFailures`` at +40 s, so rates, transitions and alerts are visible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from .config import add_logging
+from .logs import setup_logging
+
+log = structlog.get_logger(__name__)
+
+SCENARIOS = ("default", "static")
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (default 0: until Ctrl-C)")
+    p.add_argument("--scenario", choices=SCENARIOS, default="default",
+                   help="default: 2 blocks x 2 racks x 4 nodes x 8 GPUs, a node fails at +20 s and its Workload is "
+                        "evicted at +40 s; static: the same cluster without the timeline (default default)")
+    p.add_argument("--host", default="127.0.0.1", help="loopback address the demo's servers listen on (default 127.0.0.1)")
+    p.add_argument("--prometheus", action="store_true",
+                   help="also start Debian's prometheus with the project's rules scraping the demo (needs /usr/bin/prometheus)")
+    add_logging(p)
+
+
+@dataclass
+class Demo:
+    """The running demo; ``await start()``, then ``await stop()``."""
+
+    scenario_name: str = "default"
+    host: str = "127.0.0.1"
+    with_prometheus: bool = False
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="gangscope-demo-")))
+    collector: Any = None
+    agents: dict[str, Any] = field(default_factory=dict)
+    kubelets: dict[str, Any] = field(default_factory=dict)
+    nvml: dict[str, Any] = field(default_factory=dict)
+    prometheus: subprocess.Popen | None = None
+    prometheus_port: int = 0
+    started_at: float = 0.0
+
+    async def start(self) -> None:
+        from .cluster.main import Collector, add_arguments as collector_args
+        from .kube.resources import AGENT_PODS, COLLECTOR_RESOURCES, NATIVE_PODGROUPS, NATIVE_WORKLOADS
+        from .sim.apiserver import SimApiServer
+        from .sim.scenario import build_default
+
+        self.scenario = build_default()
+        if self.scenario_name == "static":
+            self.scenario.timeline.clear()
+        self.sim = SimApiServer(token="gangscope-demo")
+        await self.sim.start(self.host)
+        for resource in (*COLLECTOR_RESOURCES, AGENT_PODS):
+            if resource not in (NATIVE_PODGROUPS, NATIVE_WORKLOADS):  # a cluster without the 1.36+ APIs
+                self.sim.serve(resource)
+        for obj in self.scenario.all_objects():
+            self.sim.create(obj)
+        self.kubeconfig = self.sim.write_kubeconfig(str(self.workdir / "kubeconfig"))
+
+        parser = argparse.ArgumentParser()
+        collector_args(parser)
+        args = parser.parse_args(["--listen", f"{self.host}:0", "--kubeconfig", self.kubeconfig, "--discovery-interval", "30"])
+        self.collector = Collector(args, (), {})
+        await self.collector.start()
+        for node in self.scenario.node_names():
+            await self._start_node(node)
+        self.started_at = time.monotonic()
+        self._timeline = asyncio.create_task(self._run_timeline())
+        if self.with_prometheus:
+            self._start_prometheus()
+
+    async def _start_node(self, node: str) -> None:
+        from .config import topology_from_args
+        from .node.agent import Agent
+        from .node.main import add_arguments as agent_args
+        from .sim.kubelet import SimKubelet
+        from .sim.nvml import SimNvml
+        from .sim.scenario import gpu_uuid
+
+        nvml_scenarios = ["h100"]
+        if node == self.scenario.node_names()[-5 if len(self.scenario.nodes) > 5 else -1]:
+            nvml_scenarios.append("degraded")  # a link down and a PCIe link at gen 3 x8 on one node
+        sim = SimNvml(nvml_scenarios)
+        for gpu in sim.gpus:
+            gpu.uuid = gpu_uuid(node, gpu.index)
+        self.nvml[node] = sim
+        kubelet = SimKubelet(str(self.workdir / f"kubelet-{node}.sock"), self._kubelet_pods(node))
+        await kubelet.start()
+        self.kubelets[node] = kubelet
+        (self.workdir / "sys" / node).mkdir(parents=True, exist_ok=True)
+        parser = argparse.ArgumentParser()
+        agent_args(parser)
+        args = parser.parse_args([
+            "--listen", f"{self.host}:0", "--kubeconfig", self.kubeconfig, "--node-name", node, "--nvml", "sim",
+            "--pod-resources-socket", kubelet.socket_path, "--pod-resources-interval", "2",
+            "--sysfs", str(self.workdir / "sys" / node),
+        ])
+        levels, _ = topology_from_args(args)
+        agent = Agent(args, levels, nvml=lambda: sim)
+        await agent.start()
+        self.agents[node] = agent
+
+    def _kubelet_pods(self, node: str) -> list[Any]:
+        from .sim.kubelet import SimContainer, SimPod
+
+        return [
+            SimPod(ns, pod, [SimContainer(container, [("nvidia.com/gpu", uuids)])])
+            for ns, pod, container, uuids in self.scenario.gpu_pods(node)
+        ]
+
+    async def _run_timeline(self) -> None:
+        """Apply the scenario's changes at their times; an evicted Workload's pods go away with it."""
+        for at, event, obj in sorted(self.scenario.timeline, key=lambda t: t[0]):
+            await asyncio.sleep(max(0.0, self.started_at + at - time.monotonic()))
+            self.sim.update(obj)
+            unhealthy = [n["name"] for n in obj.get("status", {}).get("unhealthyNodes", [])]
+            for node in unhealthy:
+                for gpu in self.nvml[node].gpus:
+                    self.nvml[node].lose(gpu.index)
+            if "admission" not in obj.get("status", {}):
+                self._delete_pods_of(obj["metadata"]["namespace"], obj["metadata"]["name"])
+            log.info("demo_event", at=at, workload=obj["metadata"]["name"], change=event)
+
+    def _delete_pods_of(self, namespace: str, workload: str) -> None:
+        gone = [p for p in self.scenario.pods
+                if p["metadata"]["namespace"] == namespace and p["metadata"]["annotations"].get("kueue.x-k8s.io/workload") == workload]
+        for pod in gone:
+            self.scenario.pods.remove(pod)
+            self.sim.delete(pod)
+        for node, kubelet in self.kubelets.items():
+            kubelet.set_pods(self._kubelet_pods(node))
+
+    def _start_prometheus(self) -> None:
+        binary = shutil.which("prometheus")
+        if binary is None:
+            print("demo: --prometheus needs Debian's prometheus package (apt-get install prometheus)", file=sys.stderr)
+            return
+        import socket
+
+        with socket.socket() as s:
+            s.bind((self.host, 0))
+            self.prometheus_port = s.getsockname()[1]
+        rules = sorted(str(p) for p in (REPO_ROOT / "alerts").glob("gangscope-*.yaml"))
+        agents = [f"{self.host}:{a.port}" for a in self.agents.values()]
+        config = (
+            "global: {scrape_interval: 5s, evaluation_interval: 5s}\n"
+            f"rule_files: {rules!r}\n"
+            "scrape_configs:\n"
+            f"  - job_name: gangscope-collector\n    static_configs: [{{targets: ['{self.host}:{self.collector.port}']}}]\n"
+            f"  - job_name: gangscope-agent\n    static_configs: [{{targets: {agents!r}}}]\n"
+        )
+        (self.workdir / "prometheus.yml").write_text(config)
+        self.prometheus = subprocess.Popen(
+            [binary, f"--config.file={self.workdir / 'prometheus.yml'}", f"--storage.tsdb.path={self.workdir / 'tsdb'}",
+             f"--web.listen-address={self.host}:{self.prometheus_port}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+
+    async def wait_synced(self, timeout: float = 30.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.collector.sources.ready()[0] and all(a.ready()[0] for a in self.agents.values()):
+                return True
+            await asyncio.sleep(0.2)
+        return False
+
+    def stages(self) -> Counter[str]:
+        return Counter(wl.stage for wl in self.collector.store.workloads.values())
+
+    async def report(self) -> str:
+        """What a newcomer should look at: URLs, workloads by stage, and an explain of the stuck jobs."""
+        from .explain import diagnose, render_text
+
+        lines = ["", "gangscope demo is running", ""]
+        lines.append(f"  collector   http://{self.host}:{self.collector.port}/metrics")
+        first = next(iter(self.agents))
+        lines.append(f"  agents      {len(self.agents)} nodes, e.g. {first}: http://{self.host}:{self.agents[first].port}/metrics")
+        lines.append(f"  explain     http://{self.host}:{self.collector.port}/debug/explain?namespace=ml-team&name=mixtral-sft")
+        if self.prometheus is not None:
+            lines.append(f"  prometheus  http://{self.host}:{self.prometheus_port}/alerts")
+        lines.append(f"  kubeconfig  {self.kubeconfig}   (gangscope explain NS/NAME --kubeconfig {self.kubeconfig})")
+        lines += ["", "  workloads by stage:"]
+        for stage, count in sorted(self.stages().items()):
+            lines.append(f"    {stage:<18} {count}")
+        gangs = getattr(self.collector, "gangs", None)
+        for ns, name in (("ml-team", "mixtral-sft"), ("research", "t5-pretrain"), ("ml-team", "gpt-pretrain")):
+            try:
+                doc = await diagnose(self.collector.store, gangs, ns, name)
+            except LookupError:
+                continue
+            lines += ["", f"  $ gangscope explain {ns}/{name}", render_text(doc, colour=sys.stdout.isatty())]
+        lines += ["", "  At +20 s a node of research/vit-large fails; at +40 s Kueue evicts it with NodeFailures.", ""]
+        return "\n".join(lines)
+
+    async def stop(self) -> None:
+        if getattr(self, "_timeline", None):
+            self._timeline.cancel()
+        if self.prometheus is not None:
+            self.prometheus.terminate()
+            try:
+                self.prometheus.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.prometheus.kill()
+        for agent in self.agents.values():
+            await agent.stop()
+        for kubelet in self.kubelets.values():
+            await kubelet.stop()
+        if self.collector is not None:
+            await self.collector.stop()
+        await self.sim.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+async def _main(args: argparse.Namespace) -> int:
+    demo = Demo(args.scenario, args.host, args.prometheus)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await demo.start()
+    try:
+        if not await demo.wait_synced():
+            print("demo: the collector or an agent did not sync within 30 s", file=sys.stderr)
+        print(await demo.report(), flush=True)
+        try:
+            await asyncio.wait_for(stop.wait(), args.duration or None)
+        except TimeoutError:
+            pass
+        print("  workloads by stage at the end: " + ", ".join(f"{k}={v}" for k, v in sorted(demo.stages().items())), flush=True)
+    finally:
+        await demo.stop()
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    setup_logging("warning" if args.log_level == "info" else args.log_level)
+    return asyncio.run(_main(args))

@@ -1,0 +1,1 @@
+"""The node agent: NVML, kubelet pod-resources, pods, the Node, fabric counters, served as metrics."""
