@@ -52,6 +52,10 @@ class Demo:
     scenario_name: str = "default"
     host: str = "127.0.0.1"
     with_prometheus: bool = False
+    # Prometheus's scrape and evaluation interval, and its rule files (None: the repository's
+    # alerts/gangscope-*.yaml); the end-to-end test shortens both so alerts fire within seconds.
+    prometheus_interval: str = "5s"
+    prometheus_rules: list[Path] | None = None
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="gangscope-demo-")))
     collector: Any = None
     agents: dict[str, Any] = field(default_factory=dict)
@@ -68,6 +72,9 @@ class Demo:
         from .sim.scenario import build_default
 
         self.scenario = build_default()
+        # The scenario's changes, kept even for "static" (which does not play them) so a caller such
+        # as the end-to-end test can apply them with apply() at the moments it chooses.
+        self.steps = sorted(self.scenario.timeline, key=lambda t: t[0])
         if self.scenario_name == "static":
             self.scenario.timeline.clear()
         self.sim = SimApiServer(token="gangscope-demo")
@@ -97,7 +104,7 @@ class Demo:
         from .node.main import add_arguments as agent_args
         from .sim.kubelet import SimKubelet
         from .sim.nvml import SimNvml
-        from .sim.scenario import gpu_uuid
+        from .sim.scenario import BLOCK_LABEL, RACK_LABEL, gpu_uuid
 
         nvml_scenarios = ["h100"]
         if node == self.scenario.node_names()[-5 if len(self.scenario.nodes) > 5 else -1]:
@@ -116,6 +123,9 @@ class Demo:
             "--listen", f"{self.host}:0", "--kubeconfig", self.kubeconfig, "--node-name", node, "--nvml", "sim",
             "--pod-resources-socket", kubelet.socket_path, "--pod-resources-interval", "2",
             "--sysfs", str(self.workdir / "sys" / node),
+            # The agent does not read Kueue Topology objects: without the levels its series carry only
+            # node/host, and the block/rack recording rules and dashboards would have nothing to group by.
+            "--topology-levels", f"{BLOCK_LABEL},{RACK_LABEL}",
         ])
         levels, _ = topology_from_args(args)
         agent = Agent(args, levels, nvml=lambda: sim)
@@ -134,14 +144,19 @@ class Demo:
         """Apply the scenario's changes at their times; an evicted Workload's pods go away with it."""
         for at, event, obj in sorted(self.scenario.timeline, key=lambda t: t[0]):
             await asyncio.sleep(max(0.0, self.started_at + at - time.monotonic()))
-            self.sim.update(obj)
-            unhealthy = [n["name"] for n in obj.get("status", {}).get("unhealthyNodes", [])]
-            for node in unhealthy:
-                for gpu in self.nvml[node].gpus:
-                    self.nvml[node].lose(gpu.index)
-            if "admission" not in obj.get("status", {}):
-                self._delete_pods_of(obj["metadata"]["namespace"], obj["metadata"]["name"])
+            self.apply(obj)
             log.info("demo_event", at=at, workload=obj["metadata"]["name"], change=event)
+
+    def apply(self, obj: dict[str, Any]) -> None:
+        """One timeline change: update the Workload; its unhealthy nodes lose their GPUs, and an
+        evicted Workload (no admission) loses its pods."""
+        self.sim.update(obj)
+        unhealthy = [n["name"] for n in obj.get("status", {}).get("unhealthyNodes", [])]
+        for node in unhealthy:
+            for gpu in self.nvml[node].gpus:
+                self.nvml[node].lose(gpu.index)
+        if "admission" not in obj.get("status", {}):
+            self._delete_pods_of(obj["metadata"]["namespace"], obj["metadata"]["name"])
 
     def _delete_pods_of(self, namespace: str, workload: str) -> None:
         gone = [p for p in self.scenario.pods
@@ -162,21 +177,24 @@ class Demo:
         with socket.socket() as s:
             s.bind((self.host, 0))
             self.prometheus_port = s.getsockname()[1]
-        rules = sorted(str(p) for p in (REPO_ROOT / "alerts").glob("gangscope-*.yaml"))
+        rule_files = self.prometheus_rules if self.prometheus_rules is not None else (REPO_ROOT / "alerts").glob("gangscope-*.yaml")
+        rules = sorted(str(p) for p in rule_files)
+        interval = self.prometheus_interval
         agents = [f"{self.host}:{a.port}" for a in self.agents.values()]
         config = (
-            "global: {scrape_interval: 5s, evaluation_interval: 5s}\n"
+            f"global: {{scrape_interval: {interval}, evaluation_interval: {interval}}}\n"
             f"rule_files: {rules!r}\n"
             "scrape_configs:\n"
             f"  - job_name: gangscope-collector\n    static_configs: [{{targets: ['{self.host}:{self.collector.port}']}}]\n"
             f"  - job_name: gangscope-agent\n    static_configs: [{{targets: {agents!r}}}]\n"
         )
         (self.workdir / "prometheus.yml").write_text(config)
-        self.prometheus = subprocess.Popen(
-            [binary, f"--config.file={self.workdir / 'prometheus.yml'}", f"--storage.tsdb.path={self.workdir / 'tsdb'}",
-             f"--web.listen-address={self.host}:{self.prometheus_port}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
+        with (self.workdir / "prometheus.log").open("wb") as log_file:  # read it when Prometheus misbehaves
+            self.prometheus = subprocess.Popen(
+                [binary, f"--config.file={self.workdir / 'prometheus.yml'}", f"--storage.tsdb.path={self.workdir / 'tsdb'}",
+                 f"--web.listen-address={self.host}:{self.prometheus_port}"],
+                stdout=subprocess.DEVNULL, stderr=log_file,
+            )
 
     async def wait_synced(self, timeout: float = 30.0) -> bool:
         deadline = time.monotonic() + timeout
@@ -223,13 +241,15 @@ class Demo:
                 self.prometheus.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.prometheus.kill()
+                self.prometheus.wait()
         for agent in self.agents.values():
             await agent.stop()
         for kubelet in self.kubelets.values():
             await kubelet.stop()
         if self.collector is not None:
             await self.collector.stop()
-        await self.sim.stop()
+        if getattr(self, "sim", None) is not None:  # stop() also cleans up after a start() that failed early
+            await self.sim.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 

@@ -37,6 +37,7 @@ class SourceHealth:
     parse_errors: int = 0
     objects: int = 0
     detail: str = "not started"
+    labels: tuple[tuple[str, str], ...] = ()  # extra labels after ``source`` (the agent's node and topology)
 
     def __post_init__(self) -> None:
         self.exposition.register(*FAMILIES)
@@ -74,8 +75,14 @@ class SourceHealth:
             self.objects = count
             self._render()
 
+    def set_labels(self, labels: tuple[tuple[str, str], ...]) -> None:
+        """Extra labels on every health series (the agent adds its node and topology labels)."""
+        if labels != self.labels:
+            self.labels = labels
+            self._render()
+
     def _render(self) -> None:
-        labels = [("source", self.name)]
+        labels = [("source", self.name), *self.labels]
         self.exposition.set(
             ("source", self.name),
             {

@@ -114,7 +114,8 @@ RESERVED_LABELS = frozenset(
         "namespace", "workload", "podset", "podgroup", "api", "stage", "type", "status", "reason",
         "underlying_cause", "cluster_queue", "local_queue", "priority_class", "owner_kind", "owner_name",
         "source", "phase", "state", "gpu", "uuid", "pod", "container", "link", "node", "family",
-        "job", "instance", "le", "quantile", "device", "port", "interface", "direction",
+        "job", "instance", "le", "quantile", "device", "port", "interface", "direction", "kind", "name",
+        "pci_bus_id", "driver_version", "mig_uuid", "gpu_instance", "join_key", "result",
     }
 )
 

@@ -35,3 +35,19 @@ async def kube_client(kube_sim_kubeconfig: str) -> AsyncIterator[KubeClient]:
     client = await KubeClient.create(kubeconfig=kube_sim_kubeconfig, request_timeout=2.0, watch_read_slack=1.0)
     yield client
     await client.close()
+
+
+# --- kubelet pod-resources socket (exporter/node, exporter/sim/kubelet.py) ----------------------
+
+
+@pytest.fixture
+def kubelet_socket():
+    """A path for a unix socket in a fresh short folder (socket paths are limited to ~107 bytes,
+    too few for pytest's tmp_path)."""
+    import os
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="gs-", dir="/tmp")
+    yield os.path.join(folder, "kubelet.sock")
+    shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,172 @@
+"""The node agent, wired: NVML sampler, kubelet pod-resources, pods and Node watch, fabric, HTTP.
+
+Every source runs in the background and renders its own lines into one :class:`Exposition`;
+a scrape concatenates them. Sources fail independently: without NVML the fabric and pod
+series are still served; without Kubernetes access (no kubeconfig, not in a cluster) the GPU
+series are served with empty pod keys and only ``node``/``host`` as topology labels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from ..exposition import Exposition
+from ..health import SourceHealth
+from ..kube.resources import AGENT_NODE, AGENT_PODS
+from ..topology import TopologyLevels
+from . import families as F
+from .fabric import FabricSampler
+from .nodeinfo import NodeTopology
+from .nvml import NvmlSampler
+from .podresources import PodResourcesPoller, resolve_device
+from .pods import PodIndex
+
+log = structlog.get_logger(__name__)
+
+
+def nvml_factory(spec: str) -> Callable[[], Any]:
+    """``real`` -> the ``pynvml`` module; ``sim[:SCENARIO,...]`` -> a :class:`SimNvml`."""
+    if spec == "real":
+        import pynvml
+
+        return lambda: pynvml
+    if spec == "sim" or spec.startswith("sim:"):
+        from ..sim.nvml import SimNvml, parse_spec
+
+        scenarios = parse_spec(spec)
+        SimNvml(scenarios)  # fail at start-up on an unknown scenario name
+        return lambda: SimNvml(scenarios)
+    raise ValueError(f"--nvml wants real or sim[:SCENARIO,...], got {spec!r}")
+
+
+class Agent:
+    """One node's agent. ``await start()``; ``await stop()``. ``port`` is the bound HTTP port."""
+
+    def __init__(self, args: argparse.Namespace, levels: TopologyLevels, nvml: Callable[[], Any] | None = None) -> None:
+        self.args = args
+        self.exposition = Exposition(args.max_series_per_family)
+        self.exposition.register(*F.GPU_FAMILIES)
+        self.node = NodeTopology(args.node_name, levels, self._relabel)
+        self.pods = PodIndex(self.render_pods)
+        self.nvml_health = SourceHealth("nvml", self.exposition)
+        self.sampler = NvmlSampler(
+            nvml or nvml_factory(args.nvml), self.exposition, self.nvml_health, self.node.base_labels,
+            interval=args.sample_interval, timeout=args.nvml_timeout, on_inventory=self.render_pods,
+        )
+        self.podres = PodResourcesPoller(
+            args.pod_resources_socket, SourceHealth("podresources", self.exposition), self.render_pods,
+            interval=args.pod_resources_interval, resources=args.gpu_resource or ("nvidia.com/gpu", "nvidia.com/mig-*"),
+        )
+        self.fabric = FabricSampler(args.sysfs, self.exposition, SourceHealth("fabric", self.exposition),
+                                    self.node.base_labels, interval=args.sample_interval)
+        self._kube_healths: list[SourceHealth] = []
+        self._counted: object = None
+        self._tasks: list[asyncio.Task] = []
+        self._client: Any = None
+        self._sources: Any = None
+        self._endpoint: Any = None
+        self.port = 0
+
+    # ----- the join series -------------------------------------------------------------------
+
+    def render_pods(self) -> None:
+        """``gangscope_gpu_pod_info``: kubelet allocations x NVML inventory x pod metadata."""
+        inventory = self.sampler.inventory()
+        by_index = {i: st.dev.uuid for i, st in self.sampler.gpus.items() if st.dev.uuid}
+        base = self.node.base_labels()
+        lines: dict[str, None] = {}
+        unresolved = 0
+        for alloc in self.podres.allocations:
+            hit = resolve_device(alloc, inventory, by_index)
+            if hit is None:
+                unresolved += 1
+                continue
+            meta = self.pods.get(alloc.namespace, alloc.pod)
+            lines[F.GPU_POD_INFO.sample(
+                [("gpu", str(hit[0])), ("uuid", hit[1]), ("namespace", alloc.namespace), ("pod", alloc.pod),
+                 ("container", alloc.container), ("workload", meta.workload), ("podset", meta.podset),
+                 ("podgroup", meta.podgroup), *base], 1)] = None
+        self.exposition.set(("gpu_pods",), {F.GPU_POD_INFO: list(lines)})
+        # Devices NVML does not know are worth one count per kubelet answer, once NVML is up.
+        if unresolved and by_index and self._counted is not self.podres.allocations:
+            self._counted = self.podres.allocations
+            self.podres.health.parse_error(unresolved)
+            log.warning("podresources_unknown_devices", count=unresolved,
+                        devices=[a.device for a in self.podres.allocations][:8])
+
+    def healths(self) -> list[SourceHealth]:
+        return [self.nvml_health, self.podres.health, self.fabric.health, *self._kube_healths]
+
+    def _relabel(self) -> None:
+        log.info("node_topology_changed", labels=dict(self.node.labels))
+        for health in self.healths():
+            health.set_labels(self.node.base_labels())
+        self.sampler.relabel()
+        self.fabric.render()
+        self.render_pods()
+
+    # ----- lifecycle -------------------------------------------------------------------------
+
+    def ready(self) -> tuple[bool, str]:
+        """Ready once serving: every source reports its own health; none holds readiness back."""
+        down = [name for name, h in (("nvml", self.nvml_health), ("podresources", self.podres.health)) if not h.up]
+        return True, "serving" + (f"; down: {', '.join(down)}" if down else "")
+
+    async def start(self) -> None:
+        from .. import serving
+
+        post_json = await self._start_kube()
+        for health in self.healths():
+            health.set_labels(self.node.base_labels())
+        self._endpoint = await serving.start(self.args, self.exposition, self.ready, post_json=post_json)
+        self.port = self._endpoint.port
+        self._tasks = [
+            asyncio.create_task(self.sampler.run(), name="nvml"),
+            asyncio.create_task(self.podres.run(), name="podresources"),
+            asyncio.create_task(self.fabric.run(), name="fabric"),
+        ]
+        if self._sources is not None:
+            await self._sources.start()
+        log.info("agent_started", node=self.args.node_name, port=self.port, nvml=self.args.nvml,
+                 kubernetes=self._client is not None)
+
+    async def _start_kube(self) -> Any:
+        """The Node and pods watches, or both sources down when there is no Kubernetes access."""
+        from ..kube.client import KubeClient
+        from ..kube.credentials import CredentialsError
+        from ..kube.sources import SourceSet, SourceSpec
+
+        try:
+            self._client = await KubeClient.create(self.args.kubeconfig, self.args.context, self.args.insecure_skip_tls_verify)
+        except (CredentialsError, OSError, ValueError) as exc:
+            log.warning("kubernetes_unavailable", error=str(exc))
+            for resource in (AGENT_NODE, AGENT_PODS):
+                health = SourceHealth(resource.source, self.exposition)
+                health.down(f"no Kubernetes access: {exc}", error=False)
+                self._kube_healths.append(health)
+            return None
+        node = self.args.node_name
+        self._sources = SourceSet(self._client, [
+            SourceSpec(AGENT_NODE, self.node, field_selector=f"metadata.name={node}"),
+            SourceSpec(AGENT_PODS, self.pods, field_selector=f"spec.nodeName={node}"),
+        ], self.exposition, discovery_interval=self.args.discovery_interval)
+        self._kube_healths = [state.health for state in self._sources.sources.values()]
+        return self._client.post_json
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._sources is not None:
+            await self._sources.stop()
+        await self.podres.close()
+        self.sampler.close()
+        if self._endpoint is not None:
+            await self._endpoint.close()
+        if self._client is not None:
+            await self._client.close()

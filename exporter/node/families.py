@@ -1,0 +1,150 @@
+"""Every metric family the node agent exports, as data.
+
+All of them carry ``node`` and the topology alias labels of the agent's own Node (block, rack,
+host...), appended after the fixed labels listed here, so a per-link NVLink series lines up with
+the collector's per-domain series in one query. Per-link series never repeat pod labels: the
+join to pods, workloads and gangs goes through ``gangscope_gpu_pod_info`` on ``(node, gpu)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..exposition import Family, escape_label_value
+
+GPU_INFO = Family(
+    "gangscope_gpu_info", "info",
+    "GPU identity from NVML (value 1).",
+    ("gpu", "uuid", "name", "pci_bus_id", "driver_version", "node"), topology=True,
+)
+GPU_UP = Family(
+    "gangscope_gpu_up", "gauge",
+    "Whether the GPU answered its last NVML sample (0: lost, failing or timed out).",
+    ("gpu", "uuid", "node"), topology=True,
+)
+GPU_ERRORS = Family(
+    "gangscope_gpu_errors_total", "counter",
+    "NVML calls on this GPU that failed or timed out (not counting fields it does not support).",
+    ("gpu", "uuid", "node"), topology=True,
+)
+MIG_INFO = Family(
+    "gangscope_gpu_mig_device_info", "info",
+    "A MIG device and the parent GPU it is carved from (value 1).",
+    ("gpu", "uuid", "mig_uuid", "gpu_instance", "node"), topology=True,
+)
+GPU_POD_INFO = Family(
+    "gangscope_gpu_pod_info", "info",
+    "The container a GPU (or MIG device, uuid MIG-...) is allocated to, with its Kueue workload, "
+    "podset and PodGroup; join other GPU series to it on (node, gpu).",
+    ("gpu", "uuid", "namespace", "pod", "container", "workload", "podset", "podgroup", "node"), topology=True,
+)
+
+NVLINK_TX = Family(
+    "gangscope_nvlink_transmit_bytes_total", "counter",
+    "NVLink data bytes transmitted on the link (NVML field 138, KiB converted to bytes).",
+    ("gpu", "link", "node"), topology=True,
+)
+NVLINK_RX = Family(
+    "gangscope_nvlink_receive_bytes_total", "counter",
+    "NVLink data bytes received on the link (NVML field 139, KiB converted to bytes).",
+    ("gpu", "link", "node"), topology=True,
+)
+NVLINK_RAW_TX = Family(
+    "gangscope_nvlink_raw_transmit_bytes_total", "counter",
+    "NVLink bytes transmitted including protocol overhead (NVML field 140).",
+    ("gpu", "link", "node"), topology=True,
+)
+NVLINK_RAW_RX = Family(
+    "gangscope_nvlink_raw_receive_bytes_total", "counter",
+    "NVLink bytes received including protocol overhead (NVML field 141).",
+    ("gpu", "link", "node"), topology=True,
+)
+NVLINK_UP = Family(
+    "gangscope_nvlink_link_up", "gauge",
+    "Whether the NVLink link is active (1) or inactive or disabled (0).",
+    ("gpu", "link", "node"), topology=True,
+)
+NVLINK_VERSION = Family(
+    "gangscope_nvlink_version", "gauge",
+    "NVLink version of the link as NVML's enum (1=1.0, 2=2.0, 3=2.2, 4=3.0, 5=3.1, 6=4.0, 7=5.0, 8=6.0).",
+    ("gpu", "link", "node"), topology=True,
+)
+NVLINK_ERRORS = Family(
+    "gangscope_nvlink_errors_total", "counter",
+    "NVLink data-link-layer error counts per link (type replay, recovery, crc_flit, crc_data, ecc).",
+    ("gpu", "link", "type", "node"), topology=True,
+)
+
+PCIE_TX = Family(
+    "gangscope_pcie_transmit_bytes_total", "counter",
+    "PCIe bytes transmitted by the GPU (NVML field 197; wrap-arounds accumulated). Absent where "
+    "unsupported: see gangscope_pcie_throughput_bytes_per_second.",
+    ("gpu", "node"), topology=True,
+)
+PCIE_RX = Family(
+    "gangscope_pcie_receive_bytes_total", "counter",
+    "PCIe bytes received by the GPU (NVML field 198; wrap-arounds accumulated).",
+    ("gpu", "node"), topology=True,
+)
+PCIE_THROUGHPUT = Family(
+    "gangscope_pcie_throughput_bytes_per_second", "gauge",
+    "PCIe throughput over NVML's 20 ms window at the last sample (direction transmit or receive); "
+    "exported only for GPUs without the PCIe byte counters. A spot sample, not an average.",
+    ("gpu", "direction", "node"), topology=True,
+)
+PCIE_GENERATION = Family(
+    "gangscope_pcie_link_generation", "gauge",
+    "PCIe link generation (kind current or max); current below max means a down-trained link.",
+    ("gpu", "kind", "node"), topology=True,
+)
+PCIE_WIDTH = Family(
+    "gangscope_pcie_link_width", "gauge",
+    "PCIe link width in lanes (kind current or max).",
+    ("gpu", "kind", "node"), topology=True,
+)
+
+FABRIC_TX = Family(
+    "gangscope_fabric_port_transmit_bytes_total", "counter",
+    "InfiniBand/RoCE port bytes transmitted (sysfs port_xmit_data, 4-byte words converted to bytes).",
+    ("device", "port", "node"), topology=True,
+)
+FABRIC_RX = Family(
+    "gangscope_fabric_port_receive_bytes_total", "counter",
+    "InfiniBand/RoCE port bytes received (sysfs port_rcv_data, 4-byte words converted to bytes).",
+    ("device", "port", "node"), topology=True,
+)
+FABRIC_RATE = Family(
+    "gangscope_fabric_port_rate_bytes_per_second", "gauge",
+    "Signalling rate of the InfiniBand/RoCE port (sysfs rate) in bytes per second.",
+    ("device", "port", "node"), topology=True,
+)
+FABRIC_UP = Family(
+    "gangscope_fabric_port_up", "gauge",
+    "Whether the InfiniBand/RoCE port state is ACTIVE (1) or not (0).",
+    ("device", "port", "node"), topology=True,
+)
+NIC_TX = Family(
+    "gangscope_nic_transmit_bytes_total", "counter",
+    "Bytes transmitted by a physical network interface (sysfs statistics/tx_bytes).",
+    ("interface", "node"), topology=True,
+)
+NIC_RX = Family(
+    "gangscope_nic_receive_bytes_total", "counter",
+    "Bytes received by a physical network interface (sysfs statistics/rx_bytes).",
+    ("interface", "node"), topology=True,
+)
+
+GPU_FAMILIES = (
+    GPU_INFO, GPU_UP, GPU_ERRORS, MIG_INFO, GPU_POD_INFO,
+    NVLINK_TX, NVLINK_RX, NVLINK_RAW_TX, NVLINK_RAW_RX, NVLINK_UP, NVLINK_VERSION, NVLINK_ERRORS,
+    PCIE_TX, PCIE_RX, PCIE_THROUGHPUT, PCIE_GENERATION, PCIE_WIDTH,
+)
+FABRIC_FAMILIES = (FABRIC_TX, FABRIC_RX, FABRIC_RATE, FABRIC_UP, NIC_TX, NIC_RX)
+FAMILIES = GPU_FAMILIES + FABRIC_FAMILIES
+
+
+def series_prefix(family: Family, labels: Iterable[tuple[str, str]]) -> str:
+    """``name{labels} `` ready for a value: the agent renders thousands of samples a second with
+    unchanged labels, so it builds each prefix once and only formats values per sample."""
+    inner = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in labels)
+    return f"{family.name}{{{inner}}} "

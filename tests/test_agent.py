@@ -1,0 +1,237 @@
+"""The whole agent over real sockets: simulated API server (HTTP), kubelet (gRPC), NVML, sysfs."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import subprocess
+from pathlib import Path
+
+import aiohttp
+import pytest
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.config import topology_from_args
+from exporter.kube.resources import AGENT_NODE, AGENT_PODS
+from exporter.node import main as agent_main
+from exporter.node.agent import Agent
+from exporter.sim.apiserver import SimApiServer, make_object
+from exporter.sim.kubelet import SimContainer, SimKubelet, SimPod
+from exporter.sim.nvml import SimNvml
+
+NODE = "gpu-a1"
+BLOCK, RACK = "cloud.provider.com/topology-block", "cloud.provider.com/topology-rack"
+FIXTURE = str(Path(__file__).parent / "fixtures" / "sysfs")
+
+
+def parse_args(*extra: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    agent_main.add_arguments(p)
+    return p.parse_args(["--listen", "127.0.0.1:0", "--node-name", NODE, "--sysfs", FIXTURE,
+                         "--topology-levels", f"{BLOCK},{RACK}", "--sample-interval", "0.1",
+                         "--pod-resources-interval", "0.1", "--discovery-interval", "0.5", *extra])
+
+
+def node(block: str, rack: str) -> dict:
+    return make_object(AGENT_NODE, NODE, None, labels={BLOCK: block, RACK: rack, "kubernetes.io/hostname": NODE})
+
+
+def pod(name: str, labels: dict, annotations: dict, node_name: str = NODE, spec: dict | None = None) -> dict:
+    obj = make_object(AGENT_PODS, name, "team-a", labels=labels, spec={"nodeName": node_name, **(spec or {})})
+    obj["metadata"]["annotations"] = annotations
+    return obj
+
+
+
+
+async def scrape(port: int, openmetrics: bool = False) -> str:
+    headers = {"Accept": "application/openmetrics-text; version=1.0.0"} if openmetrics else {}
+    async with aiohttp.ClientSession() as s:
+        async with s.get(f"http://127.0.0.1:{port}/metrics", headers=headers) as r:
+            assert r.status == 200
+            return await r.text()
+
+
+def series(text: str) -> list[tuple[str, dict, float]]:
+    return [(s.name, s.labels, s.value) for fam in text_string_to_metric_families(text) for s in fam.samples]
+
+
+async def until(predicate, timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not await predicate():
+            await asyncio.sleep(0.05)
+
+
+async def test_agent_joins_gpus_pods_workloads_and_topology(tmp_path: Path, kubelet_socket: str) -> None:
+    api = await SimApiServer().start()
+    api.serve(AGENT_NODE)
+    api.serve(AGENT_PODS)
+    api.create(node("b1", "r2"))
+    api.create(pod("train-0", {"kueue.x-k8s.io/podset": "workers", "scheduling.x-k8s.io/pod-group": "pg-train"},
+                   {"kueue.x-k8s.io/workload": "job-train-5f1c"}))
+    api.create(pod("vc-0", {}, {"scheduling.k8s.io/group-name": "vc-group"}))
+    api.create(pod("native-0", {}, {}, spec={"schedulingGroup": {"podGroupName": "native-pg"}}))
+    api.create(pod("elsewhere", {"kueue.x-k8s.io/podset": "x"}, {}, node_name="other-node"))
+    sim = SimNvml(["mig"])
+    g = [gpu.uuid for gpu in sim.gpus]
+    kubelet = SimKubelet(kubelet_socket, [
+        SimPod("team-a", "train-0", [SimContainer("trainer", [("nvidia.com/gpu", g[1:5])])]),
+        SimPod("team-a", "vc-0", [SimContainer("main", [("nvidia.com/gpu", [g[5] + "::1"])])]),
+        SimPod("team-a", "native-0", [SimContainer("main", [("nvidia.com/mig-1g.10gb", [sim.gpus[0].mig[1]])])]),
+        SimPod("team-a", "unknown-dev", [SimContainer("main", [("nvidia.com/gpu", ["GPU-not-on-this-node"])])]),
+    ])
+    await kubelet.start()
+    args = parse_args("--kubeconfig", api.write_kubeconfig(str(tmp_path / "kc")), "--pod-resources-socket", kubelet_socket)
+    levels, _ = topology_from_args(args)
+    agent = Agent(args, levels, nvml=lambda: sim)
+    await agent.start()
+    try:
+        topo = {"node": NODE, "block": "b1", "rack": "r2", "host": NODE}
+
+        async def joined() -> bool:
+            text = await scrape(agent.port)
+            return 'workload="job-train-5f1c"' in text and 'podgroup="native-pg"' in text and 'rack="r2"' in text
+
+        await until(joined)
+        text = await scrape(agent.port)
+        pod_info = sorted((s[1]["gpu"], s[1]["pod"], s[1]["uuid"], s[1]["workload"], s[1]["podset"], s[1]["podgroup"])
+                          for s in series(text) if s[0] == "gangscope_gpu_pod_info")
+        assert pod_info == [
+            ("0", "native-0", sim.gpus[0].mig[1], "", "", "native-pg"),
+            ("1", "train-0", g[1], "job-train-5f1c", "workers", "pg-train"),
+            ("2", "train-0", g[2], "job-train-5f1c", "workers", "pg-train"),
+            ("3", "train-0", g[3], "job-train-5f1c", "workers", "pg-train"),
+            ("4", "train-0", g[4], "job-train-5f1c", "workers", "pg-train"),
+            ("5", "vc-0", g[5], "", "", "vc-group"),
+        ]
+        info = next(s for s in series(text) if s[0] == "gangscope_gpu_pod_info" and s[1]["gpu"] == "1")
+        assert info[1] == {"gpu": "1", "uuid": g[1], "namespace": "team-a", "pod": "train-0", "container": "trainer",
+                           "workload": "job-train-5f1c", "podset": "workers", "podgroup": "pg-train", **topo}
+        # every agent series carries node + topology; per-link series carry no pod labels
+        for name, labels, _ in series(text):
+            if name.startswith(("gangscope_gpu", "gangscope_nvlink", "gangscope_pcie", "gangscope_fabric", "gangscope_nic",
+                                "gangscope_source", "gangscope_parse_errors")):
+                assert {k: labels.get(k) for k in topo} == topo, (name, labels)
+            if name.startswith("gangscope_nvlink"):
+                assert "pod" not in labels and "workload" not in labels
+        ups = {s[1]["source"]: s[2] for s in series(text) if s[0] == "gangscope_source_up"}
+        assert ups == {"nvml": 1, "podresources": 1, "fabric": 1, "node": 1, "pods": 1}
+        parse_errors = {s[1]["source"]: s[2] for s in series(text) if s[0] == "gangscope_parse_errors_total"}
+        assert parse_errors["podresources"] == 1  # the device NVML does not know
+
+        # a node label change is followed (the Node watch), and old label values vanish
+        api.update(node("b1", "r9"))
+
+        async def moved() -> bool:
+            t = await scrape(agent.port)
+            return 'rack="r9"' in t and 'rack="r2"' not in t
+
+        await until(moved)
+        # a pod's workload annotation appears later: the join follows the pods watch
+        api.update(pod("vc-0", {"kueue.x-k8s.io/podset": "main"}, {"scheduling.k8s.io/group-name": "vc-group",
+                                                                   "kueue.x-k8s.io/workload": "vc-wl"}))
+
+        async def annotated() -> bool:
+            return 'workload="vc-wl"' in await scrape(agent.port)
+
+        await until(annotated)
+        # the kubelet restarts with train-0 gone: its join lines go
+        kubelet.set_pods([SimPod("team-a", "vc-0", [SimContainer("main", [("nvidia.com/gpu", [g[5]])])])])
+        await kubelet.restart()
+
+        async def released() -> bool:
+            return 'pod="train-0"' not in await scrape(agent.port)
+
+        await until(released)
+
+        om = await scrape(agent.port, openmetrics=True)
+        assert len(list(om_parse(om))) > 20
+        final = await scrape(agent.port)
+        proc = subprocess.run(["promtool", "check", "metrics"], input=final.encode(), capture_output=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    finally:
+        await agent.stop()
+        await kubelet.stop()
+        await api.stop()
+
+
+@pytest.mark.parametrize("nvml", ["sim", "sim:nodriver"])
+async def test_agent_without_kubernetes_kubelet_or_nvml_keeps_serving(tmp_path: Path, nvml: str) -> None:
+    """No kubeconfig and not in a cluster, no kubelet socket, and (sim:nodriver) no NVML library:
+    each missing source is down in its health series; whatever is left is served."""
+    args = parse_args("--kubeconfig", str(tmp_path / "missing"), "--pod-resources-socket", str(tmp_path / "none.sock"),
+                      "--nvml", nvml)
+    levels, _ = topology_from_args(args)
+    agent = Agent(args, levels)
+    await agent.start()
+    has_nvml = nvml == "sim"
+    marker = "gangscope_nvlink_transmit_bytes_total{" if has_nvml else 'gangscope_source_up{source="nvml",node="gpu-a1",block="",rack="",host="gpu-a1"} 0'
+    try:
+        async def sampled() -> bool:
+            text = await scrape(agent.port)
+            return marker in text and "gangscope_fabric_port_up{" in text
+
+        await until(sampled)
+        text = await scrape(agent.port)
+        ups = {s[1]["source"]: s[2] for s in series(text) if s[0] == "gangscope_source_up"}
+        assert ups == {"nvml": int(has_nvml), "podresources": 0, "fabric": 1, "node": 0, "pods": 0}
+        gpu_info = [s[1] for s in series(text) if s[0] == "gangscope_gpu_info"]
+        assert len(gpu_info) == (8 if has_nvml else 0)
+        if has_nvml:
+            assert gpu_info[0]["node"] == NODE and gpu_info[0]["host"] == NODE
+            assert gpu_info[0]["block"] == "" and gpu_info[0]["rack"] == ""
+        assert not [s for s in series(text) if s[0] == "gangscope_gpu_pod_info"]
+        async with aiohttp.ClientSession() as s:
+            async with s.get(f"http://127.0.0.1:{agent.port}/readyz") as r:
+                assert r.status == 200 and "podresources" in await r.text()
+    finally:
+        await agent.stop()
+
+
+def test_cli_rejects_a_bad_nvml_flag_and_unknown_scenario() -> None:
+    p = argparse.ArgumentParser()
+    agent_main.add_arguments(p)
+    assert agent_main.run(p.parse_args(["--nvml", "fake"])) == 2
+    with pytest.raises(ValueError, match="unknown NVML scenario"):
+        SimNvml(["nope"])
+
+
+@pytest.mark.parametrize(("nvml", "ready_marker"), [
+    ("sim", "gangscope_nvlink_transmit_bytes_total{"),
+    ("sim:hang", 'gangscope_gpu_up{gpu="4",uuid="GPU-00000004-5e1a-4c0d-9a3b-000000000004",node="gpu-a1",host="gpu-a1"} 0'),
+])
+def test_sigterm_stops_the_agent_process(tmp_path: Path, nvml: str, ready_marker: str) -> None:
+    """The real process: starts, serves, and exits 0 within seconds of SIGTERM, even with an
+    NVML call stuck in the driver (sim:hang wedges GPU 4 five seconds after start)."""
+    import signal
+    import sys
+    import time
+    import urllib.request
+
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "exporter.node.main", "--nvml", nvml, "--nvml-timeout", "0.5", "--listen", f"127.0.0.1:{port}",
+                             "--kubeconfig", str(tmp_path / "missing"), "--pod-resources-socket", str(tmp_path / "x.sock"),
+                             "--sysfs", FIXTURE, "--node-name", NODE], cwd=Path(__file__).parent.parent,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1).read().decode()
+                if ready_marker in body:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, proc.stderr.read().decode() if proc.poll() is not None else "no metrics"
+            time.sleep(0.1)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+        assert time.monotonic() - t0 < 5
+    finally:
+        if proc.poll() is None:
+            proc.kill()

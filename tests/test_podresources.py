@@ -1,0 +1,128 @@
+"""The pod-resources client against a real gRPC server on a unix socket."""
+
+from __future__ import annotations
+
+from exporter.exposition import Exposition
+from exporter.health import SourceHealth
+from exporter.node.podresources import Allocation, PodResourcesPoller, resolve_device
+from exporter.sim.kubelet import SimContainer, SimKubelet, SimPod
+
+G0, G1 = "GPU-aaaa0000-0000-0000-0000-000000000000", "GPU-aaaa0001-0000-0000-0000-000000000001"
+MIG = "MIG-bbbb0000-0000-0000-0000-000000000000"
+INVENTORY = {G0: (0, G0), G1: (1, G1), MIG: (1, G1)}
+BY_INDEX = {0: G0, 1: G1}
+
+
+
+
+def poller(path: str, changes: list, **kw) -> PodResourcesPoller:
+    health = SourceHealth("podresources", Exposition())
+    return PodResourcesPoller(path, health, lambda: changes.append(1), timeout=kw.pop("timeout", 2.0), **kw)
+
+
+async def test_plain_gpus_mig_dra_and_other_resources(kubelet_socket: str) -> None:
+    kubelet = SimKubelet(kubelet_socket, [
+        SimPod("team-a", "train-0", [
+            SimContainer("trainer", [("nvidia.com/gpu", [G0, G1]), ("example.com/fpga", ["fpga0"])]),
+            SimContainer("sidecar"),
+        ]),
+        SimPod("team-b", "infer-0", [SimContainer("server", [("nvidia.com/mig-1g.10gb", [MIG])])]),
+        SimPod("team-c", "dra-0", [SimContainer("c", dra=[("gpu-claim", "team-c", "gpu.nvidia.com", "node-1", "gpu-1"),
+                                                           ("nic", "team-c", "rdma.example.com", "node-1", "nic-0")])]),
+        SimPod("team-d", "shared-0", [SimContainer("c", [("nvidia.com/gpu", [G0 + "::3"])])]),
+    ])
+    await kubelet.start()
+    changes: list = []
+    p = poller(kubelet_socket, changes)
+    try:
+        assert await p.poll_once()
+        assert p.allocations == [
+            Allocation("team-a", "train-0", "trainer", G0), Allocation("team-a", "train-0", "trainer", G1),
+            Allocation("team-b", "infer-0", "server", MIG),
+            Allocation("team-c", "dra-0", "c", "gpu-1", dra=True),
+            Allocation("team-d", "shared-0", "c", G0 + "::3"),
+        ]
+        assert [resolve_device(a, INVENTORY, BY_INDEX) for a in p.allocations] == [(0, G0), (1, G1), (1, MIG), (1, G1), (0, G0)]
+        assert p.health.up and p.health.objects == 4 and changes == [1]
+        assert await p.poll_once()
+        assert changes == [1], "an unchanged answer does not re-render"
+    finally:
+        await p.close()
+        await kubelet.stop()
+
+
+def test_gke_device_names_and_unknown_devices() -> None:
+    assert resolve_device(Allocation("n", "p", "c", "nvidia1"), INVENTORY, BY_INDEX) == (1, G1)
+    assert resolve_device(Allocation("n", "p", "c", "nvidia0/gi7"), INVENTORY, BY_INDEX) == (0, G0)
+    assert resolve_device(Allocation("n", "p", "c", "GPU-unknown"), INVENTORY, BY_INDEX) is None
+    assert resolve_device(Allocation("n", "p", "c", "gpu-9", dra=True), INVENTORY, BY_INDEX) is None
+
+
+async def test_empty_node(kubelet_socket: str) -> None:
+    kubelet = SimKubelet(kubelet_socket)
+    await kubelet.start()
+    changes: list = []
+    p = poller(kubelet_socket, changes)
+    try:
+        assert await p.poll_once()
+        assert p.allocations == [] and p.health.up and changes == []
+    finally:
+        await p.close()
+        await kubelet.stop()
+
+
+async def test_socket_missing_at_start_then_kubelet_restarts(kubelet_socket: str) -> None:
+    changes: list = []
+    p = poller(kubelet_socket, changes)
+    assert not await p.poll_once()
+    assert not p.health.up and p.health.errors == 1
+    kubelet = SimKubelet(kubelet_socket, [SimPod("ns", "a", [SimContainer("c", [("nvidia.com/gpu", [G0])])])])
+    await kubelet.start()
+    try:
+        assert await p.poll_once()
+        assert p.health.up and [a.pod for a in p.allocations] == ["a"]
+        # kubelet restart: the socket file is replaced; the pod set changed meanwhile
+        kubelet.set_pods([SimPod("ns", "b", [SimContainer("c", [("nvidia.com/gpu", [G1])])])])
+        await kubelet.restart()
+        ok = await p.poll_once() or await p.poll_once()
+        assert ok and [a.pod for a in p.allocations] == ["b"] and p.health.up
+        # kubelet down: allocations are kept (pods keep their GPUs), the source is down
+        await kubelet.stop()
+        assert not await p.poll_once()
+        assert [a.pod for a in p.allocations] == ["b"] and not p.health.up
+    finally:
+        await p.close()
+        await kubelet.stop()
+
+
+async def test_slow_and_failing_list(kubelet_socket: str) -> None:
+    kubelet = SimKubelet(kubelet_socket, [SimPod("ns", "a", [SimContainer("c", [("nvidia.com/gpu", [G0])])])])
+    await kubelet.start()
+    changes: list = []
+    p = poller(kubelet_socket, changes, timeout=0.2)
+    try:
+        kubelet.delay = 1.0
+        assert not await p.poll_once()
+        assert "DEADLINE_EXCEEDED" in p.health.detail
+        kubelet.delay = 0
+        kubelet.fail = True
+        assert not await p.poll_once()
+        assert "UNAVAILABLE" in p.health.detail and p.health.errors == 2
+        kubelet.fail = False
+        assert await p.poll_once() and p.health.up and len(p.allocations) == 1
+    finally:
+        await p.close()
+        await kubelet.stop()
+
+
+async def test_resource_name_patterns(kubelet_socket: str) -> None:
+    kubelet = SimKubelet(kubelet_socket, [SimPod("ns", "a", [SimContainer("c", [("nvidia.com/gpu", [G0]), ("nvidia.com/mig-3g.40gb", [MIG]),
+                                                                       ("gpu.example.com/x", ["x0"])])])])
+    await kubelet.start()
+    p = poller(kubelet_socket, [], resources=["gpu.example.com/*"])
+    try:
+        assert await p.poll_once()
+        assert [a.device for a in p.allocations] == ["x0"]
+    finally:
+        await p.close()
+        await kubelet.stop()
