@@ -229,7 +229,9 @@ class Demo:
             except LookupError:
                 continue
             lines += ["", f"  $ gangscope explain {ns}/{name}", render_text(doc, colour=sys.stdout.isatty())]
-        lines += ["", "  At +20 s a node of research/vit-large fails; at +40 s Kueue evicts it with NodeFailures.", ""]
+        if self.scenario.timeline:  # "static" plays none
+            lines += ["", "  At +20 s a node of research/vit-large fails; at +40 s Kueue evicts it with NodeFailures."]
+        lines.append("")
         return "\n".join(lines)
 
     async def stop(self) -> None:

@@ -1,0 +1,143 @@
+"""``gangscope demo``: the real command runs, reports what a newcomer needs, and leaves nothing behind;
+and while it runs, its collector and agents serve the scenario's joined series.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import psutil
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+from exporter.demo import Demo
+from exporter.sim.scenario import gpu_uuid
+
+PROMETHEUS = Path("/usr/bin/prometheus")
+
+
+def gangscope_command() -> list[str]:
+    """The installed console script next to the interpreter, else ``python -m exporter``."""
+    script = Path(sys.executable).parent / "gangscope"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "exporter"]
+
+
+def run_demo(*extra: str, timeout: float = 60) -> tuple[subprocess.CompletedProcess[str], list[psutil.Process]]:
+    """Runs the demo in its own session; returns its result and whatever of that session survived it.
+
+    A session of its own lets the test find every process the demo started (Prometheus included)
+    after it exited, and kill exactly those if the demo hangs or leaks.
+    """
+    proc = subprocess.Popen(
+        [*gangscope_command(), "demo", "--duration", "3", "--scenario", "static", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env={**os.environ, "GANGSCOPE_LOG_LEVEL": "warning"},
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"gangscope demo did not exit within {timeout} s; output:\n{out}\n{err}")
+    survivors = []
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) == proc.pid:
+                survivors.append(p)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    for p in survivors:  # only what our own demo started; reported by the test below
+        p.kill()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), survivors
+
+
+def test_demo_command_reports_and_exits_clean() -> None:
+    started = time.monotonic()
+    result, survivors = run_demo()
+    assert result.returncode == 0, result.stderr
+    assert not survivors, f"processes left behind: {survivors}"
+    out = result.stdout
+    collector = re.search(r"^  collector\s+(http://127\.0\.0\.1:\d+/metrics)$", out, re.M)
+    assert collector, out
+    assert re.search(r"^  agents\s+16 nodes, e\.g\. gpu-b1-r1-n1: http://127\.0\.0\.1:\d+/metrics$", out, re.M), out
+    # The static scenario: no timeline, so the stages are those the scenario builds.
+    table = re.search(r"^  workloads by stage:\n((?:    \S+ +\d+\n)+)", out, re.M)
+    assert table, out
+    stages = {line.split()[0]: int(line.split()[1]) for line in table.group(1).splitlines()}
+    assert stages == {"admission_checks": 1, "assembling": 2, "deactivated": 1, "finished": 1, "inadmissible": 1,
+                      "queued": 2, "running": 2}
+    explain = out.split("$ gangscope explain ml-team/mixtral-sft\n", 1)
+    assert len(explain) == 2, out
+    assert explain[1].splitlines()[1] == "verdict: held at ASSEMBLY", explain[1][:500]
+    assert re.search(r"^  assembly +BLOCKING +stuck assembling: PodGroup mixtral-sft", explain[1], re.M), explain[1][:800]
+    assert "At +20 s" not in out, "the static scenario announces a timeline it does not play"
+    assert "workloads by stage at the end: admission_checks=1, assembling=2" in out
+    # Its temporary folder (kubeconfig, kubelet sockets) is gone.
+    kubeconfig = re.search(r"^  kubeconfig  (\S+)", out, re.M)
+    assert kubeconfig and not Path(kubeconfig.group(1)).parent.exists()
+    assert time.monotonic() - started < 30
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not PROMETHEUS.exists(), reason="needs Debian's prometheus at /usr/bin/prometheus (scripts/setup-env installs it)")
+def test_demo_with_prometheus_stops_it() -> None:
+    result, survivors = run_demo("--prometheus")
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"^  prometheus\s+http://127\.0\.0\.1:\d+/alerts$", result.stdout, re.M), result.stdout
+    assert not survivors, f"processes left behind: {survivors}"
+
+
+@pytest.fixture
+async def static_demo() -> AsyncIterator[Demo]:
+    demo = Demo(scenario_name="static")
+    try:
+        await demo.start()
+        assert await demo.wait_synced(), "the collector or an agent did not sync"
+        yield demo
+    finally:
+        await demo.stop()
+
+
+async def scrape(session: aiohttp.ClientSession, port: int) -> list[Sample]:
+    async with session.get(f"http://127.0.0.1:{port}/metrics") as resp:
+        assert resp.status == 200
+        text = await resp.text()
+    return [s for family in text_string_to_metric_families(text) for s in family.samples]
+
+
+async def test_running_demo_serves_joined_series(static_demo: Demo) -> None:
+    node = "gpu-b1-r1-n1"  # the first node of llama-train (block-1, rack-1-1), pod llama-train-0
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+        # The agent joins GPUs to pods once its kubelet poll and pod watch both ran.
+        deadline = time.monotonic() + 15
+        while True:
+            samples = await scrape(session, static_demo.agents[node].port)
+            pod_info = [s for s in samples if s.name == "gangscope_gpu_pod_info"]
+            if (len(pod_info) == 8 and all(s.labels["workload"] for s in pod_info)) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.3)
+        assert sorted(int(s.labels["gpu"]) for s in pod_info) == list(range(8)), pod_info
+        for s in pod_info:
+            assert s.value == 1
+            assert s.labels["namespace"] == "ml-team"
+            assert re.fullmatch(r"job-llama-train-[0-9a-f]{5}", s.labels["workload"]), s.labels
+            assert (s.labels["pod"], s.labels["podgroup"], s.labels["node"]) == ("llama-train-0", "llama-train", node)
+            assert (s.labels["block"], s.labels["rack"], s.labels["host"]) == ("block-1", "rack-1-1", node)
+            assert s.labels["uuid"] == gpu_uuid(node, int(s.labels["gpu"]))
+
+        collector = await scrape(session, static_demo.collector.port)
+    idle = {(s.labels["namespace"], s.labels["workload"].rsplit("-", 1)[0]): s.value
+            for s in collector if s.name == "gangscope_gang_idle_gpus"}
+    assert idle[("research", "job-t5-pretrain")] == 16
+    assert idle[("ml-team", "job-llama-train")] == 0
+    assert idle[("ml-team", "job-mixtral-sft")] == 0
