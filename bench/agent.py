@@ -1,10 +1,16 @@
 """Benchmark: the node agent on a simulated 8-GPU x 18-link node. One command, prints a table.
 
-    .venv/bin/python bench/agent.py [--scrapes 1000] [--idle 20]
+    .venv/bin/python bench/agent.py [--scrapes 1000] [--idle 20] [--kube in-cluster|kubeconfig|none] [--entry cli|module]
 
 The agent runs as its own process (``gangscope agent --nvml sim``, 1 s sample interval, a real
 gRPC kubelet with 8 single-GPU pods, the fixture sysfs tree), so RSS and CPU are the agent's
-alone. The simulated NVML answers in microseconds, so the figures are gangscope's own cost:
+alone. Kubernetes access is, by ``--kube``: ``in-cluster`` (default, as deployed) a service
+account (token and CA files, ``KUBERNETES_SERVICE_HOST``/``PORT``) for the simulated API server
+over TLS, serving the Node, its 8 pods and a Kueue Topology; ``kubeconfig`` the same server over
+HTTP through a kubeconfig (which loads the ``kubernetes`` package); ``none`` no access at all.
+``--entry cli`` starts it as deployed (``python -m exporter agent``: the ``gangscope`` command),
+``module`` as ``python -m exporter.node.main`` (the agent's imports only). The simulated NVML
+answers in microseconds, so the figures are gangscope's own cost:
 
 - scrape latency p50/p99 over ``--scrapes`` sequential scrapes (Prometheus text, and
   OpenMetrics with gzip as Prometheus asks for it), measured by the client;
@@ -20,7 +26,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -34,9 +42,16 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from exporter.kube.resources import AGENT_NODE, AGENT_PODS, TOPOLOGIES  # noqa: E402
+from exporter.sim.apiserver import SimApiServer, make_object  # noqa: E402
 from exporter.sim.kubelet import SimContainer, SimKubelet, SimPod  # noqa: E402
 from exporter.sim.nvml import SimNvml  # noqa: E402
 
+NODE = "bench-node"
+BLOCK, RACK, HOST = "cloud.provider.com/topology-block", "cloud.provider.com/topology-rack", "kubernetes.io/hostname"
+# In-cluster: point the service-account paths at the bench's files, then run the agent as usual.
+IN_CLUSTER = ("import runpy, sys; import exporter.kube.credentials as c; c.SA_TOKEN, c.SA_CA = sys.argv[1:3]; "
+              "sys.argv = [sys.argv[3], *sys.argv[4:]]; runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)")
 
 
 def free_port() -> int:
@@ -65,6 +80,28 @@ async def scrape_many(port: int, n: int, openmetrics_gzip: bool) -> tuple[list[f
     return times, size, lines
 
 
+async def start_apiserver(tmp: str, tls: bool) -> SimApiServer:
+    """The simulated API server with this node, its pods and a Kueue Topology (block, rack, host)."""
+    ctx = None
+    if tls:
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                        "-keyout", "server.key", "-out", "ca.crt", "-days", "1", "-subj", "/CN=sim-apiserver",
+                        "-addext", "subjectAltName=IP:127.0.0.1"], cwd=tmp, check=True, capture_output=True)
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(os.path.join(tmp, "ca.crt"), os.path.join(tmp, "server.key"))
+    api = await SimApiServer(token="bench-token").start(ssl_context=ctx)
+    for resource in (AGENT_NODE, AGENT_PODS, TOPOLOGIES):
+        api.serve(resource)
+    api.create(make_object(AGENT_NODE, NODE, None, labels={BLOCK: "b1", RACK: "r1", HOST: NODE}))
+    api.create(make_object(TOPOLOGIES, "default", None, spec={"levels": [{"nodeLabel": k} for k in (BLOCK, RACK, HOST)]}))
+    for i in range(8):
+        obj = make_object(AGENT_PODS, f"train-{i}", "team-a", labels={"kueue.x-k8s.io/podset": "workers"},
+                          spec={"nodeName": NODE})
+        obj["metadata"]["annotations"] = {"kueue.x-k8s.io/workload": "job-train"}
+        api.create(obj)
+    return api
+
+
 async def main(args: argparse.Namespace) -> None:
     sim = SimNvml()
     tmp = tempfile.mkdtemp(prefix="gsb-", dir="/tmp")
@@ -72,20 +109,34 @@ async def main(args: argparse.Namespace) -> None:
     kubelet = SimKubelet(sock, [SimPod("team-a", f"train-{i}", [SimContainer("trainer", [("nvidia.com/gpu", [g.uuid])])])
                                 for i, g in enumerate(sim.gpus)])
     await kubelet.start()
+    api = None if args.kube == "none" else await start_apiserver(tmp, tls=args.kube == "in-cluster")
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter.node.main", "--nvml", "sim", "--listen", f"127.0.0.1:{port}", "--sample-interval", "1",
-         "--pod-resources-socket", sock, "--sysfs", str(ROOT / "tests/fixtures/sysfs"), "--node-name", "bench-node",
-         "--kubeconfig", os.path.join(tmp, "no-kubeconfig"), "--log-level", "error"],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    entry = ["exporter", "agent"] if args.entry == "cli" else ["exporter.node.main"]
+    agent_args = ["--nvml", "sim", "--listen", f"127.0.0.1:{port}", "--sample-interval", "1",
+                  "--pod-resources-socket", sock, "--sysfs", str(ROOT / "tests/fixtures/sysfs"), "--node-name", NODE,
+                  "--log-level", "error"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    if args.kube == "in-cluster":
+        assert api is not None
+        with open(os.path.join(tmp, "token"), "w") as f:
+            f.write("bench-token")
+        env.update(KUBERNETES_SERVICE_HOST="127.0.0.1", KUBERNETES_SERVICE_PORT=str(api.port))
+        cmd = [sys.executable, "-c", IN_CLUSTER, os.path.join(tmp, "token"), os.path.join(tmp, "ca.crt"), *entry, *agent_args]
+    else:
+        kubeconfig = api.write_kubeconfig(os.path.join(tmp, "kubeconfig")) if api else os.path.join(tmp, "no-kubeconfig")
+        cmd = [sys.executable, "-m", *entry, *agent_args, "--kubeconfig", kubeconfig]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
     ps = psutil.Process(proc.pid)
+    # With Kubernetes access, wait for the join with the pods' workloads and the Topology's levels.
+    ready = b'workload="job-train"' if api else b"gangscope_gpu_pod_info{"
     try:
         async with aiohttp.ClientSession() as s:
             for _ in range(200):
                 try:
                     async with s.get(f"http://127.0.0.1:{port}/metrics") as r:
-                        if b"gangscope_gpu_pod_info{" in await r.read():
+                        body = await r.read()
+                        if ready in body and (api is None or b'rack="r1"' in body):
                             break
                 except aiohttp.ClientError:
                     pass
@@ -105,10 +156,13 @@ async def main(args: argparse.Namespace) -> None:
         proc.terminate()
         proc.wait(timeout=10)
         await kubelet.stop()
-        os.rmdir(tmp)
+        if api is not None:
+            await api.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
     rows = [
         ("node", "8 GPUs x 18 NVLink links (simulated NVML), 8 pods, 3 IB ports + 1 NIC", ""),
+        ("Kubernetes access, entry", f"{args.kube}, {'gangscope agent' if args.entry == 'cli' else 'exporter.node.main'}", ""),
         ("series per scrape", f"{lines} lines", ""),
         ("scrape p50 / p99, text", f"{pct(text_times, 50):.2f} / {pct(text_times, 99):.2f} ms  ({text_size / 1024:.0f} KiB)",
          "p99 < 10 ms"),
@@ -130,4 +184,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scrapes", type=int, default=1000)
     parser.add_argument("--idle", type=float, default=20.0)
+    parser.add_argument("--kube", choices=("in-cluster", "kubeconfig", "none"), default="in-cluster")
+    parser.add_argument("--entry", choices=("cli", "module"), default="cli")
     asyncio.run(main(parser.parse_args()))

@@ -13,7 +13,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import topology_from_args
-from exporter.kube.resources import AGENT_NODE, AGENT_PODS
+from exporter.kube.resources import AGENT_NODE, AGENT_PODS, TOPOLOGIES
 from exporter.node import main as agent_main
 from exporter.node.agent import Agent
 from exporter.sim.apiserver import SimApiServer, make_object
@@ -25,16 +25,22 @@ BLOCK, RACK = "cloud.provider.com/topology-block", "cloud.provider.com/topology-
 FIXTURE = str(Path(__file__).parent / "fixtures" / "sysfs")
 
 
-def parse_args(*extra: str) -> argparse.Namespace:
+def parse_args(*extra: str, levels: str | None = f"{BLOCK},{RACK}") -> argparse.Namespace:
+    """The agent's flags for tests; ``levels=None`` leaves out ``--topology-levels`` (Topologies decide)."""
     p = argparse.ArgumentParser()
     agent_main.add_arguments(p)
-    return p.parse_args(["--listen", "127.0.0.1:0", "--node-name", NODE, "--sysfs", FIXTURE,
-                         "--topology-levels", f"{BLOCK},{RACK}", "--sample-interval", "0.1",
-                         "--pod-resources-interval", "0.1", "--discovery-interval", "0.5", *extra])
+    flags = [] if levels is None else ["--topology-levels", levels]
+    return p.parse_args(["--listen", "127.0.0.1:0", "--node-name", NODE, "--sysfs", FIXTURE, *flags,
+                         "--sample-interval", "0.1", "--pod-resources-interval", "0.1", "--discovery-interval", "0.5",
+                         *extra])
 
 
-def node(block: str, rack: str) -> dict:
-    return make_object(AGENT_NODE, NODE, None, labels={BLOCK: block, RACK: rack, "kubernetes.io/hostname": NODE})
+def node(block: str, rack: str, **more: str) -> dict:
+    return make_object(AGENT_NODE, NODE, None, labels={BLOCK: block, RACK: rack, "kubernetes.io/hostname": NODE, **more})
+
+
+def topology(name: str, *keys: str) -> dict:
+    return make_object(TOPOLOGIES, name, None, spec={"levels": [{"nodeLabel": k} for k in keys]})
 
 
 def pod(name: str, labels: dict, annotations: dict, node_name: str = NODE, spec: dict | None = None) -> dict:
@@ -235,3 +241,122 @@ def test_sigterm_stops_the_agent_process(tmp_path: Path, nvml: str, ready_marker
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+ZONE = "example.com/topology-zone"
+AGENT_SERIES = ("gangscope_gpu", "gangscope_nvlink", "gangscope_pcie", "gangscope_fabric", "gangscope_nic",
+                "gangscope_source", "gangscope_parse_errors")
+
+
+def topology_labels(text: str) -> set[tuple[tuple[str, str], ...]]:
+    """The distinct (node + topology) label sets over every agent series of a scrape."""
+    out = set()
+    for name, labels, _ in series(text):
+        if name.startswith(AGENT_SERIES):
+            keys = ["node", *(k for k in labels if k in ("zone", "block", "rack", "host"))]
+            out.add(tuple((k, labels[k]) for k in keys))
+    return out
+
+
+async def test_agent_levels_follow_kueue_topologies(tmp_path: Path) -> None:
+    """No --topology-levels: the levels are the collector's merge of the Kueue Topologies, and a
+    change of Topologies re-labels every series (old label sets vanish, not left beside)."""
+    api = await SimApiServer().start()
+    for resource in (AGENT_NODE, AGENT_PODS, TOPOLOGIES):
+        api.serve(resource)
+    api.create(node("b1", "r2", **{ZONE: "z1"}))
+    api.create(topology("racks", BLOCK, RACK, "kubernetes.io/hostname"))
+    args = parse_args("--kubeconfig", api.write_kubeconfig(str(tmp_path / "kc")), "--pod-resources-socket",
+                      str(tmp_path / "none.sock"), levels=None)
+    levels, _ = topology_from_args(args)
+    agent = Agent(args, levels, nvml=lambda: SimNvml())
+    await agent.start()
+    try:
+        async def labelled(want: tuple[tuple[str, str], ...]) -> bool:
+            text = await scrape(agent.port)
+            return "gangscope_nvlink_transmit_bytes_total{" in text and topology_labels(text) == {want}
+
+        await until(lambda: labelled((("node", NODE), ("block", "b1"), ("rack", "r2"), ("host", NODE))))
+        text = await scrape(agent.port)
+        ups = {s[1]["source"]: s[2] for s in series(text) if s[0] == "gangscope_source_up"}
+        assert ups["topologies"] == 1 and ups["node"] == 1
+        # A second Topology with a level above block: merged in above it, on every series.
+        api.create(topology("zones", ZONE, BLOCK, "kubernetes.io/hostname"))
+        await until(lambda: labelled((("node", NODE), ("zone", "z1"), ("block", "b1"), ("rack", "r2"), ("host", NODE))))
+        assert agent.node.levels.keys == (ZONE, BLOCK, RACK, "kubernetes.io/hostname")
+        # Two keys with one alias: rejected and counted, the levels kept.
+        api.create(topology("clash", "other.io/topology-rack"))
+
+        async def counted() -> bool:
+            errors = {s[1]["source"]: s[2] for s in series(await scrape(agent.port)) if s[0] == "gangscope_parse_errors_total"}
+            return errors.get("topologies", 0) >= 1
+
+        await until(counted)
+        assert agent.node.levels.keys == (ZONE, BLOCK, RACK, "kubernetes.io/hostname")
+        # Every Topology gone: host only.
+        for name in ("racks", "zones", "clash"):
+            api.delete(topology(name))
+        await until(lambda: labelled((("node", NODE), ("host", NODE))))
+        proc = subprocess.run(["promtool", "check", "metrics"], input=(await scrape(agent.port)).encode(), capture_output=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    finally:
+        await agent.stop()
+        await api.stop()
+
+
+async def test_topology_levels_flag_overrides_kueue_topologies(tmp_path: Path) -> None:
+    """--topology-levels given: the Topologies are not watched (no source, no labels from them)."""
+    api = await SimApiServer().start()
+    for resource in (AGENT_NODE, AGENT_PODS, TOPOLOGIES):
+        api.serve(resource)
+    api.create(node("b1", "r2"))
+    api.create(topology("racks", BLOCK, RACK, "kubernetes.io/hostname"))
+    args = parse_args("--kubeconfig", api.write_kubeconfig(str(tmp_path / "kc")), "--pod-resources-socket",
+                      str(tmp_path / "none.sock"), "--topology-alias", f"{RACK}=rack_id", levels=RACK)
+    levels, _ = topology_from_args(args)
+    agent = Agent(args, levels, nvml=lambda: SimNvml())
+    await agent.start()
+    try:
+        want = {(("node", NODE), ("host", NODE))}
+
+        async def labelled() -> bool:
+            text = await scrape(agent.port)
+            return "gangscope_nvlink_transmit_bytes_total{" in text and 'rack_id="r2"' in text
+
+        await until(labelled)
+        text = await scrape(agent.port)
+        assert topology_labels(text) == want and "block=" not in text and 'rack="' not in text
+        assert all(s[1]["rack_id"] == "r2" for s in series(text) if s[0].startswith(AGENT_SERIES))
+        ups = {s[1]["source"]: s[2] for s in series(text) if s[0] == "gangscope_source_up"}
+        assert "topologies" not in ups and ups["node"] == 1
+        assert not [r for r in api.requests if "topologies" in r]
+    finally:
+        await agent.stop()
+        await api.stop()
+
+
+async def test_without_kueue_the_labels_are_host_only(tmp_path: Path) -> None:
+    """Topology not served (Kueue absent): that source is down but not in error; host-only labels."""
+    api = await SimApiServer().start()
+    api.serve(AGENT_NODE)
+    api.serve(AGENT_PODS)
+    api.create(node("b1", "r2"))
+    args = parse_args("--kubeconfig", api.write_kubeconfig(str(tmp_path / "kc")), "--pod-resources-socket",
+                      str(tmp_path / "none.sock"), levels=None)
+    levels, _ = topology_from_args(args)
+    agent = Agent(args, levels, nvml=lambda: SimNvml())
+    await agent.start()
+    try:
+        async def settled() -> bool:
+            text = await scrape(agent.port)
+            ups = {s[1]["source"]: s[2] for s in series(text) if s[0] == "gangscope_source_up"}
+            return "gangscope_nvlink_transmit_bytes_total{" in text and ups.get("topologies") == 0 and ups.get("node") == 1
+
+        await until(settled)
+        text = await scrape(agent.port)
+        assert topology_labels(text) == {(("node", NODE), ("host", NODE))}
+        errors = {s[1]["source"]: s[2] for s in series(text) if s[0] == "gangscope_source_errors_total"}
+        assert errors["topologies"] == 0
+    finally:
+        await agent.stop()
+        await api.stop()

@@ -1,10 +1,13 @@
-"""The agent's informer handlers: pods on this node and its own Node (replace/apply protocol)."""
+"""The agent's informer handlers: pods on this node, its own Node and the Kueue Topologies
+(replace/apply protocol)."""
 
 from __future__ import annotations
 
 import pytest
 
-from exporter.node.nodeinfo import NodeTopology
+from exporter.cluster import build_collector
+from exporter.exposition import Exposition
+from exporter.node.nodeinfo import NodeTopology, TopologyLevelsWatch
 from exporter.node.pods import PodIndex, PodMeta, pod_key_and_meta
 from exporter.topology import TopologyLevels
 
@@ -70,3 +73,67 @@ def test_node_topology_follows_the_node_and_ignores_others() -> None:
     assert topo.labels == (("node", "n1"), ("block", ""), ("rack", ""), ("host", "n1")) and calls == [1, 1, 1]
     with pytest.raises(ValueError):
         topo.apply("MODIFIED", {"metadata": {"name": "n1", "labels": {"a": 1}}})
+
+
+BLOCK, RACK, ZONE = "cloud.provider.com/topology-block", "cloud.provider.com/topology-rack", "example.com/topology-zone"
+HOST = "kubernetes.io/hostname"
+
+
+def topology(name: str, *keys: str) -> dict:
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Topology", "metadata": {"name": name},
+            "spec": {"levels": [{"nodeLabel": k} for k in keys]}}
+
+
+def watch(overrides: dict | None = None) -> tuple[TopologyLevelsWatch, NodeTopology, list[int]]:
+    calls: list[int] = []
+    node = NodeTopology("n1", TopologyLevels.build([]), lambda: calls.append(1))
+    node.replace([{"metadata": {"name": "n1", "labels": {BLOCK: "b1", RACK: "r1", ZONE: "z1", HOST: "h1"}}}])
+    return TopologyLevelsWatch(node, overrides or {}), node, calls
+
+
+def test_topology_watch_merges_levels_and_relabels_on_change() -> None:
+    w, node, calls = watch({RACK: "rack_id"})
+    assert node.labels == (("node", "n1"), ("host", "h1")) and calls == [1]
+    w.replace([topology("b-racks", RACK, HOST), topology("a-blocks", BLOCK, RACK, HOST)])
+    assert node.labels == (("node", "n1"), ("block", "b1"), ("rack_id", "r1"), ("host", "h1")) and calls == [1, 1]
+    w.apply("MODIFIED", topology("a-blocks", BLOCK, RACK, HOST))
+    assert calls == [1, 1], "unchanged levels do not re-render"
+    w.apply("ADDED", topology("c-zones", ZONE, BLOCK))
+    assert [k for k, _ in node.labels] == ["node", "zone", "block", "rack_id", "host"] and calls == [1, 1, 1]
+    w.apply("DELETED", topology("a-blocks"))
+    w.apply("DELETED", topology("c-zones"))
+    assert node.labels == (("node", "n1"), ("rack_id", "r1"), ("host", "h1")) and len(calls) == 5
+    w.replace([])
+    assert node.labels == (("node", "n1"), ("host", "h1"))
+
+
+def test_topology_watch_counts_bad_objects_and_keeps_levels_on_alias_clash() -> None:
+    w, node, _ = watch()
+    with pytest.raises(ValueError, match="without metadata.name"):
+        w.replace([topology("ok", BLOCK, HOST), {"metadata": {}}])
+    assert [k for k, _ in node.labels] == ["node", "block", "host"]
+    with pytest.raises(ValueError, match="nodeLabel missing"):
+        w.apply("ADDED", {"metadata": {"name": "partial"}, "spec": {"levels": [{}, {"nodeLabel": RACK}]}})
+    assert [k for k, _ in node.labels] == ["node", "block", "rack", "host"]  # the good level is used
+    with pytest.raises(ValueError, match="rejected"):
+        w.apply("ADDED", topology("clash", "other.io/topology-block"))
+    assert [k for k, _ in node.labels] == ["node", "block", "rack", "host"]
+    w.apply("BOOKMARK", {"metadata": {"resourceVersion": "9"}})
+    with pytest.raises(ValueError):
+        w.apply("MODIFIED", {"metadata": {"name": 5}})
+    assert "ok" in w.topologies, "an unparsable update keeps the previous version"
+
+
+@pytest.mark.parametrize("objects", [
+    [topology("racks", RACK, HOST), topology("blocks", BLOCK, RACK, HOST)],
+    [topology("z", ZONE, HOST), topology("a", BLOCK, RACK)],
+    [topology("one", HOST, BLOCK), topology("two", RACK)],
+    [],
+])
+def test_topology_watch_levels_are_the_collectors(objects: list[dict]) -> None:
+    """The same Topologies give the agent and the collector the same levels and label names."""
+    store, handlers, _ = build_collector(Exposition(), alias_overrides={RACK: "rack_id"})
+    handlers["topologies"].replace(objects)
+    w, node, _ = watch({RACK: "rack_id"})
+    w.replace(objects)
+    assert node.levels == store.levels

@@ -41,7 +41,8 @@ COLLECTOR_RESOURCES = (
     COSCHEDULING_PODGROUPS, COSCHEDULING_LEGACY_PODGROUPS, VOLCANO_PODGROUPS, NATIVE_PODGROUPS, NATIVE_WORKLOADS,
 )
 
-# The node agent: its own Node (get + watch by name) and the pods bound to it.
+# The node agent: its own Node (get + watch by name), the pods bound to it, and the Kueue Topologies
+# (a few cluster-scoped objects) its topology levels come from when --topology-levels is not given.
 AGENT_NODE = Resource("node", "", ("v1",), "nodes", "Node", False)
 AGENT_PODS = Resource("pods", "", ("v1",), "pods", "Pod", True)
-AGENT_RESOURCES = (AGENT_NODE, AGENT_PODS)
+AGENT_RESOURCES = (AGENT_NODE, AGENT_PODS, TOPOLOGIES)

@@ -4,6 +4,11 @@ Every source runs in the background and renders its own lines into one :class:`E
 a scrape concatenates them. Sources fail independently: without NVML the fabric and pod
 series are still served; without Kubernetes access (no kubeconfig, not in a cluster) the GPU
 series are served with empty pod keys and only ``node``/``host`` as topology labels.
+
+The topology levels are the collector's: ``--topology-levels`` when given, else the Kueue
+``Topology`` objects, watched (a cluster without Kueue leaves that source down, not in error,
+and the labels host-only); when they change, every series is re-labelled, as on a Node label
+change.
 """
 
 from __future__ import annotations
@@ -17,11 +22,11 @@ import structlog
 
 from ..exposition import Exposition
 from ..health import SourceHealth
-from ..kube.resources import AGENT_NODE, AGENT_PODS
-from ..topology import TopologyLevels
+from ..kube.resources import AGENT_NODE, AGENT_PODS, TOPOLOGIES
+from ..topology import TopologyLevels, parse_alias_overrides
 from . import families as F
 from .fabric import FabricSampler
-from .nodeinfo import NodeTopology
+from .nodeinfo import NodeTopology, TopologyLevelsWatch
 from .nvml import NvmlSampler
 from .podresources import PodResourcesPoller, resolve_device
 from .pods import PodIndex
@@ -52,6 +57,9 @@ class Agent:
         self.exposition = Exposition(args.max_series_per_family)
         self.exposition.register(*F.GPU_FAMILIES)
         self.node = NodeTopology(args.node_name, levels, self._relabel)
+        # No levels given: follow the Kueue Topologies, as the collector does.
+        self.topologies = None if any(k.strip() for k in args.topology_levels.split(",")) \
+            else TopologyLevelsWatch(self.node, parse_alias_overrides(args.topology_alias))
         self.pods = PodIndex(self.render_pods)
         self.nvml_health = SourceHealth("nvml", self.exposition)
         self.sampler = NvmlSampler(
@@ -103,7 +111,7 @@ class Agent:
         return [self.nvml_health, self.podres.health, self.fabric.health, *self._kube_healths]
 
     def _relabel(self) -> None:
-        log.info("node_topology_changed", labels=dict(self.node.labels))
+        log.info("node_topology_changed", levels=list(self.node.levels.keys), labels=dict(self.node.labels))
         for health in self.healths():
             health.set_labels(self.node.base_labels())
         self.sampler.relabel()
@@ -136,7 +144,7 @@ class Agent:
                  kubernetes=self._client is not None)
 
     async def _start_kube(self) -> Any:
-        """The Node and pods watches, or both sources down when there is no Kubernetes access."""
+        """The Node, pods (and Topology) watches, or those sources down when there is no Kubernetes access."""
         from ..kube.client import KubeClient
         from ..kube.credentials import CredentialsError
         from ..kube.sources import SourceSet, SourceSpec
@@ -145,16 +153,19 @@ class Agent:
             self._client = await KubeClient.create(self.args.kubeconfig, self.args.context, self.args.insecure_skip_tls_verify)
         except (CredentialsError, OSError, ValueError) as exc:
             log.warning("kubernetes_unavailable", error=str(exc))
-            for resource in (AGENT_NODE, AGENT_PODS):
+            for resource in (AGENT_NODE, AGENT_PODS, *((TOPOLOGIES,) if self.topologies is not None else ())):
                 health = SourceHealth(resource.source, self.exposition)
                 health.down(f"no Kubernetes access: {exc}", error=False)
                 self._kube_healths.append(health)
             return None
         node = self.args.node_name
-        self._sources = SourceSet(self._client, [
+        specs = [
             SourceSpec(AGENT_NODE, self.node, field_selector=f"metadata.name={node}"),
             SourceSpec(AGENT_PODS, self.pods, field_selector=f"spec.nodeName={node}"),
-        ], self.exposition, discovery_interval=self.args.discovery_interval)
+        ]
+        if self.topologies is not None:  # a few cluster-scoped objects: every agent may watch them all
+            specs.append(SourceSpec(TOPOLOGIES, self.topologies))
+        self._sources = SourceSet(self._client, specs, self.exposition, discovery_interval=self.args.discovery_interval)
         self._kube_healths = [state.health for state in self._sources.sources.values()]
         return self._client.post_json
 

@@ -1,8 +1,12 @@
-"""The agent's own Node: its labels become ``node`` plus the topology labels on every series.
+"""The agent's own Node and the Kueue Topologies: together they give ``node`` plus the topology
+labels on every series.
 
-Watched by ``metadata.name=<node>`` so a label change (a node moved between racks, Topograph
-relabelling blocks) reaches the series within seconds. Until the Node is read, or without
-Kubernetes access, the topology labels are empty except ``host``, which is the node name.
+The Node is watched by ``metadata.name=<node>`` so a label change (a node moved between racks,
+Topograph relabelling blocks) reaches the series within seconds. The levels (which node label
+keys are topology, top first) come from ``--topology-levels`` when given, else from the Kueue
+``Topology`` objects, merged by the collector's own :func:`merge_levels` so that the agent's
+``block``/``rack`` labels are the collector's. Until the Node is read, or without Kubernetes
+access, the topology labels are empty except ``host``, which is the node name.
 """
 
 from __future__ import annotations
@@ -10,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..topology import TopologyLevels
+from ..cluster.topologies import Topology, merge_levels, parse_topology
+from ..topology import TopologyError, TopologyLevels
 
 
 class NodeTopology:
@@ -28,6 +33,11 @@ class NodeTopology:
 
     def base_labels(self) -> tuple[tuple[str, str], ...]:
         return self.labels
+
+    def set_levels(self, levels: TopologyLevels) -> None:
+        """New topology levels (from the Topology watch): every series is re-labelled if the labels change."""
+        self.levels = levels
+        self._set(self.node_labels)
 
     def _set(self, node_labels: Mapping[str, str]) -> None:
         self.node_labels = node_labels
@@ -57,3 +67,59 @@ class NodeTopology:
         labels = self._labels_of(obj)
         if labels is not None:
             self._set({} if event_type == "DELETED" else labels)
+
+
+class TopologyLevelsWatch:
+    """Informer handler for Kueue ``Topology`` objects: feeds the merged levels to a :class:`NodeTopology`.
+
+    The rules are the collector's (``ClusterStore._update_levels``): all Topologies merged by
+    :func:`merge_levels`, aliases from ``--topology-alias``, the hostname level always last; a
+    merge whose aliases collide keeps the previous levels. An object that cannot be parsed is
+    skipped (on an update, its previous version stays), and every problem is raised as one
+    ``ValueError`` after the rest is applied, which the informer counts as a parse error.
+    """
+
+    def __init__(self, node: NodeTopology, overrides: Mapping[str, str]) -> None:
+        self.node = node
+        self.overrides = dict(overrides)
+        self.topologies: dict[str, Topology] = {}
+
+    def replace(self, objects: list[dict[str, Any]]) -> None:
+        topologies: dict[str, Topology] = {}
+        problems: list[str] = []
+        for obj in objects:
+            topo = self._parse(obj, problems)
+            if topo is not None:
+                topologies[topo.name] = topo
+        self.topologies = topologies
+        self._update(problems)
+
+    def apply(self, event_type: str, obj: dict[str, Any]) -> None:
+        if event_type not in ("ADDED", "MODIFIED", "DELETED"):
+            return
+        problems: list[str] = []
+        if event_type == "DELETED":
+            meta = obj.get("metadata") if isinstance(obj, dict) else None
+            self.topologies.pop(meta.get("name") if isinstance(meta, dict) else None, None)
+        elif (topo := self._parse(obj, problems)) is not None:
+            self.topologies[topo.name] = topo
+        self._update(problems)
+
+    @staticmethod
+    def _parse(obj: Any, problems: list[str]) -> Topology | None:
+        try:
+            topo = parse_topology(obj)
+        except ValueError as exc:  # ParseError: not a usable Topology at all
+            problems.append(str(exc))
+            return None
+        problems.extend(f"topology {topo.name}: {p}" for p in topo.problems)
+        return topo
+
+    def _update(self, problems: list[str]) -> None:
+        keys = merge_levels(self.topologies.values())
+        try:
+            self.node.set_levels(TopologyLevels.build(keys, self.overrides))
+        except TopologyError as exc:
+            problems.append(f"topology levels rejected, keeping {list(self.node.levels.keys)}: {exc}")
+        if problems:
+            raise ValueError("; ".join(problems[:3]))
