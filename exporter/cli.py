@@ -11,6 +11,10 @@ import importlib
 import sys
 
 from . import __version__
+from .topology import TopologyError
+
+DESCRIPTION = ("why is my training job pending, or slow? Kueue admission, topology placement, gang assembly "
+               "and GPU interconnect, per job and per topology domain")
 
 SUBCOMMANDS = {
     "collector": ("exporter.cluster.main", "watch Kueue Workloads, Topologies and PodGroups and serve their metrics"),
@@ -21,14 +25,16 @@ SUBCOMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gangscope", description=__doc__.splitlines()[0])
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``only``, just that subcommand's module is imported (the agent's memory)."""
+    parser = argparse.ArgumentParser(prog="gangscope", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"gangscope {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(SUBCOMMANDS) + "}")
     for name, (module, help_text) in SUBCOMMANDS.items():
         sp = sub.add_parser(name, help=help_text, description=help_text)
         sp.set_defaults(_module=module)
-        importlib.import_module(module).add_arguments(sp)
+        if only is None or name == only:
+            importlib.import_module(module).add_arguments(sp)
     return parser
 
 
@@ -41,7 +47,11 @@ def main(argv: list[str] | None = None) -> int:
         if argv:
             print(f"gangscope: unknown command {argv[0]!r}", file=sys.stderr)
         return 2
-    parser = build_parser()
+    parser = build_parser(only=argv[0])
     args = parser.parse_args(argv)
     module = importlib.import_module(args._module)
-    return int(module.run(args) or 0)
+    try:
+        return int(module.run(args) or 0)
+    except TopologyError as exc:  # --topology-levels/--topology-alias that cannot work: a usage error
+        print(f"gangscope {argv[0]}: {exc}", file=sys.stderr)
+        return 2

@@ -25,8 +25,8 @@ def add_kube(p: argparse.ArgumentParser) -> None:
 
 def add_topology(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topology-levels", default="",
-                   help="comma-separated node label keys, top level first, used when no Kueue Topology exists "
-                        "(e.g. cloud.provider.com/topology-block,cloud.provider.com/topology-rack)")
+                   help="comma-separated node label keys, top level first; overrides the levels of Kueue Topology "
+                        "objects (e.g. cloud.provider.com/topology-block,cloud.provider.com/topology-rack)")
     p.add_argument("--topology-alias", action="append", default=[], metavar="KEY=NAME",
                    help="Prometheus label name for a node label key (repeatable)")
 

@@ -398,7 +398,7 @@ def render_text(doc: dict[str, Any], colour: bool, columns: int = 100) -> str:
 # ---- the command ---------------------------------------------------------------------------------
 
 def _build(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
-    from .cluster import build_collector
+    from .cluster.collector import build_collector
     from .exposition import Exposition
     from .snapshot import gpu_resources
 

@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .cluster import build_collector
+from .cluster.collector import build_collector
 from .cluster.gangs import add_gang_arguments
 from .config import add_logging, add_topology, topology_from_args
 from .exposition import Exposition

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.cluster import build_collector
+from exporter.cluster.collector import build_collector
 from exporter.exposition import Exposition
 from exporter.node.nodeinfo import NodeTopology, TopologyLevelsWatch
 from exporter.node.pods import PodIndex, PodMeta, pod_key_and_meta

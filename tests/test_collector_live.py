@@ -24,7 +24,7 @@ from exporter.exposition import Exposition
 from exporter.kube.backoff import BackoffPolicy
 from exporter.kube.resources import LOCAL_QUEUES, NODES, RESOURCE_FLAVORS, TOPOLOGIES, WORKLOADS
 from exporter.sim.apiserver import SimApiServer
-from exporter.cluster import build_collector
+from exporter.cluster.collector import build_collector
 from kueue_objects import admitted_conditions, cond, fixture, local_queue, modified, node, sample, series, topology, workload
 
 SERVED = (WORKLOADS, LOCAL_QUEUES, TOPOLOGIES, NODES)  # ResourceFlavors stay unserved: a CRD missing

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from exporter.cluster import build_collector
+from exporter.cluster.collector import build_collector
 from exporter.cluster.workloads import STAGES, parse_workload
 from exporter.exposition import Exposition
 from exporter.health import SourceHealth

@@ -1,6 +1,6 @@
 """``gangscope collector``: watch Kueue objects (and PodGroups), serve their metrics.
 
-Wiring only: the store and handlers come from :func:`exporter.cluster.build_collector` (the
+Wiring only: the store and handlers come from :func:`exporter.cluster.collector.build_collector` (the
 same code ``gangscope snapshot`` runs on a dump), one supervised informer per watched resource
 from :mod:`exporter.kube.sources`, and the shared HTTP endpoint from :mod:`exporter.serving`.
 SIGTERM and SIGINT stop the informers and the server, then the process exits 0.
@@ -24,7 +24,7 @@ from ..kube.resources import COLLECTOR_RESOURCES
 from ..logs import setup_logging
 from ..snapshot import add_gpu_resource, gpu_resources
 from ..topology import TopologyError
-from . import build_collector
+from .collector import build_collector
 from .gangs import add_gang_arguments
 
 log = structlog.get_logger(__name__)
