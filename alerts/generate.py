@@ -140,6 +140,32 @@ def new_or_increase(selector: str, window: str) -> str:
     return f"((({born}) and on (job, instance) (up offset {window} == 1)) * 1 or increase({selector}[{window}]))"
 
 
+def evicted_workloads_per_domain(reason: str, window: str, levels: tuple[str, ...], domain: tuple[str, ...]) -> str:
+    """Distinct Workloads evicted for `reason` within the window, per domain (e.g. per rack).
+
+    gangscope_topology_evictions_total counts one eviction once per lowest domain (host) of the
+    Workload's last assignment, so summing it over a rack's hosts counts a Workload spread over 4
+    hosts as 4 evictions. It has no workload label, so the Workloads come from
+    gangscope_workload_evictions_total, and their placement from gangscope_workload_topology_pods
+    over the whole window: Kueue may re-admit an evicted Workload elsewhere within minutes, and its
+    current placement would then name the wrong rack. The host counter stays as the evidence of
+    where the eviction happened: a Workload counts in a domain only through a host the counter
+    charged, so its new placement in another rack does not count there. `and` (not `*`) joins,
+    because a host holds many Workloads and a Workload many hosts.
+    """
+    hosts = new_or_increase(f'gangscope_topology_evictions_total{{reason="{reason}"}}', window)
+    workloads = new_or_increase(f'gangscope_workload_evictions_total{{reason="{reason}"}}', window)
+    return (
+        f"count by ({_by(domain)}) (\n"
+        f"  max by ({_by(('namespace', 'workload', *domain))}) (\n"
+        f"    max_over_time(gangscope_workload_topology_pods[{window}])\n"
+        f"    and on ({_by(levels)}) (sum by ({_by(levels)}) {hosts} > 0)\n"
+        "  )\n"
+        f"  and on (namespace, workload) (max by (namespace, workload) {workloads} > 0)\n"
+        ")"
+    )
+
+
 def _desc_domain(domain: tuple[str, ...]) -> str:
     return ", ".join(f"{label} {{{{ $labels.{label} }}}}" for label in reversed(domain))
 
@@ -219,12 +245,11 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
         ),
         rule(
             "GangscopeDomainNodeFailureEvictions",
-            f"sum by ({_by(dom)}) (\n  "
-            + new_or_increase('gangscope_topology_evictions_total{reason="NodeFailures"}', dom_nf["window"])
-            + f"\n) >= {dom_nf['min_evictions']}",
+            evicted_workloads_per_domain("NodeFailures", dom_nf["window"], cfg.levels, dom)
+            + f" >= {dom_nf['min_evictions']}",
             f"Workloads placed in one {cfg.domain_level} were evicted because of node failures.",
-            f"{{{{ $value }}}} NodeFailures evictions in the last {dom_nf['window']} hit workloads placed in "
-            f"{_desc_domain(dom)}. Check that {cfg.domain_level}'s nodes, power and switches.",
+            f"{{{{ $value }}}} workloads placed in {_desc_domain(dom)} were evicted with reason NodeFailures in the "
+            f"last {dom_nf['window']}. Check that {cfg.domain_level}'s nodes, power and switches.",
         ),
         rule(
             "GangscopeWorkloadNodeFailureEviction",

@@ -36,6 +36,17 @@ DOMAIN = 'block=~"$block", rack=~"$rack"'
 NODE = 'node=~"$node"'
 
 
+def new_or_increase(selector: str) -> str:
+    """Counter rise per interval that also counts a series born in the interval (as the alerts do).
+
+    gangscope's eviction counters are created by their first eviction at 1, so increase() alone
+    shows nothing for a Workload's first eviction, the usual case. A series absent one interval
+    earlier counts with its value if its target was already up then (not a restart or a new pod).
+    """
+    born = f"{selector} unless {selector} offset {RATE}"
+    return f"((({born}) and on (job, instance) (up offset {RATE} == 1)) * 1 or increase({selector}[{RATE}]))"
+
+
 @dataclass(frozen=True)
 class Q:
     """One PromQL target: expression, legend, and whether it is an instant table query."""
@@ -208,6 +219,22 @@ def topology() -> dash.Dashboard:
         " * on (namespace, workload) group_left () (max by (namespace, workload) (gangscope_gang_assembly_stuck) == 1))"
     )
 
+    # Distinct evicted Workloads per rack, as GangscopeDomainNodeFailureEvictions counts them: the
+    # per-host counter says where (each eviction is charged to every host of the Workload's last
+    # assignment), the per-workload counter says which and why; the placement is taken over the
+    # interval because Kueue clears or replaces it when it evicts and re-admits. topk keeps one
+    # reason per Workload so the join stays one-to-one.
+    evicted_per_rack = (
+        "count by (block, rack, reason) (\n"
+        "  max by (namespace, workload, block, rack) (\n"
+        f"    max_over_time(gangscope_workload_topology_pods{{{DOMAIN}}}[{RATE}])\n"
+        f"    and on (block, rack, host) (sum by (block, rack, host) {new_or_increase(f'gangscope_topology_evictions_total{{{DOMAIN}}}')} > 0)\n"
+        "  )\n"
+        "  * on (namespace, workload) group_left (reason)\n"
+        f"  topk by (namespace, workload) (1, sum by (namespace, workload, reason) {new_or_increase('gangscope_workload_evictions_total')} > 0)\n"
+        ")"
+    )
+
     def throughput(family: str, what: str) -> object:
         return series(f"{what} per rack", f"{what} bytes per second per rack, both directions (recorded rack:gangscope_{family}_bytes:rate5m).", "Bps",
                       Q(f'sum by (block, rack) (rack:gangscope_{family}_bytes:rate5m{{{DOMAIN}}})', "{{block}}/{{rack}}"), span=8)
@@ -223,8 +250,10 @@ def topology() -> dash.Dashboard:
                 [
                     series("Workloads by stage per rack", "Workloads with pods placed in each rack, by stage (recorded rack:gangscope_workload_stage:count).", "short",
                            Q(f"rack:gangscope_workload_stage:count{{{DOMAIN}}}", "{{block}}/{{rack}} {{stage}}"), span=8),
-                    series("Evictions per rack", "Evictions of workloads placed in each rack, by reason, per interval (gangscope_topology_evictions_total).", "short",
-                           Q(f"sum by (block, rack, reason) (increase(gangscope_topology_evictions_total{{{DOMAIN}}}[{RATE}]))", "{{block}}/{{rack}} {{reason}}"), span=8),
+                    series("Evicted workloads per rack", "Workloads evicted in each interval with pods in the rack, by reason: a workload spread over "
+                           "several hosts counts once, not once per host as gangscope_topology_evictions_total does. A workload evicted for two "
+                           "reasons within one interval shows under one of them.", "short",
+                           Q(evicted_per_rack, "{{block}}/{{rack}} {{reason}}"), span=8),
                     series("Stuck gangs per rack", "Admitted gangs past their schedule timeout, counted in each rack they were placed in.", "short",
                            Q(stuck, "{{block}}/{{rack}}"), span=8),
                     series("Idle GPUs per rack", "GPUs held by running pods of partial gangs, per rack (recorded rack:gangscope_gang_idle_gpus:sum).", "short",
