@@ -187,6 +187,7 @@ async def _measure(url: str, kubeconfig: str, n_workloads: int, scrapes: int) ->
             t = time.perf_counter()
             await scrape()
             http_times.append(time.perf_counter() - t)
+    rss_scraped = psutil.Process().memory_info().rss
     render_times = []
     for _ in range(scrapes):
         t = time.perf_counter()
@@ -218,6 +219,7 @@ async def _measure(url: str, kubeconfig: str, n_workloads: int, scrapes: int) ->
         ("sync (LIST+decode+parse+render)", f"{sync:.2f} s"),
         ("sync / floor", f"{sync / floor:.1f}x  (target <= 4x)"),
         ("RSS after sync", f"{rss / 2**20:.0f} MiB  (target < 600; {rss_before / 2**20:.0f} MiB before start)"),
+        ("RSS after the scrapes", f"{rss_scraped / 2**20:.0f} MiB  (+ per-family joined caches)"),
         ("peak RSS", f"{peak / 2**20:.0f} MiB"),
         ("first scrape (joins families)", f"{first * 1000:.0f} ms"),
         ("scrape GET /metrics (median)", f"{http * 1000:.1f} ms"),

@@ -74,6 +74,11 @@ class Family:
         if "\\" in self.help or "\n" in self.help or '"' in self.help:
             raise ValueError(f"help of {self.name} must not contain backslashes, quotes or newlines")
 
+    def __hash__(self) -> int:
+        # Families key every owner's lines on each event; the generated hash would hash all five
+        # fields each time. Equal families have equal names, so the name alone is a valid hash.
+        return hash(self.name)
+
     def header(self, openmetrics: bool) -> bytes:
         """``# HELP`` and ``# TYPE`` lines; OpenMetrics names counter and info families without the suffix."""
         if openmetrics:
@@ -141,7 +146,11 @@ class Exposition:
         return [state.family for state in self._families.values()]
 
     def set(self, owner: Hashable, lines: Mapping[Family, Sequence[str]]) -> None:
-        """Replace all lines of ``owner``; families absent from ``lines`` lose the owner's lines."""
+        """Replace all lines of ``owner``; families absent from ``lines`` lose the owner's lines.
+
+        Each item of a family's sequence is one line or several joined (each ending in ``\\n``);
+        the series count is the number of lines either way.
+        """
         previous = self._owned.get(owner, ())
         names = []
         for fam, fam_lines in lines.items():
@@ -171,14 +180,17 @@ class Exposition:
         return self._families[name].total_series
 
     def _put(self, state: _FamilyState, owner: Hashable, fam_lines: Sequence[str]) -> None:
-        count = len(fam_lines)
+        """Store one owner's lines of one family; each item of ``fam_lines`` is one or more
+        complete lines (renderers may join a family's lines into one string)."""
+        chunk = "".join(fam_lines).encode()
+        count = chunk.count(b"\n")  # an item may hold several lines; escaped values hold no raw newline
         old = state.series.get(owner, 0)
         limit = self._max_series
         if limit and state.total_series - old + count > limit and state.family is not self.DROPPED:
             self._remove(state, owner)
             self._count_dropped(state.family.name, count)
             return
-        state.chunks[owner] = "".join(fam_lines).encode()
+        state.chunks[owner] = chunk
         state.series[owner] = count
         state.total_series += count - old
         state.joined = None

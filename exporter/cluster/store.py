@@ -156,7 +156,7 @@ class ClusterStore:
         self._by_owner_uid: dict[str, set[WorkloadKey]] = {}
         self._by_owner_name: dict[tuple[str, str], set[WorkloadKey]] = {}
         self._by_queue: dict[tuple[str, str], set[WorkloadKey]] = {}
-        self._place_cache: dict[tuple[tuple[str, ...], tuple[str, ...]], Path] = {}
+        self._place_cache: dict[tuple[tuple[str, ...], tuple[str, ...], int], tuple[Path, int]] = {}
         self._fragments: dict[Path, str] = {}
         self._eviction_balance: dict[WorkloadKey, dict[str, int]] = {}
         self._topology_evictions: dict[tuple[str, Path], int] = {}
@@ -205,14 +205,18 @@ class ClusterStore:
         return frag
 
     def place(self, assignment: Assignment) -> list[tuple[Path, int]]:
-        """Full paths (upper levels from Node labels) and pods of each domain of an assignment."""
+        """Full paths (upper levels from Node labels) and pods of each domain of an assignment.
+
+        The ``(path, pods)`` pairs are cached and shared: Workloads on the same hosts hold the
+        same pairs rather than one tuple per domain each (hundreds of thousands in a large cluster).
+        """
         cache, levels, out = self._place_cache, assignment.levels, []
         for d in assignment.domains:
-            k = (levels, d.values)
-            path = cache.get(k)
-            if path is None:
-                path = cache[k] = self._paths.path(levels, d.values)
-            out.append((path, d.count))
+            k = (levels, d.values, d.count)
+            pair = cache.get(k)
+            if pair is None:
+                pair = cache[k] = (self._paths.path(levels, d.values), d.count)
+            out.append(pair)
         return out
 
     # ---- workloads ------------------------------------------------------------------------

@@ -10,6 +10,7 @@ their own.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -89,6 +90,30 @@ STAGES = (
 _TIMESTAMPS = (("QuotaReserved", WORKLOAD_QUOTA_RESERVED), ("Admitted", WORKLOAD_ADMITTED), ("PodsReady", WORKLOAD_PODS_READY))
 
 Path = tuple[tuple[str, str], ...]  # ((alias, value), ...) over the configured topology levels
+
+# Records share the immutable pieces that repeat across Workloads: a large cluster has a handful
+# of distinct conditions and one Domain per (host, pods), but tens of thousands of Workloads each
+# holding 16 or more. Sharing them saves a third of the collector's RSS and the time to build
+# them (bench/collector.py); nothing mutates a parsed record. The caches start over when they
+# grow past _SHARED_LIMIT, like the time cache in .fields, so host churn cannot grow them forever.
+_SHARED_LIMIT = 65536
+_CONDITIONS: dict[tuple[Any, ...], Condition] = {}
+_DOMAINS: dict[int, dict[str, Domain]] = {}  # pods -> host value -> Domain((host,), pods)
+_MAPS: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}  # flavors, pod template labels and annotations
+_intern = sys.intern
+
+
+def _shared_map(d: dict[str, str]) -> dict[str, str]:
+    """One dict object for every equal string map (read-only by convention, like every record)."""
+    if not d:
+        return d
+    key = tuple(d.items())
+    m = _MAPS.get(key)
+    if m is None:
+        if len(_MAPS) >= _SHARED_LIMIT:
+            _MAPS.clear()
+        m = _MAPS[key] = d
+    return m
 
 
 @dataclass(slots=True)
@@ -204,7 +229,7 @@ def parse_workload(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",))
     for i, ref in enumerate(as_list(meta.get("ownerReferences"), "metadata.ownerReferences", p)):
         if isinstance(ref, dict) and ref.get("controller") is True:
             w = f"metadata.ownerReferences[{i}]"
-            owner = Owner(as_str(ref.get("apiVersion"), w, p), as_str(ref.get("kind"), w, p),
+            owner = Owner(_intern(as_str(ref.get("apiVersion"), w, p)), _intern(as_str(ref.get("kind"), w, p)),
                           as_str(ref.get("name"), w, p), as_str(ref.get("uid"), w, p))
             break
 
@@ -227,18 +252,18 @@ def parse_workload(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",))
             unhealthy.append(node)
 
     wl = Workload(
-        namespace=namespace,
+        namespace=_intern(namespace),
         name=name,
         uid=as_str(meta.get("uid"), "metadata.uid", p),
-        api_version=as_str(obj.get("apiVersion"), "apiVersion", p),
+        api_version=_intern(as_str(obj.get("apiVersion"), "apiVersion", p)),
         resource_version=as_str(meta.get("resourceVersion"), "metadata.resourceVersion", p),
         labels=str_map(meta.get("labels"), "metadata.labels", p),
         owner=owner,
-        queue_name=as_str(spec.get("queueName"), "spec.queueName", p),
-        priority_class=priority_class,
+        queue_name=_intern(as_str(spec.get("queueName"), "spec.queueName", p)),
+        priority_class=_intern(priority_class),
         priority=as_int(spec.get("priority"), "spec.priority", p),
         active=as_bool(spec.get("active"), "spec.active", p, True),
-        created=created,
+        created=_intern(created),
         created_seconds=_time(created, "metadata.creationTimestamp", p),
         conditions=conditions,
         requeue_count=as_int(requeue.get("count"), "status.requeueState.count", p),
@@ -246,7 +271,7 @@ def parse_workload(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",))
         evictions=_evictions(status.get("schedulingStats"), p),
         podsets=_podsets(spec.get("podSets"), gpu_resources, p),
         admitted=isinstance(admission, dict),
-        admission_cluster_queue=as_str(admission_d.get("clusterQueue"), "status.admission.clusterQueue", p),
+        admission_cluster_queue=_intern(as_str(admission_d.get("clusterQueue"), "status.admission.clusterQueue", p)),
         assignments=assignments,
         unhealthy_nodes=unhealthy,
         stage="",
@@ -282,24 +307,38 @@ def workload_stage(wl: Workload) -> str:
 
 def _conditions(raw: Any, p: Problems) -> dict[str, Condition]:
     out: dict[str, Condition] = {}
+    shared = _CONDITIONS
     for i, c in enumerate(as_list(raw, "status.conditions", p)):
         if not isinstance(c, dict):
             p.append(f"status.conditions[{i}]: expected an object")
+            continue
+        key = (c.get("type"), c.get("status"), c.get("reason"), c.get("message"), c.get("lastTransitionTime"))
+        try:  # the same raw fields, already parsed without a problem
+            cond = shared[key]
+        except (KeyError, TypeError):  # TypeError: an unhashable value where a string belongs
+            pass
+        else:
+            out[cond.type] = cond
             continue
         ctype = c.get("type")
         if not isinstance(ctype, str) or not ctype:
             p.append(f"status.conditions[{i}].type missing")
             continue
+        before = len(p)  # only a condition parsed without any problem is shared
         status = c.get("status")
         if isinstance(status, bool):  # unquoted YAML True/False in a hand-written dump
             p.append(f"status.conditions[{i}].status: boolean instead of a string")
             status = "True" if status else "False"
         w = f"status.conditions[{i}]"
         ltt = as_str(c.get("lastTransitionTime"), w + ".lastTransitionTime", p)
-        out[ctype] = Condition(
-            ctype, as_str(status, w + ".status", p), as_str(c.get("reason"), w + ".reason", p),
-            as_str(c.get("message"), w + ".message", p), ltt, _time(ltt, w + ".lastTransitionTime", p),
+        cond = out[ctype] = Condition(
+            _intern(ctype), _intern(as_str(status, w + ".status", p)), _intern(as_str(c.get("reason"), w + ".reason", p)),
+            as_str(c.get("message"), w + ".message", p), _intern(ltt), _time(ltt, w + ".lastTransitionTime", p),
         )
+        if len(p) == before:
+            if len(shared) >= _SHARED_LIMIT:
+                shared.clear()
+            shared[key] = cond
     return out
 
 
@@ -335,8 +374,8 @@ def _podsets(raw: Any, gpu_resources: Sequence[str], p: Problems) -> list[PodSet
             name=as_str(ps.get("name"), w + ".name", p, "main") or "main",
             count=as_int(ps.get("count"), w + ".count", p, 1) or 0,
             gpus_per_pod=pod_gpus(as_dict(template.get("spec"), w + ".template.spec", p), gpu_resources, p, w),
-            labels=str_map(tmeta.get("labels"), w + ".template.metadata.labels", p),
-            annotations=str_map(tmeta.get("annotations"), w + ".template.metadata.annotations", p),
+            labels=_shared_map(str_map(tmeta.get("labels"), w + ".template.metadata.labels", p)),
+            annotations=_shared_map(str_map(tmeta.get("annotations"), w + ".template.metadata.annotations", p)),
         ))
     return out
 
@@ -388,19 +427,61 @@ def _assignments(raw: Any, p: Problems) -> list[Assignment]:
         ta = a.get("topologyAssignment")
         if ta is not None:
             try:
-                domains = tuple(iter_domains(ta))
-                levels = tuple(ta["levels"])
+                domains = _host_domains(ta) or tuple(iter_domains(ta))
+                levels = tuple(map(_intern, ta["levels"]))
             except AssignmentError as exc:
                 p.append(f"{w}.topologyAssignment: {exc}")
                 domains = ()
         out.append(Assignment(
             name=as_str(a.get("name"), w + ".name", p, "main") or "main",
             count=as_int(a.get("count"), w + ".count", p),
-            flavors=str_map(a.get("flavors"), w + ".flavors", p),
+            flavors=_shared_map(str_map(a.get("flavors"), w + ".flavors", p)),
             levels=levels,
             domains=domains,
         ))
     return out
+
+
+def _host_domains(ta: Any) -> tuple[Domain, ...] | None:
+    """The common assignment, v1beta2 slices of one level (the hostname) with individual values
+    and a universal pod count, as shared Domains; ``None`` for any other shape or anything
+    invalid, which :func:`iter_domains` then expands (or rejects with the precise error).
+    The same expansion, but this runs for every Workload of every event, so it creates nothing
+    for a host it has seen before.
+    """
+    if ta.__class__ is not dict or "domains" in ta:
+        return None
+    levels, slices = ta.get("levels"), ta.get("slices")
+    if levels.__class__ is not list or len(levels) != 1 or levels[0].__class__ is not str or slices.__class__ is not list:
+        return None
+    out: list[Domain] = []
+    for sl in slices:
+        if sl.__class__ is not dict:
+            return None
+        n, per_level, pods = sl.get("domainCount"), sl.get("valuesPerLevel"), sl.get("podCounts")
+        if n.__class__ is not int or per_level.__class__ is not list or len(per_level) != 1 or pods.__class__ is not dict:
+            return None
+        v = per_level[0]
+        if v.__class__ is not dict or v.get("universal") is not None or pods.get("individual") is not None:
+            return None
+        ind, count = v.get("individual"), pods.get("universal")
+        if ind.__class__ is not dict or count.__class__ is not int:
+            return None
+        roots, prefix, suffix = ind.get("roots"), ind.get("prefix") or "", ind.get("suffix") or ""
+        if roots.__class__ is not list or len(roots) != n or prefix.__class__ is not str or suffix.__class__ is not str:
+            return None
+        shared = _DOMAINS.get(count)
+        if shared is None or len(shared) >= _SHARED_LIMIT:
+            shared = _DOMAINS[count] = {}
+        for root in roots:
+            if root.__class__ is not str:
+                return None
+            value = prefix + root + suffix
+            d = shared.get(value)
+            if d is None:
+                d = shared[value] = Domain((_intern(value),), count)
+            out.append(d)
+    return tuple(out)
 
 
 def esc(value: str) -> str:
@@ -410,11 +491,39 @@ def esc(value: str) -> str:
     return value
 
 
-def render_workload(wl: Workload, fragment: Callable[[Path], str]) -> dict[Family, list[str]]:
-    """All sample lines of one Workload; ``fragment(path)`` renders a topology path's label pairs.
+# Rendering builds each family's lines of one Workload as ``head + head.join(suffixes)``, where
+# ``head`` is the metric name and the namespace/workload pair, and each suffix (the remaining
+# labels and the value) comes from a table or a cache: the label pairs after ``workload`` repeat
+# across Workloads (stages, conditions, hosts), so one C-level join replaces a formatted line each.
+_STAGE_SUFFIXES = {
+    current: tuple(f',stage="{s}"}} {1 if s == current else 0}\n' for s in STAGES) for current in STAGES
+}
+_CONDITION_SUFFIXES: dict[tuple[str, str, str], str] = {}
+_POD_SUFFIXES: dict[tuple[Path, int], str] = {}
 
-    Lines are built with f-strings over a pre-escaped ``namespace,workload`` prefix: this runs
-    on every watch event for tens of thousands of objects, so it avoids per-label generic code.
+
+def _lines(head: str, suffixes: Sequence[str]) -> list[str]:
+    """The lines ``head + suffix`` for each suffix, as one string (the exposition counts lines)."""
+    return [head + head.join(suffixes)] if suffixes else []
+
+
+def _condition_suffix(c: Condition) -> str:
+    key = (c.type, c.status, c.reason)
+    suffix = _CONDITION_SUFFIXES.get(key)
+    if suffix is None:
+        if len(_CONDITION_SUFFIXES) >= _SHARED_LIMIT:
+            _CONDITION_SUFFIXES.clear()
+        suffix = _CONDITION_SUFFIXES[key] = f',type="{esc(c.type)}",status="{esc(c.status)}",reason="{esc(c.reason)}"}} 1\n'
+    return suffix
+
+
+def render_workload(wl: Workload, fragment: Callable[[Path], str]) -> dict[Family, list[str]]:
+    """All sample lines of one Workload; ``fragment(path)`` renders a topology path's label pairs
+    (a pure function of the path, so its results are cached here).
+
+    This runs on every watch event for tens of thousands of objects: lines share a pre-escaped
+    ``namespace,workload`` head and cached suffixes (see ``_lines``) instead of per-label code.
+    A family's lines may come as one string holding several lines.
     """
     base = f'namespace="{esc(wl.namespace)}",workload="{esc(wl.name)}"'
     owner_kind, owner_name = (wl.owner.kind, wl.owner.name) if wl.owner else ("", "")
@@ -423,13 +532,9 @@ def render_workload(wl: Workload, fragment: Callable[[Path], str]) -> dict[Famil
             f'gangscope_workload_info{{{base},cluster_queue="{esc(wl.cluster_queue)}",local_queue="{esc(wl.queue_name)}",'
             f'priority_class="{esc(wl.priority_class)}",owner_kind="{esc(owner_kind)}",owner_name="{esc(owner_name)}"}} 1\n'
         ],
-        WORKLOAD_STAGE: [
-            f'gangscope_workload_stage{{{base},stage="{s}"}} {1 if s == wl.stage else 0}\n' for s in STAGES
-        ],
-        WORKLOAD_CONDITION: [
-            f'gangscope_workload_condition{{{base},type="{esc(c.type)}",status="{esc(c.status)}",reason="{esc(c.reason)}"}} 1\n'
-            for c in wl.conditions.values()
-        ],
+        WORKLOAD_STAGE: _lines(f"gangscope_workload_stage{{{base}", _STAGE_SUFFIXES[wl.stage]),
+        WORKLOAD_CONDITION: _lines(f"gangscope_workload_condition{{{base}",
+                                   [_condition_suffix(c) for c in wl.conditions.values()]),
     }
     if wl.created_seconds is not None:
         out[WORKLOAD_CREATED] = [f"gangscope_workload_created_timestamp_seconds{{{base}}} {format_value(wl.created_seconds)}\n"]
@@ -445,15 +550,23 @@ def render_workload(wl: Workload, fragment: Callable[[Path], str]) -> dict[Famil
     gpus = sum(ps.count * ps.gpus_per_pod for ps in wl.podsets)
     out[WORKLOAD_REQUESTED_GPUS] = [f"gangscope_workload_requested_gpus{{{base}}} {format_value(gpus)}\n"]
     pods_lines = []
+    cache = _POD_SUFFIXES
     for a in wl.last_assignments:
-        per_path: dict[Path, int] = {}
-        for path, pods in a.placed:  # two domains with one known path (unknown Node) add up
-            per_path[path] = per_path.get(path, 0) + pods
-        podset = esc(a.name)
-        pods_lines.extend(
-            f'gangscope_workload_topology_pods{{{base},podset="{podset}",{fragment(path)}}} {pods}\n'
-            for path, pods in per_path.items()
-        )
+        pairs: Sequence[tuple[Path, int]] = a.placed
+        if len({path for path, _ in pairs}) != len(pairs):  # domains with one known path (unknown Node) add up
+            per_path: dict[Path, int] = {}
+            for path, pods in pairs:
+                per_path[path] = per_path.get(path, 0) + pods
+            pairs = list(per_path.items())
+        suffixes = []
+        for pair in pairs:
+            suffix = cache.get(pair)
+            if suffix is None:
+                if len(cache) >= _SHARED_LIMIT:
+                    cache.clear()
+                suffix = cache[pair] = f"{fragment(pair[0])}}} {pair[1]}\n"
+            suffixes.append(suffix)
+        pods_lines += _lines(f'gangscope_workload_topology_pods{{{base},podset="{esc(a.name)}",', suffixes)
     if pods_lines:
         out[WORKLOAD_TOPOLOGY_PODS] = pods_lines
     if wl.unhealthy_paths:
