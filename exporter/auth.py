@@ -9,6 +9,7 @@ every 15 s costs two API calls a minute, not two per scrape. Health endpoints st
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections.abc import Awaitable, Callable
@@ -31,6 +32,10 @@ AUTH_REQUESTS = Family(
     ("result",),
 )
 
+# Decisions remembered at most; past it the oldest go first, so a flood of made-up tokens
+# (each costs one TokenReview) cannot grow memory without bound.
+MAX_CACHED = 1024
+
 TOKEN_REVIEW_PATH = "/apis/authentication.k8s.io/v1/tokenreviews"
 ACCESS_REVIEW_PATH = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 
@@ -45,6 +50,7 @@ class MetricsAuth:
     denied_ttl: float = 10.0
     counts: dict[str, int] = field(default_factory=lambda: {"allowed": 0, "unauthenticated": 0, "forbidden": 0, "error": 0})
     _cache: dict[str, tuple[float, str]] = field(default_factory=dict)
+    _inflight: dict[str, asyncio.Future[str]] = field(default_factory=dict)
     on_change: Callable[[], None] | None = None
 
     async def check(self, authorization: str) -> str:
@@ -58,14 +64,34 @@ class MetricsAuth:
         cached = self._cache.get(key)
         if cached and cached[0] > now:
             return cached[1]
+        # Concurrent scrapes with the same new token share one review instead of each sending
+        # their own: a burst of them (many targets of one scraper behind a Service, a restart)
+        # costs one TokenReview and one SubjectAccessReview.
+        pending = self._inflight.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = future
+        result = "error"  # what the waiters get if this scrape is cancelled mid-review
+        try:
+            result = await self._decide(key, token)
+            return result
+        finally:
+            del self._inflight[key]
+            future.set_result(result)
+
+    async def _decide(self, key: str, token: str) -> str:
         try:
             result = await self._review(token)
         except Exception as exc:  # the API server is down: refuse, do not cache, say why without the token
-            log.warning("metrics_auth_error", error=type(exc).__name__)
+            log.warning("metrics_auth_error", error=type(exc).__name__, status=getattr(exc, "status", None))
             return "error"
+        now = time.monotonic()
         self._cache[key] = (now + (self.ttl if result == "allowed" else self.denied_ttl), result)
-        if len(self._cache) > 1024:
+        if len(self._cache) > MAX_CACHED:
             self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
+            while len(self._cache) > MAX_CACHED:
+                del self._cache[next(iter(self._cache))]
         return result
 
     async def _review(self, token: str) -> str:
