@@ -20,6 +20,7 @@ import structlog
 from ..config import add_kube, add_logging, add_serving, add_topology, topology_from_args
 from ..exposition import Exposition
 from ..kube.backoff import BackoffPolicy
+from ..kube.credentials import CredentialsError
 from ..kube.resources import COLLECTOR_RESOURCES
 from ..logs import setup_logging
 from ..snapshot import add_gpu_resource, gpu_resources
@@ -62,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
         asyncio.run(serve(args, levels.keys if args.topology_levels else (), overrides))
     except KeyboardInterrupt:  # a second Ctrl-C during shutdown
         return 130
+    except CredentialsError as exc:  # no usable kubeconfig or service account: a configuration error
+        log.error("no_credentials", error=str(exc))
+        return 2
     return 0
 
 

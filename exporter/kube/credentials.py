@@ -172,7 +172,10 @@ class Credentials:
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
         if cfg.cert_file:
-            ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+            try:
+                ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+            except (OSError, ssl.SSLError) as e:  # a bad or unreadable client key: name the file, never its content
+                raise CredentialsError(f"cannot load the client certificate of {self.description}: {type(e).__name__}") from None
         self.ssl = ctx
 
     async def reload(self) -> bool:
