@@ -2,9 +2,10 @@
 
 gangscope follows kube-state-metrics rather than prometheus_client's collect-on-scrape model:
 each owner (a Workload, a GPU, a source's health) renders its sample lines when *it* changes,
-and a scrape only concatenates bytes.  Per family, the joined bytes of all owners are cached
-and rebuilt only when one of its owners changed, so a scrape of an unchanged cluster costs a
-handful of ``bytes.join`` calls whatever the number of objects.
+and a scrape only hands out the stored bytes (:meth:`Exposition.render_parts`), which the server
+streams in batches. Nothing joined is kept between scrapes: a permanent copy of the whole page
+would double the exposition's memory (100 MB for 20,000 Workloads) to save a join that costs
+less than the socket writes.
 
 Sample lines are identical in both formats (counter samples keep ``_total``, info samples keep
 ``_info``); only the ``# HELP``/``# TYPE`` headers and the OpenMetrics ``# EOF`` differ, so each
@@ -105,7 +106,6 @@ class _FamilyState:
     chunks: dict[Hashable, bytes] = field(default_factory=dict)
     series: dict[Hashable, int] = field(default_factory=dict)
     total_series: int = 0
-    joined: bytes | None = b""
 
 
 class Exposition:
@@ -193,12 +193,10 @@ class Exposition:
         state.chunks[owner] = chunk
         state.series[owner] = count
         state.total_series += count - old
-        state.joined = None
 
     def _remove(self, state: _FamilyState, owner: Hashable) -> None:
         if state.chunks.pop(owner, None) is not None:
             state.total_series -= state.series.pop(owner)
-            state.joined = None
 
     def _count_dropped(self, name: str, count: int) -> None:
         first = name not in self._dropped
@@ -208,14 +206,19 @@ class Exposition:
         lines = [self.DROPPED.sample([("family", n)], v) for n, v in sorted(self._dropped.items())]
         self._put(self._families[self.DROPPED.name], ("exposition", "dropped"), lines)
 
-    def render(self, openmetrics: bool) -> bytes:
-        """The whole exposition; families without samples still carry their metadata."""
+    def render_parts(self, openmetrics: bool) -> list[bytes]:
+        """The whole exposition as its pieces (headers and every owner's chunk), in order.
+
+        A snapshot: the list holds the (immutable) chunks as they are now, so a server may
+        write it out across awaits while events keep changing the exposition."""
         parts: list[bytes] = []
         for state in self._families.values():
-            if state.joined is None:
-                state.joined = b"".join(state.chunks.values())
             parts.append(state.family.header(openmetrics))
-            parts.append(state.joined)
+            parts.extend(state.chunks.values())
         if openmetrics:
             parts.append(b"# EOF\n")
-        return b"".join(parts)
+        return parts
+
+    def render(self, openmetrics: bool) -> bytes:
+        """The whole exposition in one piece; families without samples still carry their metadata."""
+        return b"".join(self.render_parts(openmetrics))

@@ -1,14 +1,16 @@
 """The aiohttp app both processes serve: /metrics with format negotiation, /healthz, /readyz.
 
 The scrape handler never computes anything: it asks the process's :class:`Exposition` for the
-already rendered bytes, optionally gzips them, and returns. Everything else (watch events, NVML
-samples) happens off the scrape path.
+already rendered pieces and streams them, gzipped on the fly when asked. Streaming measured
+faster than joining one body (bench/collector.py, 20,000 Workloads, client in the same process:
+~260 against ~300 ms gzipped, ~170 against ~350 ms plain) and never holds a second copy of the
+page. Everything else (watch events, NVML samples) happens off the scrape path.
 """
 
 from __future__ import annotations
 
-import gzip
 import ssl
+import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -22,6 +24,39 @@ Middleware = Callable[[web.Request, Callable[[web.Request], Awaitable[web.Stream
 # gzip level 1: scrape payloads are repetitive text; level 1 gets most of the size win at a
 # fraction of the CPU of the default level 9 (a 20,000-workload page compresses ~10x either way).
 GZIP_LEVEL = 1
+
+
+# Parts (owners' chunks) joined per socket write while streaming a scrape: ~1 MB writes, so the
+# response never exists as one 100 MB copy and the event loop runs between writes.
+PARTS_PER_WRITE = 2000
+
+
+async def stream_parts(request: web.Request, parts: list[bytes], headers: dict[str, str], gz: bool) -> web.StreamResponse:
+    """Write ``parts`` as the response body in batches, gzip-compressed on the fly when ``gz``."""
+    resp = web.StreamResponse(headers=headers)
+    compressor = None
+    if gz:
+        resp.headers["Content-Encoding"] = "gzip"
+        compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)  # 16+: gzip framing
+    else:
+        resp.content_length = sum(map(len, parts))
+    await resp.prepare(request)
+    if request.method == "HEAD":  # headers only: unlike web.Response, a stream would write the body
+        await resp.write_eof()
+        return resp
+    try:
+        for i in range(0, len(parts), PARTS_PER_WRITE):
+            data = b"".join(parts[i:i + PARTS_PER_WRITE])
+            if compressor is not None:
+                data = compressor.compress(data)
+            if data:
+                await resp.write(data)
+        if compressor is not None:
+            await resp.write(compressor.flush())
+        await resp.write_eof()
+    except ConnectionResetError:  # the scraper went away mid-response: nothing to answer
+        pass
+    return resp
 
 
 def wants_openmetrics(accept: str) -> bool:
@@ -49,14 +84,11 @@ class ServerConfig:
 def build_app(config: ServerConfig) -> web.Application:
     """The shared app; callers add their own routes (e.g. the collector's /debug/explain)."""
 
-    async def metrics(request: web.Request) -> web.Response:
+    async def metrics(request: web.Request) -> web.StreamResponse:
         openmetrics = wants_openmetrics(request.headers.get("Accept", ""))
-        body = config.exposition.render(openmetrics)
+        parts = config.exposition.render_parts(openmetrics)
         headers = {"Content-Type": OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE}
-        if "gzip" in request.headers.get("Accept-Encoding", ""):
-            body = gzip.compress(body, compresslevel=GZIP_LEVEL)
-            headers["Content-Encoding"] = "gzip"
-        return web.Response(body=body, headers=headers)
+        return await stream_parts(request, parts, headers, "gzip" in request.headers.get("Accept-Encoding", ""))
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")

@@ -17,7 +17,7 @@ from exporter.health import SourceHealth
 from exporter.kube.backoff import BackoffPolicy
 from exporter.kube.cache import ObjectCache
 from exporter.kube.client import KubeClient
-from exporter.kube.informer import Informer
+from exporter.kube.informer import Informer, object_key
 from exporter.kube.resources import AGENT_PODS, NODES, WORKLOADS, Resource
 from exporter.sim.apiserver import SimApiServer, make_object
 
@@ -335,3 +335,114 @@ async def test_unreadable_kubeconfig_during_rotation_is_retried(kube_sim: SimApi
     kube_sim.write_kubeconfig(kube_sim_kubeconfig, token="next")
     kube_sim.create(make_object(WORKLOADS, "later", "ns-0"))
     await eventually(lambda: r.cache.versions() == truth(kube_sim, WORKLOADS))
+
+
+class PagedCache(ObjectCache):
+    """An ObjectCache that takes LISTs page by page (the informer's paged protocol) and records
+    each call, with how many LIST requests the server had seen when a page was handed over."""
+
+    def __init__(self, sim: SimApiServer) -> None:
+        super().__init__()
+        self.sim = sim
+        self.calls: list[Any] = []
+        self.at_end: list[tuple[bool, set[tuple[str, str]]]] = []
+        self.on_page: Callable[[], None] = lambda: None
+        self._seen: set[tuple[str, str]] | None = None
+
+    def begin_replace(self) -> None:
+        self.calls.append("begin")
+        self._seen = set()
+
+    def add_page(self, objects: list[dict[str, Any]]) -> None:
+        assert self._seen is not None
+        self.calls.append(("page", len(objects), self.sim.count(WL, watch=False)))
+        for o in objects:
+            self.objects[object_key(o)] = o
+            self._seen.add(object_key(o))
+        self.on_page()
+
+    def end_replace(self, complete: bool) -> None:
+        assert self._seen is not None
+        if complete:
+            self.objects = {k: o for k, o in self.objects.items() if k in self._seen}
+            self.replaces += 1
+        self._seen = None
+        self.calls.append(("end", complete))
+        self.at_end.append((complete, set(self.objects)))
+
+
+async def test_paged_handler_gets_each_page_as_it_arrives(kube_sim: SimApiServer, kube_client: KubeClient) -> None:
+    seed(kube_sim, 23)
+    cache, health = PagedCache(kube_sim), SourceHealth("workloads", Exposition())
+    informer = Informer(kube_client, WORKLOADS, "v1beta2", cache, health, backoff=FAST, page_size=5)
+    task = asyncio.create_task(informer.run())
+    try:
+        await asyncio.wait_for(informer.synced.wait(), 3)
+        assert cache.calls[0] == "begin" and cache.calls[-1] == ("end", True)
+        pages = [c for c in cache.calls if c[0] == "page"]
+        assert sum(n for _, n, _ in pages) == 23 and all(n <= 5 for _, n, _ in pages)
+        # The first page was parsed while the rest of the list was still to be fetched (at most
+        # the next page requested ahead): objects are not collected until the list ends.
+        assert pages[0][2] <= 2 < pages[-1][2]
+        assert cache.versions() == truth(kube_sim, WORKLOADS) and cache.replaces == 1
+        assert health.objects == 23 and informer.lists == 1
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_failed_paged_relist_deletes_nothing(kube_sim: SimApiServer, kube_client: KubeClient) -> None:
+    """A relist that fails after its first page keeps every object (the pages it missed might
+    hold them); the next complete relist deletes what is really gone, once."""
+    seed(kube_sim, 10)
+    cache, health = PagedCache(kube_sim), SourceHealth("workloads", Exposition())
+    informer = Informer(kube_client, WORKLOADS, "v1beta2", cache, health, backoff=FAST, page_size=5)
+    task = asyncio.create_task(informer.run())
+    try:
+        await asyncio.wait_for(informer.synced.wait(), 3)
+        await eventually(lambda: kube_sim.open_watches() == 1)
+        gone = ("ns-2", "wl-008")  # deleted on the server below, so absent from the relist
+        assert gone in cache.objects
+
+        def fail_rest_of_relist() -> None:
+            if cache.calls.count("begin") == 2 and len(cache.at_end) == 1:
+                cache.on_page = lambda: None
+                kube_sim.fail_next(6, 500, match=WL)  # the prefetched page 2 and all its retries
+
+        kube_sim.hang()
+        kube_sim.drop_watches()
+        kube_sim.delete(make_object(WORKLOADS, "wl-008", "ns-2"))
+        kube_sim.compact()
+        kube_sim.delay = 0.05  # page 2 is waiting in the server when page 1 is handed over
+        cache.on_page = fail_rest_of_relist
+        kube_sim.hang(False)
+        await eventually(lambda: informer.lists == 2, timeout=5)
+        complete = [c for c, _ in cache.at_end]
+        assert complete == [True, False, True]
+        assert gone in cache.at_end[1][1]  # the failed relist deleted nothing
+        assert gone not in cache.objects and cache.replaces == 2
+        assert cache.versions() == truth(kube_sim, WORKLOADS) and health.objects == 9
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_resource_gone_midway_through_first_paged_list_leaves_nothing(kube_sim: SimApiServer,
+                                                                          kube_client: KubeClient) -> None:
+    """404 on page 2 of the first list (the CRD was removed): the objects of page 1 went with it."""
+    from exporter.kube.client import NotFound
+
+    seed(kube_sim, 10)
+    cache, health = PagedCache(kube_sim), SourceHealth("workloads", Exposition())
+    informer = Informer(kube_client, WORKLOADS, "v1beta2", cache, health, backoff=FAST, page_size=5)
+
+    def unserve() -> None:
+        cache.on_page = lambda: None
+        kube_sim.unserve(WORKLOADS)
+
+    kube_sim.delay = 0.05  # page 2 is waiting in the server when page 1 is handed over
+    cache.on_page = unserve
+    with pytest.raises(NotFound):
+        await asyncio.wait_for(informer.run(), 3)
+    assert [c for c, _ in cache.at_end] == [False, True] and cache.objects == {}
+    assert informer.lists == 0 and not informer.synced.is_set()

@@ -47,3 +47,27 @@ def test_accept_parsing_and_listen() -> None:
     assert not wants_openmetrics("text/plain;version=0.0.4")
     assert parse_listen(":9400") == ("0.0.0.0", 9400)
     assert parse_listen("[::1]:9400") == ("::1", 9400)
+
+
+async def test_large_exposition_streams_whole_and_head_has_no_body() -> None:
+    """More owners than one write holds: the streamed body (plain and gzip) is exactly render()."""
+    from exporter.server import PARTS_PER_WRITE
+
+    expo = Exposition()
+    expo.register(G)
+    for i in range(PARTS_PER_WRITE * 2 + 7):
+        expo.set(i, {G: [G.sample([("a", f"v{i}")], i)]})
+    runner = await start_server(build_app(ServerConfig(expo, lambda: (True, ""))), "127.0.0.1:0")
+    url = f"http://127.0.0.1:{bound_port(runner)}/metrics"
+    try:
+        async with aiohttp.ClientSession(auto_decompress=False) as s:
+            async with s.get(url, headers={"Accept-Encoding": "identity"}) as r:
+                body = await r.read()
+                assert body == expo.render(False) and int(r.headers["Content-Length"]) == len(body)
+            async with s.get(url, headers={"Accept-Encoding": "gzip", "Accept": "application/openmetrics-text"}) as r:
+                assert gzip.decompress(await r.read()) == expo.render(True)
+            for encoding in ("identity", "gzip"):
+                async with s.head(url, headers={"Accept-Encoding": encoding}) as r:
+                    assert r.status == 200 and await r.read() == b""
+    finally:
+        await runner.cleanup()

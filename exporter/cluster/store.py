@@ -71,18 +71,36 @@ class ResourceHandler(Generic[R]):
         self.health: SourceHealth | None = None
         self._parse, self._key, self._put, self._remove, self._records = parse, key, put, remove, records
         self._finish = finish
+        self._seen: set[Any] | None = None  # keys of the LIST in progress
 
     def replace(self, objects: Iterable[Any]) -> None:
         """A complete LIST: set every object, delete the records it no longer contains."""
-        seen = set()
+        self.begin_replace()
+        self.add_page(objects)
+        self.end_replace(True)
+
+    def begin_replace(self) -> None:
+        """A LIST starts; its pages follow (the informer's paged protocol, see
+        :class:`exporter.kube.informer.PagedHandler`: a page is parsed and dropped as it arrives)."""
+        self._seen = set()
+
+    def add_page(self, objects: Iterable[Any]) -> None:
+        seen = self._seen
+        if seen is None:
+            raise RuntimeError("add_page outside begin_replace/end_replace")
         for obj in objects:
             rec = self._record(obj)
             if rec is not None:
-                k = self._key(rec)
-                seen.add(k)
+                seen.add(self._key(rec))
                 self._guarded(self._put, rec)
-        for k in [k for k in self._records if k not in seen]:
-            self._guarded(self._remove, k)
+
+    def end_replace(self, complete: bool) -> None:
+        """Delete what the list did not contain, only if it arrived whole (a list that failed
+        midway proves nothing about the objects its missing pages would have held)."""
+        seen, self._seen = self._seen, None
+        if complete and seen is not None:
+            for k in [k for k in self._records if k not in seen]:
+                self._guarded(self._remove, k)
         if self._finish is not None:
             self._guarded(self._finish)
 
@@ -438,6 +456,9 @@ class ClusterStore:
         if self._pending_nodes is not None:  # inside a node LIST: re-render once at the end
             self._pending_nodes.update(affected)
             self._pending_nodes.add(("", ""))  # marks "paths changed" even with nothing affected
+            # The LIST arrives page by page, and Workloads may be placed between its pages: they
+            # must not reuse a path cached before this Node's labels were known.
+            self._place_cache.clear()
             return
         self._invalidate_paths(affected)
 
@@ -458,10 +479,13 @@ class _NodeHandler(ResourceHandler[Node]):
         super().__init__(*args, **kwargs)
         self._store = store
 
-    def replace(self, objects: Iterable[Any]) -> None:
+    def begin_replace(self) -> None:
         self._store._begin_node_batch()
+        super().begin_replace()
+
+    def end_replace(self, complete: bool) -> None:
         try:
-            super().replace(objects)
+            super().end_replace(complete)
         finally:
             self._store._end_node_batch()
 

@@ -9,6 +9,13 @@ deleted in the gap cannot linger as ghosts. Errors back off exponentially with j
 for ``Retry-After``; 403 and 404 are not retried here but raised, because they mean "RBAC" or
 "not served" and the caller (:mod:`.sources`) goes back to discovery.
 
+A LIST is handed over page by page when the handler can take it (:class:`PagedHandler`), so
+only one decoded page is alive at a time instead of the whole list: 20,000 Workloads decode to
+~240 MB of dicts, and the collector's RSS after that sync went from 547 to 311 MiB
+(bench/collector.py). The next page is requested before this one is handed over, so the server
+and the transfer work while we parse (a small gain: the sync is bound by our parsing). Other
+handlers get the whole list in one ``replace`` call.
+
 Handlers receive raw dicts (orjson-decoded). For ``metadata_only`` resources they are
 ``PartialObjectMetadata`` objects (``metadata`` only), or full objects if the server ignored the
 request for partial metadata; handlers must only rely on ``metadata`` for those.
@@ -35,6 +42,10 @@ JSON = "application/json"
 PARTIAL_LIST_ACCEPT = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 PARTIAL_ACCEPT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
 LIST_PAGE_RETRIES = 5
+# A page is handed to a paged handler in slices of this many objects with a yield to the event
+# loop between them: the prefetched next page arrives meanwhile, and scrapes are not held up for
+# the parsing of a whole page.
+HANDOFF_SLICE = 50
 # A watch that ends cleanly after at least this long, or after delivering events, is a normal
 # server timeout and is resumed at once; a shorter, empty one counts as a failure and backs off.
 HEALTHY_WATCH_SECONDS = 1.0
@@ -49,6 +60,25 @@ class EventHandler(Protocol):
 
     def apply(self, event_type: str, obj: dict[str, Any]) -> None:
         """One change: ``event_type`` is ADDED, MODIFIED or DELETED."""
+
+
+class PagedHandler(EventHandler, Protocol):
+    """A handler that takes a LIST as it arrives. The informer calls ``begin_replace()``, then
+    ``add_page(objects)`` any number of times, then exactly one ``end_replace(complete)``:
+    ``complete`` is True when the whole list arrived (then whatever no page contained is gone)
+    and False when it failed midway (then nothing may be deleted: the objects already added are
+    real, newer states, but absence from a partial list proves nothing)."""
+
+    def begin_replace(self) -> None: ...
+
+    def add_page(self, objects: list[dict[str, Any]]) -> None: ...
+
+    def end_replace(self, complete: bool) -> None: ...
+
+
+def is_paged(handler: EventHandler) -> bool:
+    """Whether ``handler`` implements :class:`PagedHandler` (the informer then streams LISTs to it)."""
+    return all(callable(getattr(handler, m, None)) for m in ("begin_replace", "add_page", "end_replace"))
 
 
 def collection_path(resource: Resource, version: str, namespace: str | None = None) -> str:
@@ -120,52 +150,100 @@ class Informer:
         await asyncio.sleep(delay)
 
     async def _list(self) -> None:
-        accept = PARTIAL_LIST_ACCEPT if self.resource.metadata_only else JSON
-        params = dict(self.selectors)
-        if self.page_size > 0:
-            params["limit"] = str(self.page_size)
-        objects: list[dict[str, Any]] = []
-        token = ""
-        retries = 0
-        restarted = False
-        while True:
-            page_params = dict(params, **({"continue": token} if token else {}))
+        if not is_paged(self.handler):
+            objects, rv = await self._pages(paged=False)
+            self._call(self.handler.replace, objects)
+        else:
+            handler: PagedHandler = self.handler  # type: ignore[assignment]
+            self._call(handler.begin_replace)
             try:
-                page = await self.client.get_json(self.path, page_params, accept=accept)
-            except Gone:
-                if not token or restarted:
-                    raise
-                # The continue token expired (compaction mid-list): start over once from scratch.
-                self._log.info("kube_list_continue_expired", fetched=len(objects))
-                objects, token, restarted = [], "", True
-                continue
-            except (Forbidden, NotFound):
+                _, rv = await self._pages(paged=True)
+            except BaseException as exc:
+                self._call(handler.end_replace, False)
+                if isinstance(exc, NotFound) and self.lists == 0 and self._keys:
+                    # Gone midway through the first list: the CRD took the objects already
+                    # added with it (after a first list, the caller empties the handler: .sources).
+                    self._call(handler.begin_replace)
+                    self._call(handler.end_replace, True)
+                    self._keys = set()
                 raise
-            except ApiError as e:
-                retries += 1
-                if retries > LIST_PAGE_RETRIES or e.status == 401:
-                    raise
-                self._log.info("kube_list_page_retry", error=str(e), fetched=len(objects))
-                self.health.error(f"list: {e}")
-                await self._pause(e)  # the same continue token stays valid across a 429 or 500
-                continue
-            items = page.get("items") if isinstance(page, dict) else None
-            meta = page.get("metadata") if isinstance(page, dict) else None
-            if not isinstance(items, list) or not isinstance(meta, dict):
-                raise ApiError(200, "BadResponse", f"list {self.path}: not a List object")
-            objects += [o for o in items if isinstance(o, dict)]
-            token = str(meta.get("continue") or "")
-            if not token:
-                rv = str(meta.get("resourceVersion") or "")
-                break
-        self._keys = {object_key(o) for o in objects}
-        self._call(self.handler.replace, objects)
+            self._call(handler.end_replace, True)
         self.resource_version = rv
         self.lists += 1
         self.backoff.reset()
         self.health.sync_ok(objects=len(self._keys))
         self.synced.set()
-        self._log.debug("kube_listed", objects=len(objects), resource_version=rv)
+        self._log.debug("kube_listed", objects=len(self._keys), resource_version=rv)
+
+    async def _pages(self, paged: bool) -> tuple[list[dict[str, Any]], str]:
+        """Fetch every page, prefetching the next while this one is handed over. A paged handler
+        gets each page at once (and ``objects`` stays empty); otherwise they are collected.
+        Returns the collected objects and the list's resourceVersion."""
+        accept = PARTIAL_LIST_ACCEPT if self.resource.metadata_only else JSON
+        params = dict(self.selectors)
+        if self.page_size > 0:
+            params["limit"] = str(self.page_size)
+
+        def fetch(token: str) -> asyncio.Task[Any]:
+            page_params = dict(params, **({"continue": token} if token else {}))
+            return asyncio.ensure_future(self.client.get_json(self.path, page_params, accept=accept))
+
+        objects: list[dict[str, Any]] = []
+        self._keys = set()
+        token = ""
+        retries = 0
+        restarted = False
+        pending = fetch(token)
+        try:
+            while True:
+                try:
+                    page = await pending
+                except Gone:
+                    if not token or restarted:
+                        raise
+                    # The continue token expired (compaction mid-list): start over once from scratch.
+                    self._log.info("kube_list_continue_expired", fetched=len(self._keys))
+                    if paged:
+                        self._call(self.handler.end_replace, False)  # type: ignore[attr-defined]
+                        self._call(self.handler.begin_replace)  # type: ignore[attr-defined]
+                    objects, token, restarted, self._keys = [], "", True, set()
+                    pending = fetch(token)
+                    continue
+                except (Forbidden, NotFound):
+                    raise
+                except ApiError as e:
+                    retries += 1
+                    if retries > LIST_PAGE_RETRIES or e.status == 401:
+                        raise
+                    self._log.info("kube_list_page_retry", error=str(e), fetched=len(self._keys))
+                    self.health.error(f"list: {e}")
+                    await self._pause(e)  # the same continue token stays valid across a 429 or 500
+                    pending = fetch(token)
+                    continue
+                items = page.get("items") if isinstance(page, dict) else None
+                meta = page.get("metadata") if isinstance(page, dict) else None
+                if not isinstance(items, list) or not isinstance(meta, dict):
+                    raise ApiError(200, "BadResponse", f"list {self.path}: not a List object")
+                del page
+                token = str(meta.get("continue") or "")
+                if token:
+                    pending = fetch(token)
+                    await asyncio.sleep(0)  # let the request go out before parsing starts
+                items = [o for o in items if isinstance(o, dict)]
+                self._keys.update(object_key(o) for o in items)
+                if not paged:
+                    objects += items
+                else:
+                    for i in range(0, len(items), HANDOFF_SLICE):
+                        self._call(self.handler.add_page, items[i:i + HANDOFF_SLICE])  # type: ignore[attr-defined]
+                        await asyncio.sleep(0)
+                del items  # a paged handler has parsed them: free the page before the next one
+                if not token:
+                    return objects, str(meta.get("resourceVersion") or "")
+        finally:
+            if not pending.done():
+                pending.cancel()
+                await asyncio.gather(pending, return_exceptions=True)
 
     async def _watch(self) -> None:
         """One watch stream; returns when it ends (resume), raises on errors."""
