@@ -439,16 +439,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     store, gangs, handlers = _build(args)
     if args.from_file is not None:
-        from .loader import load_path
+        from .loader import load_reporting
         from .snapshot import feed
 
-        try:
-            loaded = load_path(args.from_file)
-        except FileNotFoundError:
-            print(f"gangscope explain: {args.from_file}: no such file or directory", file=sys.stderr)
+        loaded = load_reporting(args.from_file, "gangscope explain")
+        if loaded is None:
             return 1
-        for problem in loaded.problems:
-            print(f"gangscope explain: {problem}", file=sys.stderr)
         feed(store.exposition, handlers, loaded.objects)
     else:
         try:

@@ -9,6 +9,7 @@ name when readable) and skipped while the others load.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,19 @@ class Loaded:
 
     objects: list[tuple[str, dict]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+
+
+def load_reporting(path: Path, prog: str) -> Loaded | None:
+    """:func:`load_path` for a command: problems go to stderr prefixed with ``prog``; None when
+    ``path`` does not exist (the caller exits 1)."""
+    try:
+        loaded = load_path(path)
+    except FileNotFoundError:
+        print(f"{prog}: {path}: no such file or directory", file=sys.stderr)
+        return None
+    for problem in loaded.problems:
+        print(f"{prog}: {problem}", file=sys.stderr)
+    return loaded
 
 
 def group_of(api_version: str) -> str:

@@ -19,7 +19,7 @@ from .config import add_logging, add_topology, topology_from_args
 from .exposition import Exposition
 from .health import SourceHealth
 from .kube.resources import COLLECTOR_RESOURCES
-from .loader import group_of, load_path
+from .loader import group_of, load_reporting
 from .logs import setup_logging
 
 # Sources whose records others depend on come first.
@@ -50,13 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     levels, overrides = topology_from_args(args)
-    try:
-        loaded = load_path(args.from_file)
-    except FileNotFoundError:
-        print(f"gangscope snapshot: {args.from_file}: no such file or directory", file=sys.stderr)
+    loaded = load_reporting(args.from_file, "gangscope snapshot")
+    if loaded is None:
         return 1
-    for problem in loaded.problems:
-        print(f"gangscope snapshot: {problem}", file=sys.stderr)
     if not loaded.objects:
         print(f"gangscope snapshot: no readable Kubernetes objects in {args.from_file}", file=sys.stderr)
         return 1

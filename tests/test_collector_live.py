@@ -11,7 +11,7 @@ import argparse
 import asyncio
 import subprocess
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -28,14 +28,6 @@ from exporter.cluster.collector import build_collector
 from kueue_objects import admitted_conditions, cond, fixture, local_queue, modified, node, sample, series, topology, workload
 
 SERVED = (WORKLOADS, LOCAL_QUEUES, TOPOLOGIES, NODES)  # ResourceFlavors stay unserved: a CRD missing
-
-
-async def eventually(check: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
 
 
 def workload_series(text: str) -> dict:

@@ -267,7 +267,7 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path) -> None
                 ("firing", "research-cq", "block-2", "rack-2-2")}
             assert not matching(alerts, "GangscopeWorkloadNodeFailureEviction", workload=llama)
 
-            after = await prom.query(f'rack:gangscope_workload_stage:count{{rack="rack-2-2"}}')
+            after = await prom.query('rack:gangscope_workload_stage:count{rack="rack-2-2"}')
             assert all(s["metric"]["stage"] != "running" for s in after), after
 
             # --- every rule evaluated without error ---------------------------------------

@@ -25,7 +25,6 @@ import gc
 import io
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any
 
 import aiohttp
 import pytest
@@ -39,6 +38,7 @@ from exporter.kube.backoff import BackoffPolicy
 from exporter.kube.resources import COLLECTOR_RESOURCES, LOCAL_QUEUES, NODES, TOPOLOGIES, VOLCANO_PODGROUPS, WORKLOADS
 from exporter.sim.apiserver import SimApiServer, make_object
 from kueue_objects import admitted_conditions, cond, local_queue, node, series, topology, workload
+from waiting import eventually
 
 SERVED = (WORKLOADS, LOCAL_QUEUES, TOPOLOGIES, NODES)
 WL_PATH = "/apis/kueue.x-k8s.io/v1beta2/workloads"
@@ -106,14 +106,6 @@ async def converges(collector: Collector, sim: SimApiServer, timeout: float = 8.
             raise AssertionError(f"not converged: {len(missing)} missing, e.g. {missing[:3]}; "
                                  f"{len(ghosts)} ghost/stale, e.g. {ghosts[:3]}")
         await asyncio.sleep(0.05)
-
-
-async def eventually(check: Callable[[], Any], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not (await check() if asyncio.iscoroutinefunction(check) else check()):
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
 
 
 def health(s: dict, name: str, source: str) -> float:

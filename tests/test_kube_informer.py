@@ -20,17 +20,10 @@ from exporter.kube.client import KubeClient
 from exporter.kube.informer import Informer, object_key
 from exporter.kube.resources import AGENT_PODS, NODES, WORKLOADS, Resource
 from exporter.sim.apiserver import SimApiServer, make_object
+from waiting import eventually
 
 WL = "/apis/kueue.x-k8s.io/v1beta2/workloads"
 FAST = BackoffPolicy(base=0.01, cap=0.05)
-
-
-async def eventually(check: Callable[[], bool], timeout: float = 3.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 def truth(sim: SimApiServer, resource: Resource) -> dict[tuple[str, str], str]:

@@ -4,8 +4,6 @@ series are read back from the rendered exposition with prometheus_client's parse
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -19,16 +17,9 @@ from exporter.kube.discovery import served_version
 from exporter.kube.resources import LOCAL_QUEUES, NODES, TOPOLOGIES, VOLCANO_PODGROUPS, WORKLOADS, Resource
 from exporter.kube.sources import SourceSet, SourceSpec
 from exporter.sim.apiserver import SimApiServer, make_object
+from waiting import eventually
 
 INTERVAL = 0.1
-
-
-async def eventually(check: Callable[[], bool], timeout: float = 3.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 def health_series(exposition: Exposition) -> dict[tuple[str, str], float]:

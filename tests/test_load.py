@@ -37,6 +37,7 @@ from exporter.sim.apiserver import SimApiServer, make_object
 from exporter.sim.kubelet import SimContainer, SimKubelet, SimPod
 from exporter.sim.nvml import SimNvml
 from kueue_objects import admitted_conditions, workload
+from waiting import eventually
 
 SCRAPES = 100
 RATE = 200  # watch events (object changes) per second during the scrapes
@@ -119,13 +120,6 @@ class Mutator:
     def __exit__(self, *_: object) -> None:
         self._stop.set()
         self._thread.join(5)
-
-
-async def eventually(check: Callable[[], object], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():  # type: ignore[misc]
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.05)
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ of the key.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import base64
 import io
 import logging
@@ -21,8 +20,6 @@ import shutil
 import ssl
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -35,6 +32,7 @@ from exporter.kube.resources import LOCAL_QUEUES, NODES, TOPOLOGIES, WORKLOADS
 from exporter.logs import setup_logging
 from exporter.sim.apiserver import SimApiServer
 from kueue_objects import admitted_conditions, workload
+from waiting import eventually
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl not installed")
 
@@ -97,14 +95,6 @@ class Capture(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.lines.append(self.format(record))
-
-
-async def eventually(check: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
 
 
 async def get(port: int, path: str, token: str | None = None) -> tuple[int, str]:

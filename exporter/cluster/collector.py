@@ -11,7 +11,7 @@ from typing import Any
 
 from ..exposition import Exposition
 from .gangs import DEFAULT_ASSEMBLY_TIMEOUT, GangIndex, attach_gangs
-from .store import ClusterStore, ResourceHandler
+from .store import ClusterStore
 
 
 def build_collector(exposition: Exposition, *, gpu_resources: Sequence[str] = ("nvidia.com/gpu",),
