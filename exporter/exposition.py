@@ -14,6 +14,7 @@ owner's lines are rendered once and served in either format.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,11 @@ def escape_label_value(value: str) -> str:
 
 def format_value(value: float) -> str:
     """Render a sample value: integers without a fraction, NaN/Inf spelled the way both formats accept."""
+    cls = value.__class__
+    if cls is int:
+        return str(value)
+    if cls is float and value.is_integer() and abs(value) < 1e15:  # timestamps, most gauges
+        return str(int(value))
     if isinstance(value, bool):
         return "1" if value else "0"
     if isinstance(value, int):
@@ -103,8 +109,7 @@ class Family:
 @dataclass(slots=True)
 class _FamilyState:
     family: Family
-    chunks: dict[Hashable, bytes] = field(default_factory=dict)
-    series: dict[Hashable, int] = field(default_factory=dict)
+    chunks: dict[int, bytes] = field(default_factory=dict)  # owner slot -> that owner's lines
     total_series: int = 0
 
 
@@ -116,6 +121,10 @@ class Exposition:
     ``(kind, namespace, name)``. A per-family series limit (``max_series_per_family``) keeps a
     runaway cluster from flooding Prometheus: an owner whose lines would cross it is dropped
     from that family and counted in ``gangscope_exposition_dropped_series_total``.
+
+    Each owner gets a slot number, and the families key its chunks by slot: a Workload sets ten
+    families per event, and hashing its ``(kind, namespace, name)`` tuple once rather than for
+    every family and index is a tenth of the collector's first sync (bench/collector.py).
     """
 
     DROPPED = Family(
@@ -127,9 +136,12 @@ class Exposition:
 
     def __init__(self, max_series_per_family: int = 0) -> None:
         self._families: dict[str, _FamilyState] = {}
-        self._owned: dict[Hashable, tuple[str, ...]] = {}
+        # owner -> (slot, {family name: series of that owner in it})
+        self._owned: dict[Hashable, tuple[int, dict[str, int]]] = {}
+        self._slots = itertools.count()
         self._max_series = max_series_per_family
         self._dropped: dict[str, int] = {}
+        self._dropped_slot = next(self._slots)
         self.register(self.DROPPED)
 
     def register(self, *families: Family) -> None:
@@ -151,27 +163,54 @@ class Exposition:
         Each item of a family's sequence is one line or several joined (each ending in ``\\n``);
         the series count is the number of lines either way.
         """
-        previous = self._owned.get(owner, ())
-        names = []
+        chunks = []
         for fam, fam_lines in lines.items():
-            state = self._families.get(fam.name)
-            if state is None:
-                raise KeyError(f"metric family {fam.name} is not registered")
-            if not fam_lines:
-                continue
-            names.append(fam.name)
-            self._put(state, owner, fam_lines)
-        for name in previous:
-            if name not in names:
-                self._remove(self._families[name], owner)
-        if names:
-            self._owned[owner] = tuple(names)
+            text = "".join(fam_lines).encode()
+            chunks.append((fam, text, text.count(b"\n")))  # escaped label values hold no raw newline
+        self.set_counted(owner, chunks)
+
+    def set_counted(self, owner: Hashable, chunks: Iterable[tuple[Family, bytes, int]]) -> None:
+        """:meth:`set` for a renderer that knows its line counts (Workloads, by the ten thousand
+        per list): ``(family, its lines as one UTF-8 string, the number of lines)`` for each
+        family, each family at most once."""
+        families, limit = self._families, self._max_series
+        entry = self._owned.get(owner)
+        if entry is None:
+            slot, previous = next(self._slots), None
         else:
-            self._owned.pop(owner, None)
+            slot, previous = entry
+        counts: dict[str, int] = {}
+        for fam, text, count in chunks:
+            name = fam.name
+            state = families.get(name)
+            if state is None:
+                raise KeyError(f"metric family {name} is not registered")
+            if not text:
+                continue
+            old = previous.get(name, 0) if previous else 0
+            if limit and state.total_series - old + count > limit and fam is not self.DROPPED:
+                self._remove(state, slot, old)
+                self._count_dropped(name, count)
+                counts[name] = 0
+                continue
+            state.chunks[slot] = text
+            state.total_series += count - old
+            counts[name] = count
+        if previous:
+            for name, old in previous.items():
+                if name not in counts:
+                    self._remove(families[name], slot, old)
+        if counts:
+            self._owned[owner] = (slot, counts)
+        elif entry is not None:
+            del self._owned[owner]
 
     def delete(self, owner: Hashable) -> None:
-        for name in self._owned.pop(owner, ()):
-            self._remove(self._families[name], owner)
+        entry = self._owned.pop(owner, None)
+        if entry is not None:
+            slot, counts = entry
+            for name, old in counts.items():
+                self._remove(self._families[name], slot, old)
 
     def owners(self) -> set[Hashable]:
         return set(self._owned)
@@ -179,32 +218,21 @@ class Exposition:
     def series_count(self, name: str) -> int:
         return self._families[name].total_series
 
-    def _put(self, state: _FamilyState, owner: Hashable, fam_lines: Sequence[str]) -> None:
-        """Store one owner's lines of one family; each item of ``fam_lines`` is one or more
-        complete lines (renderers may join a family's lines into one string)."""
-        chunk = "".join(fam_lines).encode()
-        count = chunk.count(b"\n")  # an item may hold several lines; escaped values hold no raw newline
-        old = state.series.get(owner, 0)
-        limit = self._max_series
-        if limit and state.total_series - old + count > limit and state.family is not self.DROPPED:
-            self._remove(state, owner)
-            self._count_dropped(state.family.name, count)
-            return
-        state.chunks[owner] = chunk
-        state.series[owner] = count
-        state.total_series += count - old
-
-    def _remove(self, state: _FamilyState, owner: Hashable) -> None:
-        if state.chunks.pop(owner, None) is not None:
-            state.total_series -= state.series.pop(owner)
+    @staticmethod
+    def _remove(state: _FamilyState, slot: int, count: int) -> None:
+        if state.chunks.pop(slot, None) is not None:
+            state.total_series -= count
 
     def _count_dropped(self, name: str, count: int) -> None:
         first = name not in self._dropped
         self._dropped[name] = self._dropped.get(name, 0) + count
         if first:
             log.warning("series_limit_reached", family=name, limit=self._max_series)
-        lines = [self.DROPPED.sample([("family", n)], v) for n, v in sorted(self._dropped.items())]
-        self._put(self._families[self.DROPPED.name], ("exposition", "dropped"), lines)
+        state = self._families[self.DROPPED.name]
+        state.chunks[self._dropped_slot] = "".join(
+            self.DROPPED.sample([("family", n)], v) for n, v in sorted(self._dropped.items())
+        ).encode()
+        state.total_series = len(self._dropped)
 
     def render_parts(self, openmetrics: bool) -> list[bytes]:
         """The whole exposition as its pieces (headers and every owner's chunk), in order.

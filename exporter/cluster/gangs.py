@@ -401,22 +401,26 @@ class GangIndex:
     # ---- Workload side
     def _workload_changed(self, key: WlKey) -> None:
         """The store's hook after a Workload is set, re-rendered or deleted."""
-        affected = set(self._joined_to.of(key))
         for k in self._wl_template_keys.pop(key, ()):
             self._wl_template.discard(k, key)
         wl = self.store.workloads.get(key)
+        keys = []
         if wl is not None:
-            ns = wl.namespace
-            keys = [(ns, api, name) for api, name, _ in template_refs(wl)]
+            keys = [(wl.namespace, api, name) for api, name, _ in template_refs(wl)]
             for k in keys:
                 self._wl_template.add(k, key)
-                affected |= self._pg_name.of(k)
             if keys:
                 self._wl_template_keys[key] = keys
+        if not self.podgroups:  # nothing to join (a cluster without gangs, or before their list)
+            return
+        affected = set(self._joined_to.of(key))
+        if wl is not None:
+            for k in keys:
+                affected |= self._pg_name.of(k)
             for uid in ClusterStore._owner_uids(wl):
                 affected |= self._pg_owner_uid.of(uid)
             if wl.owner is not None and wl.owner.name:
-                affected |= self._pg_owner_name.of((ns, wl.owner.name))
+                affected |= self._pg_owner_name.of((wl.namespace, wl.owner.name))
         for pg_key in affected:
             self._resolve(pg_key)
 

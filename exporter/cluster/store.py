@@ -46,7 +46,7 @@ from .localqueues import LocalQueue, parse_local_queue
 from .nodes import Node, parse_node
 from .topologies import ResourceFlavor, Topology, merge_levels, parse_resource_flavor, parse_topology
 from .workloads import (
-    FAMILIES, TOPOLOGY_EVICTIONS, Assignment, Path, Workload, esc, parse_workload, render_fragment, render_workload,
+    FAMILIES, TOPOLOGY_EVICTIONS, Assignment, Path, Shape, Workload, esc, parse_workload, render_fragment, render_workload,
 )
 
 log = structlog.get_logger(__name__)
@@ -55,6 +55,7 @@ WorkloadKey = tuple[str, str]
 R = TypeVar("R")
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 TOPOLOGY_EVICTIONS_OWNER = ("topology_evictions",)
+PLACEMENTS_LIMIT = 65536  # shared placed lists kept (they start over past it, like workloads._SHARED_LIMIT)
 
 
 class ResourceHandler(Generic[R]):
@@ -170,15 +171,20 @@ class ClusterStore:
         self.on_workload_change: list[Callable[[WorkloadKey], None]] = []
         self.on_topology_change: list[Callable[[], None]] = []
         self._host_labels: dict[str, dict[str, str]] = {}  # hostname label value -> node labels
-        self._by_host: dict[str, set[WorkloadKey]] = {}  # hostname value or node name -> workloads
+        # Workloads by host (hostname value or node name), in two steps: a gang's hosts are
+        # indexed once per distinct assignment (its host group), not once per Workload.
+        self._by_host: dict[str, set[Any]] = {}  # host -> host groups (see _host_groups)
+        self._by_group: dict[Any, set[WorkloadKey]] = {}  # host group -> workloads
         self._by_owner_uid: dict[str, set[WorkloadKey]] = {}
         self._by_owner_name: dict[tuple[str, str], set[WorkloadKey]] = {}
         self._by_queue: dict[tuple[str, str], set[WorkloadKey]] = {}
         self._place_cache: dict[tuple[tuple[str, ...], tuple[str, ...], int], tuple[Path, int]] = {}
+        self._placements: dict[Shape, list[tuple[Path, int]]] = {}  # Assignment.shape -> placed
         self._fragments: dict[Path, str] = {}
         self._eviction_balance: dict[WorkloadKey, dict[str, int]] = {}
         self._topology_evictions: dict[tuple[str, Path], int] = {}
         self._pending_nodes: set[WorkloadKey] | None = None
+        self._deferred: dict[WorkloadKey, None] | None = None  # put during a Node LIST, rendered at its end
         self.levels = TopologyLevels.build(self._fixed_levels, self._overrides)
         self._paths = DomainPaths(self.levels, self._host_labels)
 
@@ -227,14 +233,24 @@ class ClusterStore:
 
         The ``(path, pods)`` pairs are cached and shared: Workloads on the same hosts hold the
         same pairs rather than one tuple per domain each (hundreds of thousands in a large cluster).
+        Assignments of the same shape (see :class:`Assignment`) share the whole list.
         """
-        cache, levels, out = self._place_cache, assignment.levels, []
+        levels, shape = assignment.levels, assignment.shape
+        if shape is not None:
+            placed = self._placements.get(shape)
+            if placed is not None:
+                return placed
+        cache, out = self._place_cache, []
         for d in assignment.domains:
             k = (levels, d.values, d.count)
             pair = cache.get(k)
             if pair is None:
                 pair = cache[k] = (self._paths.path(levels, d.values), d.count)
             out.append(pair)
+        if shape is not None:
+            if len(self._placements) >= PLACEMENTS_LIMIT:
+                self._placements.clear()
+            self._placements[shape] = out
         return out
 
     # ---- workloads ------------------------------------------------------------------------
@@ -254,7 +270,10 @@ class ClusterStore:
             self._unindex(prev)
         self.workloads[key] = wl
         self._index(wl)
-        self._render(wl)
+        if self._deferred is not None:  # inside a Node LIST: rendered once, at its end
+            self._deferred[key] = None
+        else:
+            self._render(wl)
 
     def _delete_workload(self, key: WorkloadKey) -> None:
         prev = self.workloads.pop(key, None)
@@ -274,7 +293,7 @@ class ClusterStore:
             lq = self.local_queues.get((wl.namespace, wl.queue_name))
             wl.cluster_queue = lq.cluster_queue if lq is not None else ""
         wl.unhealthy_paths = [self.node_path(n) for n in wl.unhealthy_nodes]
-        self.exposition.set(("workload", wl.namespace, wl.name), render_workload(wl, self.fragment))
+        self.exposition.set_counted(("workload", wl.namespace, wl.name), render_workload(wl, self.fragment))
         for cb in self.on_workload_change:
             cb(wl.key)
 
@@ -290,8 +309,14 @@ class ClusterStore:
 
     def _index(self, wl: Workload) -> None:
         key = wl.key
-        for host in self._hosts_of(wl):
-            self._by_host.setdefault(host, set()).add(key)
+        by_group = self._by_group
+        for group, a in self._host_groups(wl):
+            keys = by_group.get(group)
+            if keys is None:
+                keys = by_group[group] = set()
+                for host in self._group_hosts(group, a):
+                    self._by_host.setdefault(host, set()).add(group)
+            keys.add(key)
         for uid in self._owner_uids(wl):
             self._by_owner_uid.setdefault(uid, set()).add(key)
         if wl.owner is not None and wl.owner.name:
@@ -300,8 +325,15 @@ class ClusterStore:
 
     def _unindex(self, wl: Workload) -> None:
         key = wl.key
-        for host in self._hosts_of(wl):
-            _discard(self._by_host, host, key)
+        by_group = self._by_group
+        for group, a in self._host_groups(wl):
+            keys = by_group.get(group)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del by_group[group]
+                    for host in self._group_hosts(group, a):
+                        _discard(self._by_host, host, group)
         for uid in self._owner_uids(wl):
             _discard(self._by_owner_uid, uid, key)
         if wl.owner is not None and wl.owner.name:
@@ -309,13 +341,26 @@ class ClusterStore:
         _discard(self._by_queue, (wl.namespace, wl.queue_name), key)
 
     @staticmethod
-    def _hosts_of(wl: Workload) -> set[str]:
-        hosts = set(wl.unhealthy_nodes)
+    def _host_groups(wl: Workload) -> list[tuple[Any, Assignment | None]]:
+        """The host groups a Workload is indexed under, with the assignment of each: a shaped
+        hostname assignment (:class:`Assignment`) is one group (its shape) for all its hosts;
+        any other host, assigned or unhealthy, is a group of its own (the host name)."""
+        out: list[tuple[Any, Assignment | None]] = [(n, None) for n in wl.unhealthy_nodes]
         for a in wl.last_assignments:
-            if HOSTNAME_LABEL in a.levels:
-                i = a.levels.index(HOSTNAME_LABEL)
-                hosts.update(d.values[i] for d in a.domains)
-        return hosts
+            levels = a.levels
+            if HOSTNAME_LABEL in levels:
+                if a.shape is not None:
+                    out.append((a.shape, a))
+                else:
+                    i = levels.index(HOSTNAME_LABEL)
+                    out += [(d.values[i], None) for d in a.domains]
+        return out
+
+    @staticmethod
+    def _group_hosts(group: Any, a: Assignment | None) -> Iterable[str]:
+        if a is None:
+            return (group,)
+        return {d.values[0] for d in a.domains}  # a shape has one level, the hostname
 
     @staticmethod
     def _owner_uids(wl: Workload) -> set[str]:
@@ -420,6 +465,7 @@ class ClusterStore:
 
     def _invalidate_paths(self, keys: Iterable[WorkloadKey]) -> None:
         self._place_cache.clear()
+        self._placements.clear()
         self._fragments.clear()
         self._rerender(keys, replace_paths=True)
         for cb in self.on_topology_change:
@@ -452,24 +498,32 @@ class ClusterStore:
     def _node_changed(self, name: str, hostname: str, old_hostname: str | None) -> None:
         affected: set[WorkloadKey] = set()
         for host in {name, hostname, old_hostname} - {None}:
-            affected.update(self._by_host.get(host, ()))  # type: ignore[arg-type]
+            for group in self._by_host.get(host, ()):  # type: ignore[arg-type]
+                affected.update(self._by_group[group])
         if self._pending_nodes is not None:  # inside a node LIST: re-render once at the end
             self._pending_nodes.update(affected)
             self._pending_nodes.add(("", ""))  # marks "paths changed" even with nothing affected
-            # The LIST arrives page by page, and Workloads may be placed between its pages: they
-            # must not reuse a path cached before this Node's labels were known.
-            self._place_cache.clear()
             return
         self._invalidate_paths(affected)
 
     def _begin_node_batch(self) -> None:
+        """A Node LIST starts. Its pages interleave with the Workloads' (both lists start
+        together): until it ends, Workloads are stored and placed but their rendering waits
+        (``_deferred``), so none is rendered before the Nodes' labels are known and again after."""
         self._pending_nodes = set()
+        if self._deferred is None:
+            self._deferred = {}
 
     def _end_node_batch(self) -> None:
         pending, self._pending_nodes = self._pending_nodes, None
+        deferred, self._deferred = self._deferred or {}, None
         if pending:
+            # Placed meanwhile, the deferred Workloads may hold paths cached before a Node's
+            # labels arrived: they are placed again, with what the Nodes now say.
             pending.discard(("", ""))
-            self._invalidate_paths(pending)
+            self._invalidate_paths([*deferred, *(k for k in pending if k not in deferred)])
+        elif deferred:
+            self._rerender(deferred, replace_paths=False)
 
 
 class _NodeHandler(ResourceHandler[Node]):

@@ -20,6 +20,7 @@ from ..topology import AssignmentError, Domain, iter_domains
 from .fields import ParseError, Problems, as_bool, as_dict, as_int, as_list, as_str, parse_quantity, parse_time, str_map
 
 _NW = ("namespace", "workload")
+_EMPTY: dict = {}  # an absent object, read-only
 
 WORKLOAD_INFO = Family(
     "gangscope_workload_info", "info",
@@ -99,6 +100,7 @@ Path = tuple[tuple[str, str], ...]  # ((alias, value), ...) over the configured 
 _SHARED_LIMIT = 65536
 _CONDITIONS: dict[tuple[Any, ...], Condition] = {}
 _DOMAINS: dict[int, dict[str, Domain]] = {}  # pods -> host value -> Domain((host,), pods)
+_ASSIGNMENTS: dict[tuple[Any, ...], tuple[tuple[Domain, ...], Shape]] = {}  # raw hostname assignment -> domains, shape
 _MAPS: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}  # flavors, pod template labels and annotations
 _intern = sys.intern
 
@@ -147,13 +149,23 @@ class PodSet:
     annotations: dict[str, str]
 
 
+class Shape:
+    """The identity of a raw hostname assignment (see :class:`Assignment`): equal assignments
+    parsed while the cache holds theirs get the same Shape, which hashes in O(1) however many
+    hosts it stands for (a Workload may have 100,000)."""
+
+    __slots__ = ()
+
+
 @dataclass(slots=True)
 class Assignment:
     """``status.admission.podSetAssignments[]`` with its topology domains.
 
     ``domains`` are the expanded domains as Kueue stores them (often only the hostname level);
     ``placed`` is filled by the store: one ``(full path, pods)`` per domain, upper levels taken
-    from Node labels.
+    from Node labels. ``shape`` identifies the raw hostname assignment the domains came from
+    (``None`` for other forms): Workloads with equal shapes share ``domains``, and the store
+    shares their ``placed`` list.
     """
 
     name: str
@@ -161,6 +173,7 @@ class Assignment:
     flavors: dict[str, str]
     levels: tuple[str, ...]
     domains: tuple[Domain, ...]
+    shape: Shape | None = None
     placed: list[tuple[Path, int]] = field(default_factory=list)
 
 
@@ -218,12 +231,18 @@ def parse_workload(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",))
     if not isinstance(obj, dict):
         raise ParseError(f"expected an object, got {type(obj).__name__}")
     p: Problems = []
-    meta = as_dict(obj.get("metadata"), "metadata", p)
+    # Fields of the expected type are taken as they are (the common case, on every event);
+    # the tolerant accessors of .fields handle the rest and note the problem.
+    meta, spec, status = obj.get("metadata"), obj.get("spec"), obj.get("status")
+    if meta.__class__ is not dict:
+        meta = as_dict(meta, "metadata", p)
     name, namespace = meta.get("name"), meta.get("namespace")
     if not isinstance(name, str) or not name or not isinstance(namespace, str) or not namespace:
         raise ParseError("Workload without metadata.name and metadata.namespace")
-    spec = as_dict(obj.get("spec"), "spec", p)
-    status = as_dict(obj.get("status"), "status", p)
+    if spec.__class__ is not dict:
+        spec = as_dict(spec, "spec", p)
+    if status.__class__ is not dict:
+        status = as_dict(status, "status", p)
 
     owner = None
     for i, ref in enumerate(as_list(meta.get("ownerReferences"), "metadata.ownerReferences", p)):
@@ -239,30 +258,38 @@ def parse_workload(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",))
     if not priority_class:
         priority_class = as_str(spec.get("priorityClassName"), "spec.priorityClassName", p)
 
-    created = as_str(meta.get("creationTimestamp"), "metadata.creationTimestamp", p)
+    created = meta.get("creationTimestamp")
+    if created.__class__ is not str:
+        created = as_str(created, "metadata.creationTimestamp", p)
     conditions = _conditions(status.get("conditions"), p)
-    requeue = as_dict(status.get("requeueState"), "status.requeueState", p)
+    requeue = status.get("requeueState")
+    requeue = _EMPTY if requeue is None else as_dict(requeue, "status.requeueState", p)
     admission = status.get("admission")
-    admission_d = as_dict(admission, "status.admission", p)
+    admission_d = admission if admission.__class__ is dict else as_dict(admission, "status.admission", p)
     assignments = _assignments(admission_d.get("podSetAssignments"), p)
     unhealthy = []
-    for i, n in enumerate(as_list(status.get("unhealthyNodes"), "status.unhealthyNodes", p)):
-        node = as_str(as_dict(n, f"status.unhealthyNodes[{i}]", p).get("name"), f"status.unhealthyNodes[{i}].name", p)
-        if node:
-            unhealthy.append(node)
+    raw_unhealthy = status.get("unhealthyNodes")
+    if raw_unhealthy is not None:
+        for i, n in enumerate(as_list(raw_unhealthy, "status.unhealthyNodes", p)):
+            node = as_str(as_dict(n, f"status.unhealthyNodes[{i}]", p).get("name"), f"status.unhealthyNodes[{i}].name", p)
+            if node:
+                unhealthy.append(node)
+    uid, api_version, rv = meta.get("uid"), obj.get("apiVersion"), meta.get("resourceVersion")
+    queue, priority, active = spec.get("queueName"), spec.get("priority"), spec.get("active")
+    cluster_queue = admission_d.get("clusterQueue")
 
     wl = Workload(
         namespace=_intern(namespace),
         name=name,
-        uid=as_str(meta.get("uid"), "metadata.uid", p),
-        api_version=_intern(as_str(obj.get("apiVersion"), "apiVersion", p)),
-        resource_version=as_str(meta.get("resourceVersion"), "metadata.resourceVersion", p),
+        uid=uid if uid.__class__ is str else as_str(uid, "metadata.uid", p),
+        api_version=_intern(api_version if api_version.__class__ is str else as_str(api_version, "apiVersion", p)),
+        resource_version=rv if rv.__class__ is str else as_str(rv, "metadata.resourceVersion", p),
         labels=str_map(meta.get("labels"), "metadata.labels", p),
         owner=owner,
-        queue_name=_intern(as_str(spec.get("queueName"), "spec.queueName", p)),
+        queue_name=_intern(queue if queue.__class__ is str else as_str(queue, "spec.queueName", p)),
         priority_class=_intern(priority_class),
-        priority=as_int(spec.get("priority"), "spec.priority", p),
-        active=as_bool(spec.get("active"), "spec.active", p, True),
+        priority=priority if priority.__class__ is int else as_int(priority, "spec.priority", p),
+        active=active if active.__class__ is bool else as_bool(active, "spec.active", p, True),
         created=_intern(created),
         created_seconds=_time(created, "metadata.creationTimestamp", p),
         conditions=conditions,
@@ -271,7 +298,8 @@ def parse_workload(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",))
         evictions=_evictions(status.get("schedulingStats"), p),
         podsets=_podsets(spec.get("podSets"), gpu_resources, p),
         admitted=isinstance(admission, dict),
-        admission_cluster_queue=_intern(as_str(admission_d.get("clusterQueue"), "status.admission.clusterQueue", p)),
+        admission_cluster_queue=_intern(
+            cluster_queue if cluster_queue.__class__ is str else as_str(cluster_queue, "status.admission.clusterQueue", p)),
         assignments=assignments,
         unhealthy_nodes=unhealthy,
         stage="",
@@ -353,8 +381,14 @@ def _time(value: str, what: str, p: Problems) -> float | None:
 
 def _evictions(raw: Any, p: Problems) -> dict[tuple[str, str], int]:
     out: dict[tuple[str, str], int] = {}
-    stats = as_dict(raw, "status.schedulingStats", p)
+    stats = raw if raw.__class__ is dict else as_dict(raw, "status.schedulingStats", p)
     for i, e in enumerate(as_list(stats.get("evictions"), "status.schedulingStats.evictions", p)):
+        if e.__class__ is dict:
+            count, reason, cause = e.get("count"), e.get("reason"), e.get("underlyingCause")
+            if count.__class__ is int and reason.__class__ is str and cause.__class__ is str:
+                key = (reason, cause)
+                out[key] = out.get(key, 0) + count
+                continue
         w = f"status.schedulingStats.evictions[{i}]"
         e = as_dict(e, w, p)
         count = as_int(e.get("count"), w + ".count", p, 0) or 0
@@ -364,28 +398,48 @@ def _evictions(raw: Any, p: Problems) -> dict[tuple[str, str], int]:
 
 
 def _podsets(raw: Any, gpu_resources: Sequence[str], p: Problems) -> list[PodSet]:
+    # Fields of the expected type are taken as they are; only the others go through the
+    # tolerant accessors, with the path for their problem (built only then: this runs per event).
     out = []
-    for i, ps in enumerate(as_list(raw, "spec.podSets", p)):
+    for i, ps in enumerate(raw if raw.__class__ is list else as_list(raw, "spec.podSets", p)):
         w = f"spec.podSets[{i}]"
-        ps = as_dict(ps, w, p)
-        template = as_dict(ps.get("template"), w + ".template", p)
-        tmeta = as_dict(template.get("metadata"), w + ".template.metadata", p)
+        if ps.__class__ is not dict:
+            ps = as_dict(ps, w, p)
+        template = ps.get("template")
+        if template.__class__ is not dict:
+            template = as_dict(template, w + ".template", p)
+        tmeta, spec = template.get("metadata"), template.get("spec")
+        if tmeta.__class__ is not dict:
+            tmeta = as_dict(tmeta, w + ".template.metadata", p)
+        if spec.__class__ is not dict:
+            spec = as_dict(spec, w + ".template.spec", p)
+        name, count = ps.get("name"), ps.get("count")
+        if name.__class__ is not str:
+            name = as_str(name, w + ".name", p, "main")
+        if count.__class__ is not int:
+            count = as_int(count, w + ".count", p, 1)
         out.append(PodSet(
-            name=as_str(ps.get("name"), w + ".name", p, "main") or "main",
-            count=as_int(ps.get("count"), w + ".count", p, 1) or 0,
-            gpus_per_pod=pod_gpus(as_dict(template.get("spec"), w + ".template.spec", p), gpu_resources, p, w),
+            name=name or "main",
+            count=count or 0,
+            gpus_per_pod=pod_gpus(spec, gpu_resources, p, w + ".template.spec"),
             labels=_shared_map(str_map(tmeta.get("labels"), w + ".template.metadata.labels", p)),
             annotations=_shared_map(str_map(tmeta.get("annotations"), w + ".template.metadata.annotations", p)),
         ))
     return out
 
 
-def _container_gpus(c: Any, gpu_resources: Sequence[str], p: Problems, what: str) -> float:
-    resources = as_dict(as_dict(c, what, p).get("resources"), what + ".resources", p)
+def _container_gpus(c: Any, gpu_resources: Sequence[str], p: Problems, where: str, i: int) -> float:
+    """GPUs of container ``i`` of the list at ``where`` (the path is only built for a problem)."""
+    resources = c.get("resources") if c.__class__ is dict else as_dict(c, f"{where}[{i}]", p).get("resources")
+    if resources.__class__ is not dict:
+        resources = as_dict(resources, f"{where}[{i}].resources", p)
     if not resources:
         return 0
-    requests = as_dict(resources.get("requests"), what + ".resources.requests", p)
-    limits = as_dict(resources.get("limits"), what + ".resources.limits", p)
+    requests, limits = resources.get("requests", _EMPTY), resources.get("limits", _EMPTY)
+    if requests.__class__ is not dict:
+        requests = as_dict(requests, f"{where}[{i}].resources.requests", p)
+    if limits.__class__ is not dict:
+        limits = as_dict(limits, f"{where}[{i}].resources.limits", p)
     total: float = 0
     for res in gpu_resources:
         # Extended resources cannot be overcommitted: a limit alone implies the same request.
@@ -394,7 +448,7 @@ def _container_gpus(c: Any, gpu_resources: Sequence[str], p: Problems, what: str
             try:
                 total += parse_quantity(q)
             except ValueError:
-                p.append(f"{what}.resources: bad quantity for {res}: {q!r}")
+                p.append(f"{where}[{i}].resources: bad quantity for {res}: {q!r}")
     return total
 
 
@@ -404,57 +458,71 @@ def pod_gpus(pod_spec: dict, gpu_resources: Sequence[str], p: Problems, what: st
     max(sum of app containers + restartable init containers (sidecars), the largest init
     container plus the sidecars started before it).
     """
-    app = sum(_container_gpus(c, gpu_resources, p, f"{what}.containers[{i}]")
-              for i, c in enumerate(as_list(pod_spec.get("containers"), what + ".containers", p)))
+    containers, inits = pod_spec.get("containers"), pod_spec.get("initContainers")
+    if containers.__class__ is not list:
+        containers = as_list(containers, what + ".containers", p)
+    app: float = 0
+    for i, c in enumerate(containers):
+        app += _container_gpus(c, gpu_resources, p, what + ".containers", i)
     sidecars: float = 0
     init_peak: float = 0
-    for i, c in enumerate(as_list(pod_spec.get("initContainers"), what + ".initContainers", p)):
-        g = _container_gpus(c, gpu_resources, p, f"{what}.initContainers[{i}]")
-        if isinstance(c, dict) and c.get("restartPolicy") == "Always":
-            sidecars += g
-        else:
-            init_peak = max(init_peak, g + sidecars)
+    if inits is not None:
+        for i, c in enumerate(as_list(inits, what + ".initContainers", p)):
+            g = _container_gpus(c, gpu_resources, p, what + ".initContainers", i)
+            if isinstance(c, dict) and c.get("restartPolicy") == "Always":
+                sidecars += g
+            else:
+                init_peak = max(init_peak, g + sidecars)
     return max(app + sidecars, init_peak)
 
 
 def _assignments(raw: Any, p: Problems) -> list[Assignment]:
     out = []
-    for i, a in enumerate(as_list(raw, "status.admission.podSetAssignments", p)):
+    for i, a in enumerate(raw if raw.__class__ is list else as_list(raw, "status.admission.podSetAssignments", p)):
         w = f"status.admission.podSetAssignments[{i}]"
-        a = as_dict(a, w, p)
+        if a.__class__ is not dict:
+            a = as_dict(a, w, p)
         levels: tuple[str, ...] = ()
         domains: tuple[Domain, ...] = ()
+        shape = None
         ta = a.get("topologyAssignment")
         if ta is not None:
-            try:
-                domains = _host_domains(ta) or tuple(iter_domains(ta))
-                levels = tuple(map(_intern, ta["levels"]))
-            except AssignmentError as exc:
-                p.append(f"{w}.topologyAssignment: {exc}")
-                domains = ()
+            hosts = _host_domains(ta)
+            if hosts is not None:
+                (domains, shape), levels = hosts, (_intern(ta["levels"][0]),)
+            else:
+                try:
+                    domains = tuple(iter_domains(ta))
+                    levels = tuple(map(_intern, ta["levels"]))
+                except AssignmentError as exc:
+                    p.append(f"{w}.topologyAssignment: {exc}")
+                    domains = ()
+        name, count = a.get("name"), a.get("count")
         out.append(Assignment(
-            name=as_str(a.get("name"), w + ".name", p, "main") or "main",
-            count=as_int(a.get("count"), w + ".count", p),
+            name=(name if name.__class__ is str else as_str(name, w + ".name", p, "main")) or "main",
+            count=count if count.__class__ is int else as_int(count, w + ".count", p),
             flavors=_shared_map(str_map(a.get("flavors"), w + ".flavors", p)),
             levels=levels,
             domains=domains,
+            shape=shape,
         ))
     return out
 
 
-def _host_domains(ta: Any) -> tuple[Domain, ...] | None:
+def _host_domains(ta: Any) -> tuple[tuple[Domain, ...], Shape] | None:
     """The common assignment, v1beta2 slices of one level (the hostname) with individual values
-    and a universal pod count, as shared Domains; ``None`` for any other shape or anything
-    invalid, which :func:`iter_domains` then expands (or rejects with the precise error).
-    The same expansion, but this runs for every Workload of every event, so it creates nothing
-    for a host it has seen before.
+    and a universal pod count, as shared Domains, and its shape (see :class:`Assignment`);
+    ``None`` for any other shape or anything invalid, which :func:`iter_domains` then expands
+    (or rejects with the precise error). The same expansion, but this runs for every Workload
+    of every event, so an assignment seen before (the same hosts, often: a gang re-admitted, or
+    gangs packed on the same racks) costs one lookup, and a host seen before creates nothing.
     """
     if ta.__class__ is not dict or "domains" in ta:
         return None
     levels, slices = ta.get("levels"), ta.get("slices")
     if levels.__class__ is not list or len(levels) != 1 or levels[0].__class__ is not str or slices.__class__ is not list:
         return None
-    out: list[Domain] = []
+    parts = []
     for sl in slices:
         if sl.__class__ is not dict:
             return None
@@ -470,6 +538,16 @@ def _host_domains(ta: Any) -> tuple[Domain, ...] | None:
         roots, prefix, suffix = ind.get("roots"), ind.get("prefix") or "", ind.get("suffix") or ""
         if roots.__class__ is not list or len(roots) != n or prefix.__class__ is not str or suffix.__class__ is not str:
             return None
+        parts.append((prefix, suffix, count, tuple(roots)))
+    raw = (levels[0], tuple(parts))
+    try:
+        return _ASSIGNMENTS[raw]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable root
+        return None
+    out: list[Domain] = []
+    for prefix, suffix, count, roots in parts:  # a cached shape has string roots: check them here
         shared = _DOMAINS.get(count)
         if shared is None or len(shared) >= _SHARED_LIMIT:
             shared = _DOMAINS[count] = {}
@@ -481,7 +559,10 @@ def _host_domains(ta: Any) -> tuple[Domain, ...] | None:
             if d is None:
                 d = shared[value] = Domain((_intern(value),), count)
             out.append(d)
-    return tuple(out)
+    if len(_ASSIGNMENTS) >= _SHARED_LIMIT:
+        _ASSIGNMENTS.clear()
+    found = _ASSIGNMENTS[raw] = (tuple(out), Shape())
+    return found
 
 
 def esc(value: str) -> str:
@@ -491,88 +572,108 @@ def esc(value: str) -> str:
     return value
 
 
-# Rendering builds each family's lines of one Workload as ``head + head.join(suffixes)``, where
-# ``head`` is the metric name and the namespace/workload pair, and each suffix (the remaining
-# labels and the value) comes from a table or a cache: the label pairs after ``workload`` repeat
-# across Workloads (stages, conditions, hosts), so one C-level join replaces a formatted line each.
-_STAGE_SUFFIXES = {
-    current: tuple(f',stage="{s}"}} {1 if s == current else 0}\n' for s in STAGES) for current in STAGES
+# Rendering builds each family's lines of one Workload as ``head.join(parts)``, where ``head``
+# is the metric name and the namespace/workload pair, and ``parts`` is ``b""`` followed by a
+# suffix per line (the remaining labels and the value), from a table or a cache: the label
+# pairs after ``workload`` repeat across Workloads (stages, conditions, hosts), so one C-level
+# join replaces a formatted line each. Lines are built as UTF-8 bytes, as the exposition keeps
+# them: a Workload's 5 kB are then written once, not formatted and then encoded.
+_STAGE_PARTS = {
+    current: (b"", *(f',stage="{s}"}} {1 if s == current else 0}\n'.encode() for s in STAGES)) for current in STAGES
 }
-_CONDITION_SUFFIXES: dict[tuple[str, str, str], str] = {}
-_POD_SUFFIXES: dict[tuple[Path, int], str] = {}
+_CONDITION_SUFFIXES: dict[tuple[str, str, str], bytes] = {}
+_POD_SUFFIXES: dict[tuple[Path, int], bytes] = {}
+_PLACED_PARTS: dict[int, tuple[Sequence[tuple[Path, int]], list[bytes]]] = {}  # id(placed) -> (placed, parts)
 
 
-def _lines(head: str, suffixes: Sequence[str]) -> list[str]:
-    """The lines ``head + suffix`` for each suffix, as one string (the exposition counts lines)."""
-    return [head + head.join(suffixes)] if suffixes else []
-
-
-def _condition_suffix(c: Condition) -> str:
+def _condition_suffix(c: Condition) -> bytes:
     key = (c.type, c.status, c.reason)
     suffix = _CONDITION_SUFFIXES.get(key)
     if suffix is None:
         if len(_CONDITION_SUFFIXES) >= _SHARED_LIMIT:
             _CONDITION_SUFFIXES.clear()
-        suffix = _CONDITION_SUFFIXES[key] = f',type="{esc(c.type)}",status="{esc(c.status)}",reason="{esc(c.reason)}"}} 1\n'
+        suffix = _CONDITION_SUFFIXES[key] = (
+            f',type="{esc(c.type)}",status="{esc(c.status)}",reason="{esc(c.reason)}"}} 1\n'.encode())
     return suffix
 
 
-def render_workload(wl: Workload, fragment: Callable[[Path], str]) -> dict[Family, list[str]]:
-    """All sample lines of one Workload; ``fragment(path)`` renders a topology path's label pairs
-    (a pure function of the path, so its results are cached here).
+def _pod_parts(a: Assignment, fragment: Callable[[Path], str]) -> list[bytes]:
+    """``b""`` and the ``<topology labels>} pods`` suffix of each domain of ``a.placed``, domains
+    with one path (an unknown Node) added up. A placed list the store shares (``a.shape`` set)
+    is computed once: the result is kept with the list, by identity."""
+    placed: Sequence[tuple[Path, int]] = a.placed
+    if a.shape is not None:
+        hit = _PLACED_PARTS.get(id(placed))
+        if hit is not None and hit[0] is placed:
+            return hit[1]
+    pairs = placed
+    if len({path for path, _ in pairs}) != len(pairs):  # domains with one known path (unknown Node) add up
+        per_path: dict[Path, int] = {}
+        for path, pods in pairs:
+            per_path[path] = per_path.get(path, 0) + pods
+        pairs = list(per_path.items())
+    cache = _POD_SUFFIXES
+    parts = [b""]
+    for pair in pairs:
+        suffix = cache.get(pair)
+        if suffix is None:
+            if len(cache) >= _SHARED_LIMIT:
+                cache.clear()
+            suffix = cache[pair] = f"{fragment(pair[0])}}} {pair[1]}\n".encode()
+        parts.append(suffix)
+    if a.shape is not None:
+        if len(_PLACED_PARTS) >= _SHARED_LIMIT:
+            _PLACED_PARTS.clear()
+        _PLACED_PARTS[id(placed)] = (placed, parts)  # holding ``placed`` keeps its id unique
+    return parts
+
+
+def render_workload(wl: Workload, fragment: Callable[[Path], str]) -> list[tuple[Family, bytes, int]]:
+    """All sample lines of one Workload: per family, one UTF-8 string and its number of lines
+    (for :meth:`Exposition.set_counted`, in a list: a dict would hash each Family); ``fragment(path)`` renders a topology path's label
+    pairs (a pure function of the path, so its results are cached here).
 
     This runs on every watch event for tens of thousands of objects: lines share a pre-escaped
-    ``namespace,workload`` head and cached suffixes (see ``_lines``) instead of per-label code.
-    A family's lines may come as one string holding several lines.
+    ``namespace,workload`` head and cached suffixes (see ``_STAGE_PARTS``) instead of per-label code.
     """
     base = f'namespace="{esc(wl.namespace)}",workload="{esc(wl.name)}"'
     owner_kind, owner_name = (wl.owner.kind, wl.owner.name) if wl.owner else ("", "")
-    out: dict[Family, list[str]] = {
-        WORKLOAD_INFO: [
-            f'gangscope_workload_info{{{base},cluster_queue="{esc(wl.cluster_queue)}",local_queue="{esc(wl.queue_name)}",'
-            f'priority_class="{esc(wl.priority_class)}",owner_kind="{esc(owner_kind)}",owner_name="{esc(owner_name)}"}} 1\n'
-        ],
-        WORKLOAD_STAGE: _lines(f"gangscope_workload_stage{{{base}", _STAGE_SUFFIXES[wl.stage]),
-        WORKLOAD_CONDITION: _lines(f"gangscope_workload_condition{{{base}",
-                                   [_condition_suffix(c) for c in wl.conditions.values()]),
-    }
+    conditions = wl.conditions
+    out: list[tuple[Family, bytes, int]] = [
+        (WORKLOAD_INFO,
+         f'gangscope_workload_info{{{base},cluster_queue="{esc(wl.cluster_queue)}",local_queue="{esc(wl.queue_name)}",'
+         f'priority_class="{esc(wl.priority_class)}",owner_kind="{esc(owner_kind)}",owner_name="{esc(owner_name)}"}} 1\n'
+         .encode(), 1),
+        (WORKLOAD_STAGE, f"gangscope_workload_stage{{{base}".encode().join(_STAGE_PARTS[wl.stage]), len(STAGES)),
+        (WORKLOAD_CONDITION, f"gangscope_workload_condition{{{base}".encode().join(
+            [b"", *[_condition_suffix(c) for c in conditions.values()]]), len(conditions)),
+    ]
     if wl.created_seconds is not None:
-        out[WORKLOAD_CREATED] = [f"gangscope_workload_created_timestamp_seconds{{{base}}} {format_value(wl.created_seconds)}\n"]
+        out.append((WORKLOAD_CREATED,
+                    f"gangscope_workload_created_timestamp_seconds{{{base}}} {format_value(wl.created_seconds)}\n".encode(), 1))
     for ctype, fam in _TIMESTAMPS:
-        c = wl.conditions.get(ctype)
+        c = conditions.get(ctype)
         if c is not None and c.status == "True" and c.last_transition_seconds is not None:
-            out[fam] = [f"{fam.name}{{{base}}} {format_value(c.last_transition_seconds)}\n"]
+            out.append((fam, f"{fam.name}{{{base}}} {format_value(c.last_transition_seconds)}\n".encode(), 1))
     if wl.evictions:
-        out[WORKLOAD_EVICTIONS] = [
+        out.append((WORKLOAD_EVICTIONS, "".join([
             f'gangscope_workload_evictions_total{{{base},reason="{esc(r)}",underlying_cause="{esc(u)}"}} {n}\n'
             for (r, u), n in wl.evictions.items()
-        ]
+        ]).encode(), len(wl.evictions)))
     gpus = sum(ps.count * ps.gpus_per_pod for ps in wl.podsets)
-    out[WORKLOAD_REQUESTED_GPUS] = [f"gangscope_workload_requested_gpus{{{base}}} {format_value(gpus)}\n"]
-    pods_lines = []
-    cache = _POD_SUFFIXES
+    out.append((WORKLOAD_REQUESTED_GPUS, f"gangscope_workload_requested_gpus{{{base}}} {format_value(gpus)}\n".encode(), 1))
+    pods, n = b"", 0
     for a in wl.last_assignments:
-        pairs: Sequence[tuple[Path, int]] = a.placed
-        if len({path for path, _ in pairs}) != len(pairs):  # domains with one known path (unknown Node) add up
-            per_path: dict[Path, int] = {}
-            for path, pods in pairs:
-                per_path[path] = per_path.get(path, 0) + pods
-            pairs = list(per_path.items())
-        suffixes = []
-        for pair in pairs:
-            suffix = cache.get(pair)
-            if suffix is None:
-                if len(cache) >= _SHARED_LIMIT:
-                    cache.clear()
-                suffix = cache[pair] = f"{fragment(pair[0])}}} {pair[1]}\n"
-            suffixes.append(suffix)
-        pods_lines += _lines(f'gangscope_workload_topology_pods{{{base},podset="{esc(a.name)}",', suffixes)
-    if pods_lines:
-        out[WORKLOAD_TOPOLOGY_PODS] = pods_lines
+        parts = _pod_parts(a, fragment)
+        pods += f'gangscope_workload_topology_pods{{{base},podset="{esc(a.name)}",'.encode().join(parts)
+        n += len(parts) - 1
+    if n:
+        out.append((WORKLOAD_TOPOLOGY_PODS, pods, n))
     if wl.unhealthy_paths:
-        out[WORKLOAD_UNHEALTHY_NODE] = [
-            f"gangscope_workload_unhealthy_node{{{base},{fragment(path)}}} 1\n" for path in dict.fromkeys(wl.unhealthy_paths)
-        ]
+        paths = dict.fromkeys(wl.unhealthy_paths)
+        out.append((WORKLOAD_UNHEALTHY_NODE, "".join([
+            f"gangscope_workload_unhealthy_node{{{base},{fragment(path)}}} 1\n" for path in paths
+        ]).encode(), len(paths)))
     return out
 
 
