@@ -142,10 +142,12 @@ class Exposition:
         self._max_series = max_series_per_family
         self._dropped: dict[str, int] = {}
         self._dropped_slot = next(self._slots)
+        self.generation = 0  # bumped by every change, so a server can tell a cached page is current
         self.register(self.DROPPED)
 
     def register(self, *families: Family) -> None:
         """Declare families (idempotent); they are rendered in registration order."""
+        self.generation += 1
         for fam in families:
             known = self._families.get(fam.name)
             if known is None:
@@ -174,6 +176,7 @@ class Exposition:
         per list): ``(family, its lines as one UTF-8 string, the number of lines)`` for each
         family, each family at most once."""
         families, limit = self._families, self._max_series
+        self.generation += 1
         entry = self._owned.get(owner)
         if entry is None:
             slot, previous = next(self._slots), None
@@ -208,6 +211,7 @@ class Exposition:
     def delete(self, owner: Hashable) -> None:
         entry = self._owned.pop(owner, None)
         if entry is not None:
+            self.generation += 1
             slot, counts = entry
             for name, old in counts.items():
                 self._remove(self._families[name], slot, old)

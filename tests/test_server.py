@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 
 import aiohttp
 
 from exporter.exposition import Exposition, Family
-from exporter.server import ServerConfig, bound_port, build_app, parse_listen, start_server, wants_openmetrics
+from exporter.server import GZIP_PAGES, ServerConfig, bound_port, build_app, parse_listen, start_server, wants_openmetrics
 
 G = Family("gangscope_test_gauge", "gauge", "A gauge.", ("a",))
 
@@ -69,5 +70,33 @@ async def test_large_exposition_streams_whole_and_head_has_no_body() -> None:
             for encoding in ("identity", "gzip"):
                 async with s.head(url, headers={"Accept-Encoding": encoding}) as r:
                     assert r.status == 200 and await r.read() == b""
+    finally:
+        await runner.cleanup()
+
+
+async def test_gzip_page_is_compressed_once_per_change_and_shared() -> None:
+    """Concurrent gzip scrapes of an unchanged exposition share one compression; a change makes a new one."""
+    expo = Exposition()
+    expo.register(G)
+    for i in range(5000):
+        expo.set(("o", i), {G: [G.sample([("a", str(i))], i)]})
+    app = build_app(ServerConfig(expo, lambda: (True, "ok")))
+    runner = await start_server(app, "127.0.0.1:0")
+    url = f"http://127.0.0.1:{bound_port(runner)}/metrics"
+    headers = {"Accept-Encoding": "gzip"}
+    try:
+        async with aiohttp.ClientSession(auto_decompress=False) as s:
+
+            async def scrape() -> bytes:
+                async with s.get(url, headers=headers) as r:
+                    assert r.headers["Content-Encoding"] == "gzip"
+                    return gzip.decompress(await r.read())
+
+            bodies = await asyncio.gather(*(scrape() for _ in range(20)))
+            assert all(b == expo.render(False) for b in bodies)
+            assert app[GZIP_PAGES].compressions == 1
+            expo.set(("o", 0), {G: [G.sample([("a", "0")], 42)]})
+            assert 'gangscope_test_gauge{a="0"} 42\n' in (await scrape()).decode()
+            assert app[GZIP_PAGES].compressions == 2
     finally:
         await runner.cleanup()
