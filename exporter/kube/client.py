@@ -157,26 +157,22 @@ class KubeClient:
             return False
 
     async def get_json(self, path: str, params: Mapping[str, str] | None = None, *, accept: str = JSON) -> Any:
-        timeout = aiohttp.ClientTimeout(total=self.request_timeout, sock_connect=self.connect_timeout)
-        resp = await self._send("GET", path, params, accept=accept, body=None, timeout=timeout)
-        try:
-            return orjson.loads(await resp.read())
-        except (aiohttp.ClientError, OSError, TimeoutError) as e:
-            raise TransportError(f"GET {path}: {type(e).__name__} {e}") from None
-        except orjson.JSONDecodeError as e:
-            raise ApiError(resp.status, "BadResponse", f"GET {path}: undecodable JSON: {e}") from None
-        finally:
-            resp.release()
+        return await self._json("GET", path, params, accept, None)
 
     async def post_json(self, path: str, body: Any) -> Any:
+        return await self._json("POST", path, None, JSON, orjson.dumps(body))
+
+    async def _json(self, method: str, path: str, params: Mapping[str, str] | None, accept: str,
+                    body: bytes | None) -> Any:
+        """One request whose answer is a JSON document, decoded with orjson; errors typed."""
         timeout = aiohttp.ClientTimeout(total=self.request_timeout, sock_connect=self.connect_timeout)
-        resp = await self._send("POST", path, None, accept=JSON, body=orjson.dumps(body), timeout=timeout)
+        resp = await self._send(method, path, params, accept=accept, body=body, timeout=timeout)
         try:
             return orjson.loads(await resp.read())
         except (aiohttp.ClientError, OSError, TimeoutError) as e:
-            raise TransportError(f"POST {path}: {type(e).__name__} {e}") from None
+            raise TransportError(f"{method} {path}: {type(e).__name__} {e}") from None
         except orjson.JSONDecodeError as e:
-            raise ApiError(resp.status, "BadResponse", f"POST {path}: undecodable JSON: {e}") from None
+            raise ApiError(resp.status, "BadResponse", f"{method} {path}: undecodable JSON: {e}") from None
         finally:
             resp.release()
 
