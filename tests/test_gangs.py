@@ -169,6 +169,27 @@ def test_native_1_35_workload_joins_by_controller_ref_name() -> None:
     assert c.stage("ml", "lws-llama/workers") == "unreported"
 
 
+def test_native_pod_template_scheduling_group_joins_by_template() -> None:
+    """A pod template's ``spec.schedulingGroup.podGroupName`` names a native PodGroup (1.36+):
+    that is a template join, and it outranks an owner-name match of another Workload."""
+    c = Cluster()
+    ps = podset("workers", 8, 4)
+    ps["template"]["spec"]["schedulingGroup"] = {"podGroupName": "ray-workers"}
+    c.add_wl(workload("ray-wl", podsets=[ps], owner=("RayCluster", "ppo", "u-ray")))
+    c.add_wl(workload("decoy", owner=("Job", "ray-workers", "u-decoy")))
+    c.pgs["podgroups_native"].apply("ADDED", {
+        "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": "ray-workers", "namespace": "ml", "uid": "pg-ray", "creationTimestamp": ts(T0)},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 8}}},
+        "status": {"conditions": [{"type": "PodGroupInitiallyScheduled", "status": "False", "reason": "Unschedulable",
+                                   "message": "minCount (8) cannot be satisfied", "lastTransitionTime": ts(T0)}]}})
+    assert c.info() == {("ml", "ray-wl", "ray-workers", "native", "template")}
+    bad = podset("workers", 8, 4)
+    bad["template"]["spec"]["schedulingGroup"] = {"podGroupName": 7}
+    c.add_wl(workload("bad-wl", podsets=[bad]))
+    assert c.store.workload("ml", "bad-wl").problems  # a wrong type is a counted problem, not a join
+
+
 def test_join_follows_changes_on_both_sides() -> None:
     c = Cluster()
     c.add_pg(podgroup("g", owner_uid="u9"))

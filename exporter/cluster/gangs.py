@@ -22,7 +22,7 @@ keys of ARCHITECTURE.md, in that order of trust:
 
 1. ``template``: a pod template of the Workload names the group (label
    ``scheduling.x-k8s.io/pod-group``, legacy ``pod-group.scheduling.sigs.k8s.io``, Volcano
-   annotation ``scheduling.k8s.io/group-name``);
+   annotation ``scheduling.k8s.io/group-name``, native ``spec.schedulingGroup.podGroupName``);
 2. ``owner_uid``: the Workload's controller owner uid (also label ``kueue.x-k8s.io/job-uid``) is
    an owner uid of the PodGroup;
 3. ``owner_name``: the Workload owner's name equals the PodGroup's name (or, for a 1.35 native
@@ -149,6 +149,8 @@ def template_refs(wl: Workload) -> list[tuple[str, str, float]]:
         for key, api in TEMPLATE_ANNOTATIONS:
             if ps.annotations.get(key):
                 out.append((api, ps.annotations[key], ps.gpus_per_pod))
+        if ps.scheduling_group:
+            out.append(("native", ps.scheduling_group, ps.gpus_per_pod))
     return out
 
 

@@ -147,6 +147,7 @@ class PodSet:
     gpus_per_pod: float
     labels: dict[str, str]
     annotations: dict[str, str]
+    scheduling_group: str = ""  # template.spec.schedulingGroup.podGroupName: the native PodGroup (1.36+)
 
 
 class Shape:
@@ -424,8 +425,17 @@ def _podsets(raw: Any, gpu_resources: Sequence[str], p: Problems) -> list[PodSet
             gpus_per_pod=pod_gpus(spec, gpu_resources, p, w + ".template.spec"),
             labels=_shared_map(str_map(tmeta.get("labels"), w + ".template.metadata.labels", p)),
             annotations=_shared_map(str_map(tmeta.get("annotations"), w + ".template.metadata.annotations", p)),
+            scheduling_group=_scheduling_group(spec.get("schedulingGroup"), w, p),
         ))
     return out
+
+
+def _scheduling_group(raw: Any, where: str, p: Problems) -> str:
+    """The native PodGroup a pod template names (``spec.schedulingGroup.podGroupName``), or ""."""
+    if raw is None:
+        return ""
+    group = as_dict(raw, where + ".template.spec.schedulingGroup", p).get("podGroupName")
+    return as_str(group, where + ".template.spec.schedulingGroup.podGroupName", p)
 
 
 def _container_gpus(c: Any, gpu_resources: Sequence[str], p: Problems, where: str, i: int) -> float:
