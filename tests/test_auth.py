@@ -15,15 +15,15 @@ import aiohttp
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 
-from exporter.cluster.main import Collector, add_arguments
+from exporter.cluster.main import Collector
 from exporter.config import topology_from_args
-from exporter.kube.backoff import BackoffPolicy
 from exporter.kube.resources import AGENT_NODE, AGENT_PODS, LOCAL_QUEUES, NODES, TOPOLOGIES, WORKLOADS
 from exporter.node import main as agent_main
 from exporter.node.agent import Agent
 from exporter.sim.apiserver import SimApiServer
 from exporter.sim.nvml import SimNvml
 from kueue_objects import admitted_conditions, sample, series, workload
+from collectors import started_collector
 
 PROM = "system:serviceaccount:monitoring:prometheus"
 TOKENS = {
@@ -66,14 +66,7 @@ async def collector(kube_sim: SimApiServer, kube_sim_kubeconfig: str) -> AsyncIt
         kube_sim.serve(r)
     kube_sim.create(workload("secret-project", ns="team-x", conditions=admitted_conditions()))
     grant(kube_sim)
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    args = parser.parse_args(["--kubeconfig", kube_sim_kubeconfig, "--listen", "127.0.0.1:0",
-                              "--discovery-interval", "0.2", "--metrics-auth"])
-    c = Collector(args, (), {}, backoff=BackoffPolicy(base=0.01, cap=0.05),
-                  client_options={"request_timeout": 2.0, "watch_read_slack": 1.0})
-    await c.start()
-    await c.sources.wait_ready(5)
+    c = await started_collector(kube_sim_kubeconfig, "--metrics-auth")
     yield c
     await c.stop()
 

@@ -7,7 +7,6 @@ objects. Scrapes go through the real /metrics endpoint and both parsers; promtoo
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import subprocess
 import time
@@ -19,13 +18,13 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 
 from exporter import snapshot
-from exporter.cluster.main import Collector, add_arguments
+from exporter.cluster.main import Collector
 from exporter.exposition import Exposition
-from exporter.kube.backoff import BackoffPolicy
 from exporter.kube.resources import LOCAL_QUEUES, NODES, RESOURCE_FLAVORS, TOPOLOGIES, WORKLOADS
 from exporter.sim.apiserver import SimApiServer
 from exporter.cluster.collector import build_collector
 from kueue_objects import admitted_conditions, cond, fixture, local_queue, modified, node, sample, series, topology, workload
+from collectors import started_collector
 
 SERVED = (WORKLOADS, LOCAL_QUEUES, TOPOLOGIES, NODES)  # ResourceFlavors stay unserved: a CRD missing
 
@@ -55,13 +54,7 @@ async def live(kube_sim: SimApiServer, kube_sim_kubeconfig: str) -> AsyncIterato
     kube_sim.create(workload("running", hosts=["h0", "h1"], conditions=admitted_conditions()))
     kube_sim.create(workload("pending", admitted_cq=None, conditions=[cond("QuotaReserved", "False", "Pending")]))
     kube_sim.create(fixture("workload-v1beta2-admitted-tas.yaml")[0])
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    args = parser.parse_args(["--kubeconfig", kube_sim_kubeconfig, "--listen", "127.0.0.1:0", "--discovery-interval", "0.2"])
-    collector = Collector(args, (), {}, backoff=BackoffPolicy(base=0.01, cap=0.05),
-                          client_options={"request_timeout": 2.0, "watch_read_slack": 1.0})
-    await collector.start()
-    await collector.sources.wait_ready(5)
+    collector = await started_collector(kube_sim_kubeconfig)
     yield collector, kube_sim
     await collector.stop()
 

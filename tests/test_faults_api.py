@@ -18,7 +18,6 @@ an ERROR-event 410 (tests/test_collector_live.py).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import gc
@@ -32,13 +31,13 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 
 from exporter import snapshot
 from exporter.cluster.collector import build_collector
-from exporter.cluster.main import Collector, add_arguments, tune_gc
+from exporter.cluster.main import Collector, tune_gc
 from exporter.exposition import Exposition
-from exporter.kube.backoff import BackoffPolicy
 from exporter.kube.resources import COLLECTOR_RESOURCES, LOCAL_QUEUES, NODES, TOPOLOGIES, VOLCANO_PODGROUPS, WORKLOADS
 from exporter.sim.apiserver import SimApiServer, make_object
 from kueue_objects import admitted_conditions, cond, local_queue, node, series, topology, workload
 from waiting import eventually
+from collectors import make_collector
 
 SERVED = (WORKLOADS, LOCAL_QUEUES, TOPOLOGIES, NODES)
 WL_PATH = "/apis/kueue.x-k8s.io/v1beta2/workloads"
@@ -141,12 +140,7 @@ async def start_collector(kube_sim: SimApiServer, kube_sim_kubeconfig: str) -> A
     started: list[Collector] = []
 
     async def start(*flags: str, discovery_interval: float = 30.0) -> Collector:
-        parser = argparse.ArgumentParser()
-        add_arguments(parser)
-        args = parser.parse_args(["--kubeconfig", kube_sim_kubeconfig, "--listen", "127.0.0.1:0",
-                                  "--discovery-interval", str(discovery_interval), *flags])
-        collector = Collector(args, (), {}, backoff=BackoffPolicy(base=0.01, cap=0.05),
-                              client_options={"request_timeout": 2.0, "watch_read_slack": 1.0})
+        collector = make_collector(kube_sim_kubeconfig, *flags, discovery_interval=discovery_interval)
         started.append(collector)
         await collector.start()
         await collector.sources.wait_ready(5)

@@ -27,9 +27,8 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from exporter.cluster.main import Collector, add_arguments
+from exporter.cluster.main import Collector
 from exporter.config import topology_from_args
-from exporter.kube.backoff import BackoffPolicy
 from exporter.kube.resources import AGENT_NODE, AGENT_PODS, LOCAL_QUEUES, NODES, TOPOLOGIES, WORKLOADS
 from exporter.node import main as agent_main
 from exporter.node.agent import Agent
@@ -38,6 +37,7 @@ from exporter.sim.kubelet import SimContainer, SimKubelet, SimPod
 from exporter.sim.nvml import SimNvml
 from kueue_objects import admitted_conditions, workload
 from waiting import eventually
+from collectors import started_collector
 
 SCRAPES = 100
 RATE = 200  # watch events (object changes) per second during the scrapes
@@ -141,13 +141,7 @@ async def collector(sim: tuple[SimApiServer, str]) -> AsyncIterator[Collector]:
             server.create(workload(f"w{i}", ns=f"team-{i % 5}", conditions=admitted_conditions(), hosts=[f"h{i % 40}"]))
 
     server.call(seed)
-    p = argparse.ArgumentParser()
-    add_arguments(p)
-    args = p.parse_args(["--kubeconfig", kubeconfig, "--listen", "127.0.0.1:0", "--discovery-interval", "0.2"])
-    c = Collector(args, (), {}, backoff=BackoffPolicy(base=0.01, cap=0.05),
-                  client_options={"request_timeout": 2.0, "watch_read_slack": 1.0})
-    await c.start()
-    await c.sources.wait_ready(5)
+    c = await started_collector(kubeconfig)
     yield c
     await c.stop()
 

@@ -11,7 +11,6 @@ of the key.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import io
 import logging
@@ -26,13 +25,12 @@ import aiohttp
 import pytest
 import yaml
 
-from exporter.cluster.main import Collector, add_arguments
-from exporter.kube.backoff import BackoffPolicy
 from exporter.kube.resources import LOCAL_QUEUES, NODES, TOPOLOGIES, WORKLOADS
 from exporter.logs import setup_logging
 from exporter.sim.apiserver import SimApiServer
 from kueue_objects import admitted_conditions, workload
 from waiting import eventually
+from collectors import make_collector
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl not installed")
 
@@ -132,12 +130,8 @@ async def test_no_secret_in_logs_or_errors_under_api_faults(pki: dict[str, Path]
     sim.allow_non_resource("prometheus", "get", "/metrics")
     kc = tmp_path / "kubeconfig"
     kc.write_text(yaml.safe_dump(kubeconfig(sim.url, pki)))
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    args = parser.parse_args(["--kubeconfig", str(kc), "--listen", "127.0.0.1:0", "--discovery-interval", "0.1",
-                              "--metrics-auth", "--log-level", "debug"])
-    collector = Collector(args, (), {}, backoff=BackoffPolicy(base=0.01, cap=0.05),
-                          client_options={"request_timeout": 1.0, "watch_read_slack": 0.5, "connect_timeout": 0.5})
+    collector = make_collector(str(kc), "--metrics-auth", "--log-level", "debug", discovery_interval=0.1,
+                               request_timeout=1.0, watch_read_slack=0.5, connect_timeout=0.5)
     pages: list[str] = []
     details: list[str] = []
     workloads = None
