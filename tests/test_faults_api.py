@@ -44,7 +44,8 @@ WL_PATH = "/apis/kueue.x-k8s.io/v1beta2/workloads"
 # Not derivable from the server's current objects: health, exposition bookkeeping, and the
 # eviction counter (observed since start).
 NOT_OBJECT_STATE = ("gangscope_source_", "gangscope_parse_errors_total", "gangscope_exposition_",
-                    "gangscope_topology_evictions_total", "gangscope_auth_")
+                    "gangscope_topology_evictions_total", "gangscope_auth_", "gangscope_internal_errors_total",
+                    "gangscope_build_info", "process_", "python_")
 
 
 # ----- truth and comparison ------------------------------------------------------------------

@@ -255,9 +255,9 @@ class PodGroupHandler:
                 self.index.delete_object(self.source, obj)
             elif event_type in ("ADDED", "MODIFIED"):
                 self.index.upsert_object(self.source, obj)
-        except Exception as exc:  # a bug must not stop the stream: count it like a bad object
+        except Exception:  # a bug must not stop the stream; counted as one, not as a bad object
             log.exception("podgroup_handler_failed", source=self.source)
-            self.index.parse_error(self.source, 1, repr(exc), obj)
+            self.index.internal_error(self.source)
 
 
 class GangIndex:
@@ -350,9 +350,9 @@ class GangIndex:
         for obj in objects:
             try:
                 self.upsert_object(source, obj)
-            except Exception as exc:  # a bug must not lose the rest of the list
+            except Exception:  # a bug must not lose the rest of the list
                 log.exception("podgroup_handler_failed", source=source)
-                self.parse_error(source, 1, repr(exc), obj)
+                self.internal_error(source)
             meta = obj.get("metadata") if isinstance(obj, dict) else None
             if isinstance(meta, dict):
                 seen.add((str(meta.get("namespace") or ""), str(meta.get("name") or "")))
@@ -508,6 +508,11 @@ class GangIndex:
         health = self._handlers[source].health
         if health is not None:
             health.parse_error(count)
+
+    def internal_error(self, source: str) -> None:
+        health = self._handlers[source].health
+        if health is not None:
+            health.internal_error()
 
     def _count(self, source: str) -> None:
         health = self._handlers[source].health

@@ -24,7 +24,8 @@ API (for the gang join, explain and the collector main)::
 
 Every event renders the affected objects' lines into the :class:`Exposition` at once (owner key
 ``("workload", namespace, name)``); a scrape never renders. Nothing raised by a malformed object
-leaves a handler: it is counted in ``gangscope_parse_errors_total{source}`` and logged.
+leaves a handler: it is counted in ``gangscope_parse_errors_total{source}`` and logged; an exception
+of any other type is a bug, counted in ``gangscope_internal_errors_total{component=<source>}``.
 
 Two things outlive the objects Kueue shows: the last topology assignment of each Workload
 (Kueue clears ``status.admission`` when it evicts), and ``gangscope_topology_evictions_total``,
@@ -61,8 +62,9 @@ PLACEMENTS_LIMIT = 65536  # shared placed lists kept (they start over past it, l
 class ResourceHandler(Generic[R]):
     """The informer-facing adapter of one resource: ``replace`` a full list, ``apply`` one event.
 
-    It parses, keys and hands records to the store; every failure is counted on ``health``
-    (``gangscope_parse_errors_total{source}``) and logged, never raised.
+    It parses, keys and hands records to the store; every failure is counted on ``health`` and
+    logged, never raised: a ``ParseError`` as a parse error (the object is bad), anything else as
+    an internal error (the code is).
     """
 
     def __init__(self, source: str, parse: Callable[[Any], R], key: Callable[[R], Any],
@@ -125,9 +127,9 @@ class ResourceHandler(Generic[R]):
         except ParseError as exc:
             self._count(1, str(exc), obj)
             return None
-        except Exception as exc:  # a parser bug must not stop the stream
-            log.exception("parse_failed", source=self.source)
-            self._count(1, repr(exc), obj)
+        except Exception:  # a parser bug must not stop the stream, nor pass for a bad object
+            log.exception("parse_failed", source=self.source, object=_name(obj))
+            self._bug()
             return None
         problems = getattr(rec, "problems", None)
         if problems:
@@ -139,18 +141,26 @@ class ResourceHandler(Generic[R]):
             fn(*args)
         except ParseError as exc:  # e.g. Topologies whose levels collide on one label name
             self._count(1, str(exc), None)
-        except Exception as exc:
+        except Exception:
             log.exception("handler_failed", source=self.source)
-            self._count(1, repr(exc), None)
+            self._bug()
 
     def _count(self, n: int, detail: str, obj: Any) -> None:
-        name = ""
-        if isinstance(obj, dict) and isinstance(obj.get("metadata"), dict):
-            meta = obj["metadata"]
-            name = f"{meta.get('namespace') or ''}/{meta.get('name') or ''}".lstrip("/")
-        log.warning("object_parse_problems", source=self.source, object=name, count=n, detail=detail[:500])
+        log.warning("object_parse_problems", source=self.source, object=_name(obj), count=n, detail=detail[:500])
         if self.health is not None:
             self.health.parse_error(n)
+
+    def _bug(self) -> None:
+        if self.health is not None:
+            self.health.internal_error()
+
+
+def _name(obj: Any) -> str:
+    """``namespace/name`` of a raw object, for logs ("" when it has no usable metadata)."""
+    if isinstance(obj, dict) and isinstance(obj.get("metadata"), dict):
+        meta = obj["metadata"]
+        return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}".lstrip("/")
+    return ""
 
 
 class ClusterStore:
