@@ -466,14 +466,26 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+EXPLAIN_EXAMPLE = "/debug/explain?namespace=NAMESPACE&name=NAME"
+
+
 def explain_route(store: Any, gangs: Any, prometheus: str | None = None) -> Any:
-    """``GET /debug/explain?namespace=&name=`` for the collector: the same JSON as the command."""
+    """``GET /debug/explain?namespace=&name=`` for the collector: the same JSON as the command.
+
+    It reveals a namespace's Workloads (Kueue's messages, nodes, queues, owners), so with
+    ``--metrics-auth`` the caller must also be allowed to ``get`` Workloads in that namespace
+    (a SubjectAccessReview, as ``kubectl get workloads -n NAMESPACE`` would need)."""
     from aiohttp import web
+
+    from .auth import Attributes, authorize
 
     async def handler(request: web.Request) -> web.Response:
         namespace, name = request.query.get("namespace", ""), request.query.get("name", "")
         if not namespace or not name:
             return web.json_response({"error": "namespace and name query parameters are required"}, status=400)
+        refused = await authorize(request, Attributes("get", group="kueue.x-k8s.io", resource="workloads", namespace=namespace))
+        if refused is not None:
+            return refused
         try:
             doc = await diagnose(store, gangs, namespace, name, prometheus=prometheus)
         except UnknownTarget as exc:

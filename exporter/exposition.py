@@ -29,6 +29,7 @@ Labels = Iterable[tuple[str, str]]
 
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+EOF = b"# EOF\n"
 
 _ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n"})
 
@@ -238,17 +239,18 @@ class Exposition:
         ).encode()
         state.total_series = len(self._dropped)
 
-    def render_parts(self, openmetrics: bool) -> list[bytes]:
+    def render_parts(self, openmetrics: bool, eof: bool = True) -> list[bytes]:
         """The whole exposition as its pieces (headers and every owner's chunk), in order.
 
         A snapshot: the list holds the (immutable) chunks as they are now, so a server may
-        write it out across awaits while events keep changing the exposition."""
+        write it out across awaits while events keep changing the exposition. ``eof=False``
+        leaves out OpenMetrics' closing ``# EOF`` for a caller that appends more families."""
         parts: list[bytes] = []
         for state in self._families.values():
             parts.append(state.family.header(openmetrics))
             parts.extend(state.chunks.values())
-        if openmetrics:
-            parts.append(b"# EOF\n")
+        if openmetrics and eof:
+            parts.append(EOF)
         return parts
 
     def render(self, openmetrics: bool) -> bytes:

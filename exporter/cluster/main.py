@@ -137,10 +137,12 @@ class Collector:
                                  backoff=self._backoff)
         for name, state in self.sources.sources.items():
             self.handlers[name].health = state.health  # parse errors counted on the source's own health
-        from ..explain import explain_route
+        from ..explain import EXPLAIN_EXAMPLE, explain_route
 
-        self.endpoint = await serving.start(args, self.exposition, self.sources.ready,
-                                            [explain_route(self.store, self.gangs)], post_json=self.client.post_json)
+        self.endpoint = await serving.start(
+            args, self.exposition, self.sources.ready, [explain_route(self.store, self.gangs)], post_json=self.client.post_json,
+            title="gangscope collector", links=[(EXPLAIN_EXAMPLE, "why a job is pending or slow, layer by layer (JSON)")],
+            sources=lambda: [state.health for state in self.sources.sources.values()])
         self.gangs.start_timers()
         self.port = self.endpoint.port
         self._gc_task = asyncio.create_task(settle_gc_after_first_sync(self.sources.wait_ready))

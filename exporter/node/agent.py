@@ -131,7 +131,8 @@ class Agent:
         post_json = await self._start_kube()
         for health in self.healths():
             health.set_labels(self.node.base_labels())
-        self._endpoint = await serving.start(self.args, self.exposition, self.ready, post_json=post_json)
+        self._endpoint = await serving.start(self.args, self.exposition, self.ready, post_json=post_json,
+                                             title=f"gangscope agent on {self.args.node_name}", sources=self.healths)
         self.port = self._endpoint.port
         self._tasks = [
             asyncio.create_task(self.sampler.run(), name="nvml"),

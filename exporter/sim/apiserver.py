@@ -222,6 +222,7 @@ class SimApiServer:
         # TokenReview / SubjectAccessReview tables
         self.token_users: dict[str, tuple[str, list[str]]] = {}
         self.non_resource_rules: set[tuple[str, str, str]] = set()  # (user or group, verb, path)
+        self.resource_rules: set[tuple[str, str, str, str, str]] = set()  # (user or group, verb, group, resource, namespace)
         self._stores: dict[tuple[str, str], _Store] = {}
         self._rv = 0
         self._snapshots: collections.OrderedDict[str, _Snapshot] = collections.OrderedDict()
@@ -745,15 +746,25 @@ class SimApiServer:
                 status["user"] = {"username": found[0], "groups": list(found[1])}
             return _json(dict(body, status=status))
         if parts == ["apis", "authorization.k8s.io", "v1", "subjectaccessreviews"]:
-            attrs = spec.get("nonResourceAttributes") or {}
             subjects = [spec.get("user", "")] + list(spec.get("groups") or [])
-            allowed = any((s, attrs.get("verb", ""), attrs.get("path", "")) in self.non_resource_rules for s in subjects)
+            if "resourceAttributes" in spec:  # RBAC: a rule in the namespace, or a cluster-wide one ("")
+                ra = spec["resourceAttributes"] or {}
+                wanted = (ra.get("verb", ""), ra.get("group", ""), ra.get("resource", ""))
+                allowed = any((s, *wanted, ns) in self.resource_rules for s in subjects for ns in (ra.get("namespace", ""), ""))
+            else:
+                attrs = spec.get("nonResourceAttributes") or {}
+                allowed = any((s, attrs.get("verb", ""), attrs.get("path", "")) in self.non_resource_rules for s in subjects)
             return _json(dict(body, status={"allowed": allowed, "reason": "sim rule" if allowed else "no rule"}))
         return _error(405, "only TokenReview and SubjectAccessReview accept POST here")
 
     def allow_non_resource(self, subject: str, verb: str, path: str) -> None:
         """Let a user or group ``verb`` the non-resource URL ``path`` (SubjectAccessReview)."""
         self.non_resource_rules.add((subject, verb, path))
+
+    def allow_resource(self, subject: str, verb: str, group: str, resource: str, namespace: str = "") -> None:
+        """Let a user or group ``verb`` a resource in ``namespace`` ("" for every namespace, as a
+        ClusterRoleBinding would), for SubjectAccessReviews with resourceAttributes."""
+        self.resource_rules.add((subject, verb, group, resource, namespace))
 
     def add_token_user(self, token: str, username: str, groups: Iterable[str] = ()) -> None:
         """A bearer token that TokenReview authenticates as ``username`` in ``groups``."""
