@@ -26,7 +26,7 @@ from typing import Any
 import structlog
 
 from .config import add_logging
-from .logs import setup_logging
+from .logs import start_logging
 
 log = structlog.get_logger(__name__)
 
@@ -277,5 +277,5 @@ async def _main(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    setup_logging("warning" if args.log_level == "info" else args.log_level)
+    start_logging("demo", args, "warning" if args.log_level == "info" else args.log_level)
     return asyncio.run(_main(args))

@@ -430,9 +430,9 @@ async def _load_live(args: argparse.Namespace, handlers: dict[str, Any]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    from .logs import setup_logging
+    from .logs import start_logging
 
-    setup_logging(args.log_level if args.log_level != "info" else "warning")
+    start_logging("explain", args, args.log_level if args.log_level != "info" else "warning")
     namespace, sep, name = args.target.partition("/")
     if not sep or not namespace or not name:
         print(f"gangscope explain: want NAMESPACE/NAME, got {args.target!r}", file=sys.stderr)

@@ -20,7 +20,7 @@ from .exposition import Exposition
 from .health import SourceHealth
 from .kube.resources import COLLECTOR_RESOURCES
 from .loader import group_of, load_reporting
-from .logs import setup_logging
+from .logs import start_logging
 
 # Sources whose records others depend on come first.
 ORDER = ("topologies", "resourceflavors", "nodes", "localqueues", "workloads")
@@ -48,7 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    setup_logging(args.log_level)
+    start_logging("snapshot", args, args.log_level)
     levels, overrides = topology_from_args(args)
     loaded = load_reporting(args.from_file, "gangscope snapshot")
     if loaded is None:

@@ -22,7 +22,7 @@ from ..exposition import Exposition
 from ..kube.backoff import BackoffPolicy
 from ..kube.credentials import CredentialsError
 from ..kube.resources import COLLECTOR_RESOURCES
-from ..logs import setup_logging
+from ..logs import start_logging
 from ..snapshot import add_gpu_resource, gpu_resources
 from ..topology import TopologyError
 from .collector import build_collector
@@ -77,7 +77,7 @@ async def settle_gc_after_first_sync(ready: Callable[[], Awaitable[None]], limit
 
 
 def run(args: argparse.Namespace) -> int:
-    setup_logging(args.log_level)
+    start_logging("collector", args, args.log_level)
     tune_gc()
     try:
         levels, overrides = topology_from_args(args)
