@@ -41,6 +41,11 @@ def nvml_factory(spec: str) -> Callable[[], Any]:
 
         return lambda: pynvml
     if spec == "sim" or spec.startswith("sim:"):
+        import importlib.util
+
+        if importlib.util.find_spec("exporter.sim") is None:
+            raise ValueError("--nvml sim needs the simulators, which the runtime image does not ship: "
+                             "pip install 'gangscope[sim]'")
         from ..sim.nvml import SimNvml, parse_spec
 
         scenarios = parse_spec(spec)
