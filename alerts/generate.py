@@ -413,6 +413,14 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
             "{{ $labels.instance }} skipped {{ $value | humanize }} unparseable objects or fields from source "
             f"{{{{ $labels.source }}}} in the last {parse['window']}; they are missing from the metrics.",
         ),
+        rule(
+            "GangscopeInternalErrors",
+            f"increase(gangscope_internal_errors_total[{a['GangscopeInternalErrors']['window']}]) > 0",
+            "gangscope hit a bug of its own.",
+            "{{ $labels.instance }} raised {{ $value | humanize }} unexpected exceptions in component "
+            f"{{{{ $labels.component }}}} in the last {a['GangscopeInternalErrors']['window']}; what it was handling was "
+            "skipped. The log's *_failed events have the tracebacks.",
+        ),
     ]
     return [
         {"name": "gangscope-admission", "rules": admission},

@@ -29,6 +29,7 @@ GANGSCOPE = frozenset(
         "gangscope_source_errors_total",
         "gangscope_source_objects",
         "gangscope_parse_errors_total",
+        "gangscope_internal_errors_total",
         "gangscope_exposition_dropped_series_total",
         # gangs
         "gangscope_podgroup_phase",
