@@ -44,7 +44,8 @@ log = structlog.get_logger(__name__)
 
 SCENARIOS = ("default", "static")
 SIM_MISSING = ("gangscope demo needs the simulators, which the runtime image does not ship: "
-               "pip install 'gangscope[sim]' (from a checkout: pip install -e ./exporter/sim, or scripts/setup-env)")
+               "pip install 'gangscope[sim]' (from a checkout: pip install . ./exporter/sim, or scripts/setup-env "
+               "for an editable install with them)")
 # Labels that identify what an alert is about, in the order the demo prints them.
 ALERT_SUBJECT = ("namespace", "workload", "podgroup", "cluster_queue", "block", "rack", "node", "gpu", "link")
 
