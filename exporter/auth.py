@@ -5,9 +5,12 @@ names, queues and owners, so a cluster may require that only those allowed read 
 ``--metrics-auth`` every route except the open ones (``/``, ``/healthz``, ``/readyz``) goes
 through one guard: the request's bearer token is sent to the API server in a ``TokenReview``,
 and the user it names is checked with a ``SubjectAccessReview`` for ``get`` on the request's
-path as a non-resource URL (kube-rbac-proxy's default attributes). A handler may ask for more
-(:meth:`Guard.authorize`): ``/debug/explain`` also needs ``get`` on Workloads in the namespace it
-is asked about, because it reveals that namespace's objects.
+path as a non-resource URL: kube-rbac-proxy's default attributes (brancz/kube-rbac-proxy
+pkg/proxy/proxy.go, ``GetRequestAttributes``: no resource attributes configured -> verb from the
+method, ``GET`` -> ``get``, ``Path: r.URL.Path``, ``ResourceRequest: false``). A handler may ask
+for more (:meth:`Guard.authorize`): ``/debug/explain`` also needs ``get`` on Workloads in the
+namespace it is asked about, because it reveals that namespace's objects; kube-rbac-proxy does the
+same with resource attributes templated from a query parameter (``Rewrites.ByQueryParameter``).
 
 Answers are cached briefly, keyed by a hash of the token (never the token itself): the user a
 token names, and each decision for that token and those attributes. A scrape every 15 s costs
