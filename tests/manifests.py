@@ -11,7 +11,10 @@ kube-apiserver; nothing else changes.
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Callable, Iterable
@@ -26,6 +29,7 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT7
 
 CRDS = Path(__file__).resolve().parent / "fixtures" / "crds"
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 K8S_VERSION = latest_version()  # newest schema kubernetes-validate ships
 CRD_KINDS = {"ServiceMonitor": "servicemonitor.json", "PrometheusRule": "prometheusrule.json"}
 
@@ -39,6 +43,29 @@ def kustomize(path: Path) -> list[dict[str, Any]]:
     out = subprocess.run([kubectl, "kustomize", str(path)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def with_components(tmp_path: Path, *components: str) -> list[dict[str, Any]]:
+    """The base plus ``deploy/components/<name>`` for each name, as a user's overlay combines them."""
+    rel = Path(os.path.relpath(DEPLOY, tmp_path))  # kustomize rejects absolute paths here
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [str(rel)],
+        "components": [str(rel / "components" / c) for c in components],
+    }))
+    return kustomize(tmp_path)
+
+
+def parse_container_args(args: list[str]) -> argparse.Namespace:
+    """A container's args through the subcommand's own parser (its module's add_arguments), as
+    ``gangscope`` builds it: an unknown flag is an error."""
+    from exporter.cli import SUBCOMMANDS
+
+    command, *flags = args
+    parser = argparse.ArgumentParser(prog=f"gangscope {command}", exit_on_error=False)
+    importlib.import_module(SUBCOMMANDS[command][0]).add_arguments(parser)
+    return parser.parse_args([a.replace("$(NODE_NAME)", "gpu-node-1") for a in flags])
 
 
 def _strict(schema: Any) -> Any:

@@ -9,11 +9,8 @@ exporter/kube/resources.py, the table the informers themselves read.
 
 from __future__ import annotations
 
-import argparse
 import copy
-import importlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -24,9 +21,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from exporter.cli import SUBCOMMANDS
 from exporter.kube.resources import AGENT_RESOURCES, COLLECTOR_RESOURCES
-from manifests import CRD_KINDS, K8S_VERSION, crd_validator, kustomize
+from manifests import CRD_KINDS, K8S_VERSION, crd_validator, kustomize, parse_container_args, with_components
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -44,18 +40,6 @@ READ_VERBS = {"get", "list", "watch"}
 @pytest.fixture(scope="module")
 def base() -> list[dict[str, Any]]:
     return kustomize(DEPLOY)
-
-
-def with_components(tmp_path: Path, *components: str) -> list[dict[str, Any]]:
-    """The base plus components, as a user's overlay would combine them."""
-    rel = Path(os.path.relpath(DEPLOY, tmp_path))  # kustomize rejects absolute paths here
-    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1",
-        "kind": "Kustomization",
-        "resources": [str(rel)],
-        "components": [str(rel / "components" / c) for c in components],
-    }))
-    return kustomize(tmp_path)
 
 
 @pytest.fixture(scope="module")
@@ -253,20 +237,12 @@ def test_agent_schedules_on_every_gpu_node_without_preempting(base: list[dict[st
     assert pc["preemptionPolicy"] == "Never" and pc["value"] >= 1_000_000
 
 
-def _parse_args(args: list[str]) -> argparse.Namespace:
-    """The subcommand's own parser (its module's add_arguments), as `gangscope` builds it."""
-    command, *flags = args
-    parser = argparse.ArgumentParser(prog=f"gangscope {command}", exit_on_error=False)
-    importlib.import_module(SUBCOMMANDS[command][0]).add_arguments(parser)
-    return parser.parse_args([a.replace("$(NODE_NAME)", "gpu-node-1") for a in flags])
-
-
 @pytest.mark.parametrize(("kind", "name", "port"), [("Deployment", "gangscope-collector", 9400), ("DaemonSet", "gangscope-agent", 9401)])
 def test_container_args_are_real_flags(base: list[dict[str, Any]], secure: list[dict[str, Any]], kind: str, name: str, port: int) -> None:
     """The manifests pass flags the real parser accepts (argparse exits on an unknown one)."""
     for objs in (base, secure):
         container = pod_spec(one(objs, kind, name))["containers"][0]
-        args = _parse_args(container["args"])
+        args = parse_container_args(container["args"])
         assert args.listen == f":{port}"
         assert container["ports"][0]["containerPort"] == port
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ import pytest
 import yaml
 
 from exporter.cli import SUBCOMMANDS
-from manifests import kustomize, validate
+from manifests import kustomize, parse_container_args, validate, with_components
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "deploy" / "helm" / "gangscope"
@@ -139,15 +138,6 @@ def by_key(objs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
     return out
 
 
-def overlay(tmp_path: Path, *components: str) -> list[dict[str, Any]]:
-    deploy = ROOT / "deploy"
-    rel = Path(os.path.relpath(deploy, tmp_path))
-    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": [str(rel)],
-        "components": [str(rel / "components" / c) for c in components]}))
-    return kustomize(tmp_path)
-
-
 def one(objs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
     [found] = [o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name]
     return found
@@ -187,13 +177,13 @@ def test_defaults_render_the_kustomize_base(rendered: dict[str, dict[str, Any]])
 
 
 def test_secure_values_render_the_base_with_secure_metrics(rendered: dict[str, dict[str, Any]], tmp_path: Path) -> None:
-    want = by_key(overlay(tmp_path, "secure-metrics"))
+    want = by_key(with_components(tmp_path, "secure-metrics"))
     want.pop(("Namespace", "gangscope"))
     assert by_key(rendered["secure"]["objects"]) == want
 
 
 def test_network_policy_values_render_the_base_with_its_component(rendered: dict[str, dict[str, Any]], tmp_path: Path) -> None:
-    want = by_key(overlay(tmp_path, "network-policy"))
+    want = by_key(with_components(tmp_path, "network-policy"))
     want.pop(("Namespace", "gangscope"))
     got = by_key(rendered["network-policy"]["objects"])
     assert got == want
@@ -211,13 +201,6 @@ def parser_flags(command: str) -> set[str]:
     return {o for a in parser._actions for o in a.option_strings if o.startswith("--")}
 
 
-def parse(args: list[str]) -> argparse.Namespace:
-    command, *flags = args
-    parser = argparse.ArgumentParser(exit_on_error=False)
-    importlib.import_module(SUBCOMMANDS[command][0]).add_arguments(parser)
-    return parser.parse_args([a.replace("$(NODE_NAME)", "gpu-node-1") for a in flags])
-
-
 @pytest.mark.parametrize(("command", "kind", "flags"), [("collector", "Deployment", COLLECTOR_FLAGS), ("agent", "DaemonSet", AGENT_FLAGS)])
 def test_every_flag_is_a_value(rendered: dict[str, dict[str, Any]], command: str, kind: str, flags: dict[str, list[str]]) -> None:
     assert parser_flags(command) - set(NOT_VALUES) == set(flags), "a flag without a chart value (or a stale row here)"
@@ -225,7 +208,7 @@ def test_every_flag_is_a_value(rendered: dict[str, dict[str, Any]], command: str
     args = container["args"]
     for flag, expected in flags.items():
         assert [a for a in args if a == flag or a.startswith(flag + "=")][:len(expected)] == expected, flag
-    parsed = parse(args)  # the real parser accepts them all
+    parsed = parse_container_args(args)  # the real parser accepts them all
     assert parsed.metrics_auth and parsed.insecure_skip_tls_verify
     assert parsed.log_level == ("info" if command == "collector" else "warning")  # extraArgs come last and win
     assert parsed.topology_alias == ["example.com/block=pod", "example.com/rack=row"]
