@@ -168,6 +168,11 @@ async def test_agent_metrics_auth(kube_sim: SimApiServer, kube_sim_kubeconfig: s
         port = agent.port
         assert (await get(port, "/healthz"))[0] == 200
         assert (await get(port, "/readyz"))[0] == 200
+        status, body, _ = await get(port, "/")
+        assert status == 200 and "gangscope agent on gpu-a1" in body and "gangscope_" not in body
+        assert (await get(port, "/no-such-route"))[0] == 401
+        assert (await get(port, "/debug/explain?namespace=a&name=b"))[0] == 401  # not served here: no hint either
+        assert reviews(kube_sim) == (0, 0)
         assert (await get(port))[0] == 401
         assert (await get(port, token=TOKENS["unknown"]))[0] == 401
         assert (await get(port, token=TOKENS["nobody"]))[0] == 403
@@ -178,7 +183,7 @@ async def test_agent_metrics_auth(kube_sim: SimApiServer, kube_sim_kubeconfig: s
         got = series(body)
         assert got[sample("gangscope_metrics_auth_requests_total", result="allowed")] == 3
         assert got[sample("gangscope_metrics_auth_requests_total", result="forbidden")] == 1
-        assert got[sample("gangscope_metrics_auth_requests_total", result="unauthenticated")] == 2
+        assert got[sample("gangscope_metrics_auth_requests_total", result="unauthenticated")] == 2 + 2  # + the two above
     finally:
         await agent.stop()
 
