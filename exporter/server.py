@@ -37,7 +37,7 @@ from aiohttp import web
 
 from . import __version__
 from .auth import GUARD, OPEN_PATHS, Guard
-from .exposition import EOF, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, Exposition
+from .exposition import EOF, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, Exposition, with_labels
 from .health import InternalErrors, SourceHealth
 
 log = structlog.get_logger(__name__)
@@ -146,6 +146,8 @@ def build_app(config: ServerConfig) -> web.Application:
         openmetrics = wants_openmetrics(request.headers.get("Accept", ""))
         headers = {"Content-Type": OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE}
         tail = config.live(openmetrics) if config.live else b""
+        if tail and config.exposition.const_labels:
+            tail = with_labels(tail, config.exposition.const_labels)
         if "gzip" in request.headers.get("Accept-Encoding", ""):
             body = await gzip_pages.get(openmetrics, tail)
             return web.Response(body=body, headers={**headers, "Content-Encoding": "gzip"})

@@ -59,7 +59,7 @@ class Agent:
 
     def __init__(self, args: argparse.Namespace, levels: TopologyLevels, nvml: Callable[[], Any] | None = None) -> None:
         self.args = args
-        self.exposition = Exposition(args.max_series_per_family)
+        self.exposition = Exposition(args.max_series_per_family, args.max_series_per_owner)
         self.exposition.register(*F.GPU_FAMILIES)
         self.node = NodeTopology(args.node_name, levels, self._relabel)
         # No levels given: follow the Kueue Topologies, as the collector does.
