@@ -111,10 +111,13 @@ def run_one(path: str, off: list[str], conn: Any) -> None:  # in a fresh process
     t = time.perf_counter()
     for source in ("topologies", "nodes", "workloads", "podgroups_coscheduling"):
         h = handlers[source]
-        h.begin_replace()
-        for page in inputs[source]:
-            h.add_page(orjson.loads(page))
-        h.end_replace(True)
+        if hasattr(h, "begin_replace"):  # paged, as the informer feeds it
+            h.begin_replace()
+            for page in inputs[source]:
+                h.add_page(orjson.loads(page))
+            h.end_replace(True)
+        else:
+            h.replace([o for page in inputs[source] for o in orjson.loads(page)])
     sync = time.perf_counter() - t
     gc.enable()
     gc.freeze()
