@@ -105,3 +105,19 @@ def test_effective_config_redacts_secret_flags_and_credentials_in_text() -> None
         "urls": [f"https://a:{REDACTED}@c/"], "levels": ["k"], "interval": 1.5,
     }
     assert redact("see http://host:9090/x?a=b@c") == "see http://host:9090/x?a=b@c"  # a port is no password
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--total-shards", "3", "--shard", "3"], "shard 3 is not in [0, 3)"),
+    (["--total-shards", "0"], "--total-shards must be at least 1"),
+    (["--namespaces", "Team_A"], "'Team_A' is not a namespace name"),
+    (["--resources", "workloads,pods"], "unknown source(s) pods"),
+    (["--metric-allowlist", "a", "--metric-denylist", "b"], "mutually exclusive"),
+    (["--metric-denylist", "gangscope_(unclosed"], "is not a regular expression"),
+])
+def test_collector_rejects_bad_scope_flags(flags: list[str], says: str, tmp_path: Path) -> None:
+    """A wrong scope is a configuration error: exit 2 naming it, before touching the cluster."""
+    out = subprocess.run(gangscope("collector", "--kubeconfig", str(tmp_path / "none"), "--listen", "127.0.0.1:0", *flags),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert says in out.stderr

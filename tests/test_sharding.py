@@ -18,9 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 
 from collectors import make_collector, started_collector
 from exporter.cluster.main import Collector
-from exporter.kube.resources import AGENT_PODS, COLLECTOR_RESOURCES
+from exporter.kube.resources import AGENT_PODS, COLLECTOR_RESOURCES, STATEFULSETS
 from exporter.kube.scope import HASH_SPACE, Scope, fnv1a_64, shard_range
-from exporter.kube.sharding import STATEFULSETS
 from exporter.sim.apiserver import SimApiServer
 from waiting import eventually
 

@@ -21,9 +21,9 @@ import structlog
 from ..config import add_kube, add_logging, add_serving, add_topology, exposition_from_args, topology_from_args
 from ..kube.backoff import BackoffPolicy
 from ..kube.credentials import CredentialsError
-from ..kube.resources import COLLECTOR_RESOURCES
+from ..kube.resources import COLLECTOR_RESOURCES, STATEFULSETS
 from ..kube.scope import Scope, parse_namespaces
-from ..kube.sharding import STATEFULSETS, StatefulSetWatch, export_shard, resolve_with_retry
+from ..kube.sharding import StatefulSetWatch, export_shard, resolve_with_retry
 from ..logs import start_logging
 from ..snapshot import add_gpu_resource, gpu_resources
 from ..topology import TopologyError

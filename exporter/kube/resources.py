@@ -41,6 +41,12 @@ COLLECTOR_RESOURCES = (
     COSCHEDULING_PODGROUPS, COSCHEDULING_LEGACY_PODGROUPS, VOLCANO_PODGROUPS, NATIVE_PODGROUPS, NATIVE_WORKLOADS,
 )
 
+# Automatic sharding of the collector (--pod/--pod-namespace, exporter.kube.sharding): its own Pod
+# and the StatefulSet that owns it, in its own namespace (a Role: deploy/components/sharded).
+SHARDING_POD = Resource("shard_pod", "", ("v1",), "pods", "Pod", True, verbs=("get",))
+STATEFULSETS = Resource("statefulset", "apps", ("v1",), "statefulsets", "StatefulSet", True)
+SHARDING_RESOURCES = (SHARDING_POD, STATEFULSETS)
+
 # The node agent: its own Node (get + watch by name), the pods bound to it, and the Kueue Topologies
 # (a few cluster-scoped objects) its topology levels come from when --topology-levels is not given.
 AGENT_NODE = Resource("node", "", ("v1",), "nodes", "Node", False)

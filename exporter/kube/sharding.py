@@ -30,7 +30,7 @@ import structlog
 from ..exposition import Exposition, Family
 from .backoff import Backoff, BackoffPolicy
 from .client import ApiError, KubeClient
-from .resources import Resource
+from .resources import STATEFULSETS
 
 log = structlog.get_logger(__name__)
 
@@ -43,7 +43,6 @@ TOTAL_SHARDS = Family(
     "gangscope_total_shards", "gauge",
     "Shards the collector's namespaces are split into (1: not sharded). Shards that disagree double or lose namespaces.",
 )
-STATEFULSETS = Resource("statefulset", "apps", ("v1",), "statefulsets", "StatefulSet", True)
 
 
 def export_shard(exposition: Exposition, shard: int, total: int) -> None:

@@ -15,7 +15,7 @@ import sys
 
 import structlog
 
-from ..config import add_kube, add_logging, add_serving, add_topology, topology_from_args
+from ..config import add_kube, add_logging, add_serving, add_topology, family_filter, topology_from_args
 from ..logs import start_logging
 from ..topology import TopologyError, TopologyLevels
 from .podresources import DEFAULT_RESOURCES, DEFAULT_SOCKET
@@ -59,6 +59,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.nvml != "real" and not (args.nvml == "sim" or args.nvml.startswith("sim:")):
         log.error("bad_nvml_flag", value=args.nvml)
+        return 2
+    try:
+        family_filter(args)
+    except ValueError as exc:
+        log.error("bad_flags", error=str(exc))
         return 2
     try:
         stuck = asyncio.run(serve(args, levels))
