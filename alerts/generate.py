@@ -421,6 +421,26 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
             f"{{{{ $labels.component }}}} in the last {a['GangscopeInternalErrors']['window']}; what it was handling was "
             "skipped. The log's *_failed events have the tracebacks.",
         ),
+        # kube-state-metrics' KubeStateMetricsShardsMissing (jsonnet/kube-state-metrics-mixin/alerts.libsonnet):
+        # each live shard adds 2^ordinal once (max by ordinal: HA replicas of a shard count once),
+        # so what is left of 2^total - 1 is the bitmask of the missing ordinals.
+        rule(
+            "GangscopeShardsMissing",
+            "2 ^ max by (job, cluster) (gangscope_total_shards) - 1\n"
+            "  - sum by (job, cluster) (2 ^ max by (job, cluster, shard_ordinal) (gangscope_shard_ordinal))\n"
+            "!= 0",
+            "Some gangscope collector shards are not scraped.",
+            "Shards of {{ $labels.job }} are missing: {{ $value }} in binary has a 1 for each missing ordinal "
+            "(1: shard 0, 2: shard 1, 4: shard 2 ...). The Workloads, PodGroups and gangs of their namespaces are "
+            "missing from every query and alert.",
+        ),
+        rule(
+            "GangscopeShardingMismatch",
+            "stdvar by (job, cluster) (gangscope_total_shards) != 0",
+            "gangscope collector shards disagree on the number of shards.",
+            "Shards of {{ $labels.job }} run with different --total-shards: some namespaces are exported twice and "
+            "others not at all.",
+        ),
     ]
     return [
         {"name": "gangscope-admission", "rules": admission},

@@ -31,6 +31,8 @@ GANGSCOPE = frozenset(
         "gangscope_parse_errors_total",
         "gangscope_internal_errors_total",
         "gangscope_exposition_dropped_series_total",
+        "gangscope_shard_ordinal",
+        "gangscope_total_shards",
         # gangs
         "gangscope_podgroup_phase",
         "gangscope_podgroup_min_member",
