@@ -281,17 +281,19 @@ def _admitted_at(job: Job) -> datetime:
 
 
 def draw_hosts(cluster: Cluster, n: int, exclusive: bool) -> list[Node]:
-    """``n`` hosts in one block, racks filled in order from a random rack; free ones for a job that
-    takes them now (``exclusive``: they become busy), any for one that held them in the past."""
+    """``n`` hosts in one block, filling racks in order from a random host of it; free ones for a
+    job that takes them now (``exclusive``: they become busy), any for one that held them in the
+    past (past jobs ran all over the pool, so their host sets differ as real ones do)."""
     rng, pool = cluster.rng, cluster.pool
     block_size = HOSTS_PER_RACK * RACKS_PER_BLOCK
     blocks = max(1, len(pool) // block_size)
+    size = min(block_size, len(pool))
     for _ in range(8):
         b = rng.randrange(blocks)
-        start = b * block_size + rng.randrange(RACKS_PER_BLOCK) * HOSTS_PER_RACK
+        first = rng.randrange(size)
         chosen: list[Node] = []
-        for k in range(block_size):
-            node = pool[b * block_size + (start - b * block_size + k) % block_size]
+        for k in range(size):
+            node = pool[b * block_size + (first + k) % size]
             if not exclusive or not node.busy:
                 chosen.append(node)
                 if len(chosen) == n:
