@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cluster import Churn, build_cluster  # noqa: E402
+from collector import in_child  # noqa: E402
 
 from exporter.kube.resources import COLLECTOR_RESOURCES  # noqa: E402
 
@@ -169,7 +170,7 @@ async def run(args: argparse.Namespace) -> None:
         latencies.clear()
         cpu0 = proc.cpu_times()
         control.send((rate, args.seconds))
-        scrapes = loop.run_in_executor(None, _in_child, scraper, collector.port, args.seconds, args.scrape_pause,
+        scrapes = loop.run_in_executor(None, in_child, scraper, collector.port, args.seconds, args.scrape_pause,
                                            cores[args.cores:])
         sent, counts = await loop.run_in_executor(None, control.recv)
         times = await scrapes
@@ -225,16 +226,6 @@ async def run(args: argparse.Namespace) -> None:
     print(f"changed page, {samples:,} samples: gangscope complete gzip response {c:.0f} ms (median of 5); "
           f"prometheus_client generate_latest + gzip.compress {g:,.0f} ms: {g / c:.0f}x (target >= 20x)")
     print("(collector CPU includes serving the scrapes; events/s/core = events applied / collector CPU seconds)")
-
-
-def _in_child(target, *args):  # noqa: ANN001, ANN202
-    parent, child = mp.Pipe()
-    proc = mp.get_context("spawn").Process(target=target, args=(*args, child), daemon=True)
-    proc.start()
-    try:
-        return parent.recv()
-    finally:
-        proc.join()
 
 
 if __name__ == "__main__":

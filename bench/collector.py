@@ -146,7 +146,7 @@ def _scraper(port: int, scrapes: int, conn) -> None:  # runs in a child process
     conn.send(asyncio.run(main()))
 
 
-def _in_child(target, *args):  # noqa: ANN001, ANN202
+def in_child(target, *args):  # noqa: ANN001, ANN202
     """Run ``target(*args, conn)`` in a fresh (spawned) process and return what it sends back;
     its memory (payload copies, the scraper's buffers) stays out of the collector's RSS."""
     parent, child = mp.Pipe()
@@ -172,7 +172,7 @@ def _import_startup_modules() -> float:
 
 async def _measure(url: str, kubeconfig: str, n_workloads: int, scrapes: int) -> list[tuple[str, str]]:
     token = orjson.loads(Path(kubeconfig).read_bytes())["users"][0]["user"].get("token", "")
-    floor, floor_no_gc, payload_len = _in_child(_decode_floor, url, token, n_workloads)
+    floor, floor_no_gc, payload_len = in_child(_decode_floor, url, token, n_workloads)
     payload_mb = payload_len / 1e6
 
     imports = _import_startup_modules()
@@ -192,7 +192,7 @@ async def _measure(url: str, kubeconfig: str, n_workloads: int, scrapes: int) ->
 
     # The scraper runs in its own process while this one serves (waiting for it off the loop).
     loop = asyncio.get_running_loop()
-    first, http_times, plain_times, gz_body = await loop.run_in_executor(None, _in_child, _scraper, collector.port, scrapes)
+    first, http_times, plain_times, gz_body = await loop.run_in_executor(None, in_child, _scraper, collector.port, scrapes)
     rss_scraped = psutil.Process().memory_info().rss
     render_times = []
     for _ in range(scrapes):
