@@ -169,6 +169,7 @@ class ClusterStore:
                  level_keys: Sequence[str] = (), alias_overrides: Mapping[str, str] | None = None) -> None:
         self.exposition = exposition
         exposition.register(*FAMILIES)
+        exposition.register(TOPOLOGY_EVICTIONS, aggregate=True)  # one owner, a series per domain and reason
         self.gpu_resources = tuple(gpu_resources)
         self._fixed_levels = tuple(level_keys)
         self._overrides = dict(alias_overrides or {})
