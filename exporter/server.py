@@ -69,6 +69,9 @@ async def stream_parts(request: web.Request, parts: list[bytes], headers: dict[s
     try:
         for i in range(0, len(parts), PARTS_PER_WRITE):
             await resp.write(b"".join(parts[i:i + PARTS_PER_WRITE]))
+            # A fast reader drains every write at once, and then write() never yields: give the
+            # watch events their turn between megabytes, or a 150 MB page holds them for 0.6 s.
+            await asyncio.sleep(0)
         await resp.write_eof()
     except ConnectionResetError:  # the scraper went away mid-response: nothing to answer
         pass
