@@ -173,7 +173,11 @@ def stop(proc: subprocess.Popen) -> None:
 
 class Pages:
     """Collects pages during the bursts and checks them afterwards (so parsing does not slow the
-    client while it is timing): complete and parseable; byte-identical pages are parsed once."""
+    client while it is timing): complete and parseable; byte-identical pages are parsed once.
+    Under churn nearly every page differs: past ``KEEP`` distinct pages, a page is only checked
+    to be complete when it arrives (it decompresses and ends as its format must), not kept."""
+
+    KEEP = 20
 
     def __init__(self, openmetrics: bool, gzipped: bool) -> None:
         self.openmetrics, self.gzipped = openmetrics, gzipped
@@ -181,11 +185,23 @@ class Pages:
         self.samples = 0
         self._bodies: dict[bytes, bytes] = {}
         self._count: dict[bytes, int] = {}
+        self._seen: set[bytes] = set()
 
     def add(self, body: bytes) -> None:
         key = hashlib.sha256(body).digest()
-        self._bodies.setdefault(key, body)
-        self._count[key] = self._count.get(key, 0) + 1
+        self._seen.add(key)
+        if key in self._bodies or len(self._bodies) < self.KEEP:
+            self._bodies.setdefault(key, body)
+            self._count[key] = self._count.get(key, 0) + 1
+        elif not self._complete(body):
+            self.bad += 1
+
+    def _complete(self, body: bytes) -> bool:
+        try:
+            text = gzip.decompress(body) if self.gzipped else body
+        except (OSError, EOFError):
+            return False
+        return text.endswith(b"# EOF\n" if self.openmetrics else b"\n")
 
     def check(self) -> None:
         for key, body in self._bodies.items():
@@ -205,7 +221,7 @@ class Pages:
 
     @property
     def distinct(self) -> int:
-        return len(self._bodies)
+        return len(self._seen)
 
 
 async def bursts(port: int, headers: dict[str, str], rounds: int, concurrency: int) -> tuple[list[float], Pages, int]:
