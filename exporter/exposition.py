@@ -125,9 +125,9 @@ def with_labels(text: bytes, labels: bytes) -> bytes:
 
 
 # Owners' chunks are kept in blocks of 2**BLOCK_BITS consecutive slots per family, each with a
-# version that every change bumps: a gzip member compressed from a block stays valid until its
+# version that every change bumps: a gzip segment compressed from a block stays valid until its
 # version moves (exporter.server.GzipPages), so a scrape recompresses only the blocks that
-# changed. 64 slots: a block of Workload lines is ~20 kB, compressed in ~25 us, and members that
+# changed. 64 slots: a block of Workload lines is ~20 kB, compressed in ~25 us, and segments that
 # small still compress within a few percent of one stream (bench/gzip_options.py).
 BLOCK_BITS = 6
 
@@ -335,7 +335,7 @@ class Exposition:
     def render_blocks(self, openmetrics: bool) -> list[bytes | Block]:
         """The exposition as family headers and blocks (a snapshot of which blocks, not of their
         contents: read a block's chunks on the event loop), without ``# EOF``: what the gzip
-        page is built from, one member per block (exporter.server.GzipPages)."""
+        page is built from, one segment per block (exporter.server.GzipPages)."""
         out: list[bytes | Block] = []
         for state in self._families.values():
             if state.exported:

@@ -6,15 +6,15 @@ already rendered pieces and streams them. Streaming measured faster than joining
 never holds a second copy of the page.
 
 Gzip, which Prometheus always asks for, is the one costly step (a 100 MB page is ~0.13 s of one
-core with ISA-L). The gzip body is a sequence of gzip members, one per block of owners, each
-kept until its block changes (:class:`GzipPages`): a scrape compresses only what changed since
-the last one, in worker threads (ISA-L releases the GIL), and the event loop keeps serving.
-The members are small (the page compresses ~14x), so keeping them costs little memory.
+core with ISA-L). The gzip body is built from compressed segments, one per block of owners,
+each kept until its block changes (:class:`GzipPages`): a scrape compresses only what changed
+since the last one, in worker threads (ISA-L releases the GIL), and the event loop keeps
+serving. The segments are small (the page compresses ~14x), so keeping them costs little memory.
 Everything else (watch events, NVML samples) happens off the scrape path.
 
 The one exception is the process's own figures (CPU seconds, RSS, open fds: ``live``), which
 change between any two scrapes and cost microseconds: they are rendered per scrape and appended
-to the page, as one more gzip member.
+to the page, as one more segment.
 
 ``/`` is a landing page naming the process, its version, its endpoints and its sources' health,
 as node_exporter, kube-state-metrics and dcgm-exporter have; with ``--metrics-auth`` every other
@@ -27,6 +27,7 @@ import asyncio
 import html
 import os
 import ssl
+import struct
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
@@ -78,37 +79,59 @@ async def stream_parts(request: web.Request, parts: list[bytes], headers: dict[s
     return resp
 
 
-def gzip_member(data: bytes) -> bytes:
-    """``data`` as one complete gzip member (RFC 1952)."""
-    compressor = isal_zlib.compressobj(GZIP_LEVEL, isal_zlib.DEFLATED, 16 + isal_zlib.MAX_WBITS)  # 16+: gzip framing
-    return compressor.compress(data) + compressor.flush()
+# The pieces of one gzip member: its fixed header (no name, no time: RFC 1952 2.3, OS "unknown"),
+# the deflate stream's closing empty final block, and the trailer (CRC-32 and size of the data).
+GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+DEFLATE_END = isal_zlib.compressobj(GZIP_LEVEL, isal_zlib.DEFLATED, -isal_zlib.MAX_WBITS).flush()
+
+Segment = tuple[bytes, int, int]  # (raw deflate blocks ending on a byte boundary, CRC-32 of the data, its length)
 
 
-def _compress_blocks(batch: list[list[bytes]]) -> list[bytes]:
-    """One worker thread's share: each block's chunks as a member (ISA-L releases the GIL)."""
-    return [gzip_member(b"".join(chunks)) for chunks in batch]
+def deflate_segment(data: bytes) -> Segment:
+    """``data`` compressed on its own, as raw deflate blocks that end on a byte boundary with the
+    stream still open (a sync flush): segments compressed apart can follow one another in one
+    deflate stream, since none refers back to the bytes before it (RFC 1951 3.2.4)."""
+    compressor = isal_zlib.compressobj(GZIP_LEVEL, isal_zlib.DEFLATED, -isal_zlib.MAX_WBITS)
+    return compressor.compress(data) + compressor.flush(isal_zlib.Z_SYNC_FLUSH), isal_zlib.crc32(data), len(data)
+
+
+def gzip_of(segments: list[Segment]) -> bytes:
+    """One gzip member of the segments' data, in order: the CRC-32 of the whole is combined from
+    theirs (crc32_combine, a few microseconds each), not computed over the page again."""
+    crc = total = 0
+    for _, c, n in segments:
+        crc = isal_zlib.crc32_combine(crc, c, n)
+        total += n
+    return b"".join((GZIP_HEADER, *(s for s, _, _ in segments), DEFLATE_END,
+                     struct.pack("<II", crc & 0xFFFFFFFF, total & 0xFFFFFFFF)))
+
+
+def _compress_blocks(batch: list[list[bytes]]) -> list[Segment]:
+    """One worker thread's share: each block's chunks as a segment (ISA-L releases the GIL)."""
+    return [deflate_segment(b"".join(chunks)) for chunks in batch]
 
 
 class GzipPages:
-    """The gzipped page as a sequence of gzip members, one per family header and one per block of
-    owners (:class:`exporter.exposition.Block`), the block's member kept until its version moves.
+    """The gzipped page, built from deflate segments, one per family header and one per block of
+    owners (:class:`exporter.exposition.Block`), a block's segment kept until its version moves.
 
-    A gzip file may be several members one after the other, and a reader decompresses them as
-    one stream (RFC 1952 2.2; Go's compress/gzip ``Reader`` is multistream by default, which is
-    what Prometheus reads a scrape with; tests/test_gzip_members.py scrapes with Debian's
-    Prometheus). So a scrape compresses only the blocks that changed since they were last
-    compressed, split over worker threads, and joins the rest as they are: under churn the
-    work follows the changes, not the page (bench/churn.py, bench/gzip_options.py), and an
-    unchanged page costs a join. Concurrent scrapes of one exposition generation share one
-    build; the process's own lines (``tail``) are one more small member per scrape.
+    Each segment is compressed on its own and ends on a byte boundary without closing the
+    stream, so the segments in page order, between one gzip header and one trailer whose CRC-32
+    is combined from theirs, are one ordinary gzip member that any client reads (RFC 1952,
+    RFC 1951 3.2.4; tests/test_gzip_members.py: aiohttp, Python's gzip and Debian's Prometheus).
+    A scrape compresses only the blocks that changed since they were last compressed, split over
+    worker threads, and joins the rest as they are: under churn the work follows the changes,
+    not the page (bench/churn.py, bench/gzip_options.py), and an unchanged page costs a join.
+    Concurrent scrapes of one exposition generation share one build; the process's own lines
+    (``tail``) are one more small segment per scrape.
     """
 
     def __init__(self, exposition: Exposition, workers: int | None = None) -> None:
         self.exposition = exposition
         self.workers = workers or max(1, min(4, os.cpu_count() or 1))
-        self._members: weakref.WeakKeyDictionary[Block, tuple[int, bytes]] = weakref.WeakKeyDictionary()
-        self._headers: dict[bytes, bytes] = {}
-        self._builds: dict[bool, tuple[int, asyncio.Future[bytes]]] = {}
+        self._segments: weakref.WeakKeyDictionary[Block, tuple[int, Segment]] = weakref.WeakKeyDictionary()
+        self._headers: dict[bytes, Segment] = {}
+        self._builds: dict[bool, tuple[int, asyncio.Future[list[Segment]]]] = {}
         self.compressions = 0  # blocks compressed, for tests
 
     async def get(self, openmetrics: bool, tail: bytes = b"") -> bytes:
@@ -119,36 +142,36 @@ class GzipPages:
             build = (generation, asyncio.ensure_future(self._build(openmetrics)))
             self._builds[openmetrics] = build
         # shield: a scraper that goes away must not cancel the build the others wait for
-        head = await asyncio.shield(build[1])
-        return head + gzip_member(tail + (EOF if openmetrics else b""))
+        segments = await asyncio.shield(build[1])
+        return gzip_of([*segments, deflate_segment(tail + (EOF if openmetrics else b""))])
 
-    async def _build(self, openmetrics: bool) -> bytes:
-        members: list[bytes] = []
+    async def _build(self, openmetrics: bool) -> list[Segment]:
+        segments: list[Segment] = []
         todo: list[tuple[int, Block, int, list[bytes]]] = []
         for item in self.exposition.render_blocks(openmetrics):  # on the loop: a consistent snapshot
             if isinstance(item, bytes):
-                member = self._headers.get(item)
-                if member is None:
-                    member = self._headers[item] = gzip_member(item)
-                members.append(member)
+                segment = self._headers.get(item)
+                if segment is None:
+                    segment = self._headers[item] = deflate_segment(item)
+                segments.append(segment)
                 continue
-            cached = self._members.get(item)
+            cached = self._segments.get(item)
             if cached is not None and cached[0] == item.version:
-                members.append(cached[1])
+                segments.append(cached[1])
             else:
-                todo.append((len(members), item, item.version, list(item.chunks.values())))
-                members.append(b"")
+                todo.append((len(segments), item, item.version, list(item.chunks.values())))
+                segments.append((b"", 0, 0))
         if todo:
             n = min(self.workers, len(todo))
             batches = [[chunks for _, _, _, chunks in todo[i::n]] for i in range(n)]
             results = await asyncio.gather(*(asyncio.to_thread(_compress_blocks, b) for b in batches))
             for i in range(n):
-                for (index, block, version, _), member in zip(todo[i::n], results[i]):
-                    members[index] = member
+                for (index, block, version, _), segment in zip(todo[i::n], results[i]):
+                    segments[index] = segment
                     if block.version == version:  # unchanged while it was compressed: keep it
-                        self._members[block] = (version, member)
+                        self._segments[block] = (version, segment)
             self.compressions += len(todo)
-        return b"".join(members)
+        return segments
 
 
 def wants_openmetrics(accept: str) -> bool:
