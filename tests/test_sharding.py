@@ -313,3 +313,26 @@ async def test_cluster_name_and_metric_lists(kube_sim: SimApiServer, kube_sim_ku
     finally:
         await named.stop()
         await allowed.stop()
+
+
+async def test_series_cap_per_owner_flag(kube_sim: SimApiServer, kube_sim_kubeconfig: str) -> None:
+    """--max-series-per-owner: a job on more hosts than the cap leaves only gangscope_workload_topology_pods."""
+    serve_cluster(kube_sim, workloads=120)
+    collector = await started_collector(kube_sim_kubeconfig, "--max-series-per-owner", "8")
+    try:
+        series = await scrape(collector.port)
+        pods: dict[str, int] = {}
+        for name, labels in series:
+            if name == "gangscope_workload_topology_pods":
+                workload = dict(labels)["workload"]
+                pods[workload] = pods.get(workload, 0) + 1
+        big = [w for w in collector.store.workloads.values() if sum(len(a.placed) for a in w.last_assignments) > 8]
+        assert big and all(w.name not in pods for w in big)
+        assert pods and max(pods.values()) <= 8
+        infos = {dict(labels)["workload"] for name, labels in series if name == "gangscope_workload_info"}
+        assert {w.name for w in big} <= infos, "their other families stay"
+        dropped = {dict(labels)["family"]: v for (name, labels), v in series.items()
+                   if name == "gangscope_exposition_dropped_series_total"}
+        assert dropped["gangscope_workload_topology_pods"] > 0
+    finally:
+        await collector.stop()
