@@ -636,7 +636,8 @@ class SimApiServer:
         items = b",".join(store.encoded(e, version, partial) for e in snapshot.entries[offset:end])
         kind, api_version = (f"{PARTIAL_KIND}List", META_API_VERSION) if partial else (f"{store.kind}List", store.api_version(version))
         head = orjson.dumps({"kind": kind, "apiVersion": api_version, "metadata": meta})
-        body = head[:-1] + b',"items":[' + items + b"]}"
+        # The real server writes an empty PartialObjectMetadataList's items as null (a nil Go slice).
+        body = head[:-1] + (b',"items":null}' if partial and not items else b',"items":[' + items + b"]}")
         return web.Response(body=body, content_type="application/json")
 
     def _event_line(self, store: _Store, w: _Watcher, event: _Event) -> bytes | None:
