@@ -697,6 +697,7 @@ class Relay:
         self.port = 0
         self.connections = 0
         self._open: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self._flowing = asyncio.Event()
         self._flowing.set()
         self._server: asyncio.base_events.Server | None = None
@@ -707,9 +708,11 @@ class Relay:
         return self
 
     async def stop(self) -> None:
-        self.cut()
         if self._server is not None:
             self._server.close()
+        self.cut()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._server is not None:
             await self._server.wait_closed()
 
     def hold(self) -> None:
@@ -726,6 +729,10 @@ class Relay:
         return n
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         self.connections += 1
         self._open.add(writer)
         try:
