@@ -8,9 +8,9 @@ that holds the job back, naming it with its evidence (the Kueue message, the Pod
 since when, the unhealthy node, the throughput drop).
 
 The diagnosis is computed from the same records the collector keeps (the Workload store and the
-gang index), so the three ways to get it agree: live (list everything once through the kube
-client), offline on a dump (``--from-file``), and the collector's ``/debug/explain`` endpoint
-(:func:`explain_route`). The JSON schema is documented in ``docs/explain.md``.
+gang index), so the three ways to get it agree: live (list what the job needs once through the
+kube client: its namespace, and the nodes it was placed on), offline on a dump
+(``--from-file``), and the collector's ``/debug/explain`` endpoint (:func:`explain_route`). The JSON schema is documented in ``docs/explain.md``.
 """
 
 from __future__ import annotations
@@ -410,23 +410,66 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
     return store, gangs, handlers
 
 
-async def _load_live(args: argparse.Namespace, handlers: dict[str, Any]) -> None:
+# Hostnames per node LIST: a label selector of a few thousand characters stays well within what
+# API servers and proxies accept in a URL.
+NODE_SELECTOR_CHUNK = 100
+
+
+async def _load_live(args: argparse.Namespace, handlers: dict[str, Any], store: Any, gangs: Any,
+                     namespace: str, name: str) -> None:
+    """Read what the diagnosis of one job needs, and only that, so that a user whose RBAC covers
+    one namespace can use it: the namespace's Workloads, LocalQueues and PodGroups (every API),
+    the cluster's few Topologies and ResourceFlavors (down when forbidden, like any source), then
+    the Nodes the Workload's assignment and unhealthy list name (for the block and rack of each
+    host; without the right to read Nodes the placement shows hosts only)."""
     from .exposition import Exposition
     from .kube.client import KubeClient
-    from .kube.resources import COLLECTOR_RESOURCES
+    from .kube.resources import COLLECTOR_RESOURCES, NODES
     from .kube.sources import SourceSet, SourceSpec
 
     client = await KubeClient.create(args.kubeconfig, args.context, args.insecure_skip_tls_verify)
     try:
-        specs = [SourceSpec(r, handlers[r.source]) for r in COLLECTOR_RESOURCES if r.source in handlers]
+        specs = [SourceSpec(r, handlers[r.source], namespace=namespace if r.namespaced else None)
+                 for r in COLLECTOR_RESOURCES if r.source in handlers and r is not NODES]
         sources = SourceSet(client, specs, Exposition(), discovery_interval=args.discovery_interval)
         await sources.start()
         try:
             await sources.wait_ready(timeout=args.sync_timeout)
         finally:
             await sources.stop()
+        try:
+            _, wl, _ = resolve(store, gangs, namespace, name)
+        except UnknownTarget:
+            return
+        if wl is not None:
+            await _load_nodes(client, wl, handlers[NODES.source])
     finally:
         await client.close()
+
+
+async def _load_nodes(client: Any, wl: Any, handler: Any) -> None:
+    """The Nodes of ``wl``'s assignments (by their ``kubernetes.io/hostname`` label, the value
+    Kueue stores) and of its unhealthy list (by name, as Kueue stores them), metadata only."""
+    from .kube.client import ApiError
+    from .kube.informer import PARTIAL_LIST_ACCEPT
+    from .topology import HOSTNAME_LABEL
+
+    hosts = sorted({d.values[a.levels.index(HOSTNAME_LABEL)] for a in wl.last_assignments
+                    if HOSTNAME_LABEL in a.levels for d in a.domains} - {""})
+    queries = [{"labelSelector": f"{HOSTNAME_LABEL} in ({','.join(hosts[i:i + NODE_SELECTOR_CHUNK])})"}
+               for i in range(0, len(hosts), NODE_SELECTOR_CHUNK)]
+    queries += [{"fieldSelector": f"metadata.name={n}"} for n in sorted(set(wl.unhealthy_nodes))]
+    nodes: dict[str, Any] = {}
+    try:
+        for query in queries:
+            page = await client.get_json("/api/v1/nodes", query, accept=PARTIAL_LIST_ACCEPT)
+            for obj in page.get("items") or []:
+                nodes[obj["metadata"]["name"]] = obj
+    except ApiError as exc:  # forbidden (a namespace-scoped user) or unreachable: hosts only
+        print(f"gangscope explain: nodes not read ({exc}); placement shows hosts without their topology",
+              file=sys.stderr)
+        return
+    handler.replace(list(nodes.values()))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -448,7 +491,7 @@ def run(args: argparse.Namespace) -> int:
         feed(store.exposition, handlers, loaded.objects)
     else:
         try:
-            asyncio.run(_load_live(args, handlers))
+            asyncio.run(_load_live(args, handlers, store, gangs, namespace, name))
         except Exception as exc:
             print(f"gangscope explain: cannot read the cluster: {exc}", file=sys.stderr)
             return 1

@@ -144,6 +144,10 @@ async def test_selectors_and_namespaces(kube_sim: SimApiServer) -> None:
     assert names((await get(kube_sim, pods, {"fieldSelector": "spec.nodeName=n1"}))[1]) == ["p0", "p2"]
     assert names((await get(kube_sim, pods, {"labelSelector": "team=a"}))[1]) == ["p0", "p1"]
     assert names((await get(kube_sim, pods, {"labelSelector": "team!=a", "fieldSelector": "metadata.name=p2"}))[1]) == ["p2"]
+    # Set-based, as the real server reads them (explain lists the Nodes of an assignment this way).
+    assert names((await get(kube_sim, pods, {"labelSelector": "team in (b,c)"}))[1]) == ["p2"]
+    assert names((await get(kube_sim, pods, {"labelSelector": "team notin (b),team"}))[1]) == ["p0", "p1"]
+    assert names((await get(kube_sim, pods, {"labelSelector": "team in (a, b),!absent"}))[1]) == ["p0", "p1", "p2"]
     assert names((await get(kube_sim, "/api/v1/namespaces/ns-a/pods"))[1]) == ["p0", "p1"]
     status, one, _ = await get(kube_sim, "/api/v1/namespaces/ns-b/pods/p2")
     assert status == 200 and one["spec"]["nodeName"] == "n1"

@@ -79,17 +79,37 @@ def make_object(resource: Resource, name: str, namespace: str | None = "default"
 
 # --- selectors -------------------------------------------------------------------------------
 
-Requirement = tuple[str, str, str | None]  # (key, op in = != exists !exists, value)
+Requirement = tuple[str, str, str | frozenset[str] | None]  # (key, op in = != in notin exists !exists, value)
+
+
+def _split_requirements(text: str) -> list[str]:
+    """Split at the commas between requirements, not those inside ``in (a,b)``."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
 
 
 def parse_selector(text: str | None) -> list[Requirement]:
-    """Equality-based selectors (``a=b``, ``a==b``, ``a!=b``, ``a``, ``!a``), comma-separated."""
+    """Selectors as the API server reads them: equality-based (``a=b``, ``a==b``, ``a!=b``),
+    set-based (``a in (x,y)``, ``a notin (x,y)``) and existence (``a``, ``!a``), comma-separated."""
     out: list[Requirement] = []
-    for part in (text or "").split(","):
+    for part in _split_requirements(text or ""):
         part = part.strip()
         if not part:
             continue
-        if "!=" in part:
+        words = part.split(None, 1)
+        if len(words) == 2 and words[1].startswith(("in ", "in(", "notin ", "notin(")):
+            op, _, values = words[1].partition("(")
+            out.append((words[0], op.strip(), frozenset(v.strip() for v in values.rstrip(")").split(",") if v.strip())))
+        elif "!=" in part:
             k, v = part.split("!=", 1)
             out.append((k.strip(), "!=", v.strip()))
         elif "==" in part:
@@ -125,6 +145,8 @@ def _matches(obj: dict[str, Any], fields: list[Requirement], labels: list[Requir
         if op == "exists" and not present or op == "!exists" and present:
             return False
         if op == "=" and obj_labels.get(key) != value or op == "!=" and obj_labels.get(key) == value:
+            return False
+        if op == "in" and obj_labels.get(key) not in value or op == "notin" and obj_labels.get(key) in value:  # type: ignore[operator]
             return False
     return True
 
