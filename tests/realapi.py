@@ -329,9 +329,12 @@ class AdminClient:
         return self.request("PATCH", self.path(obj) + "/status", patch, params={"fieldManager": manager, "force": "true"},
                             content_type="application/apply-patch+yaml")
 
-    def delete(self, obj: dict[str, Any]) -> None:
+    def delete(self, obj: dict[str, Any], grace_period: int | None = None) -> None:
+        """DELETE; ``grace_period=0`` removes a pod bound to a node at once (as kubelet finally
+        does), otherwise such a pod only gets a deletionTimestamp and waits for a kubelet."""
+        params = {"gracePeriodSeconds": str(grace_period)} if grace_period is not None else None
         try:
-            self.request("DELETE", self.path(obj))
+            self.request("DELETE", self.path(obj), params=params)
         except ApiStatusError as e:
             if e.status != 404:
                 raise
@@ -660,13 +663,14 @@ class Writer:
     def apply_status(self, obj: dict[str, Any]) -> dict[str, Any]:
         return self.admin.apply_status(obj, self.manager)
 
-    def delete(self, obj: dict[str, Any]) -> None:
-        self.admin.delete(obj)
-        self._written.pop(self.admin.path(obj), None)
+    def delete(self, obj: dict[str, Any], grace_period: int | None = None) -> None:
+        self.admin.delete(obj, grace_period)
+        if grace_period == 0 or obj["kind"] != "Pod":
+            self._written.pop(self.admin.path(obj), None)
 
     def cleanup(self) -> None:
         for obj in reversed(list(self._written.values())):
-            self.admin.delete(obj)
+            self.admin.delete(obj, 0)
         self._written.clear()
 
 
