@@ -242,9 +242,9 @@ class AdminClient:
         import urllib3
 
         self.url = url
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = urllib3.PoolManager(ca_certs=ca_file, cert_file=cert[0] if cert else None,
-                                         key_file=cert[1] if cert else None, headers=headers, retries=False,
+        self._auth = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = urllib3.PoolManager(ca_certs=ca_file or None, cert_file=cert[0] if cert else None,
+                                         key_file=cert[1] if cert else None, retries=False,
                                          timeout=urllib3.Timeout(connect=5, read=60))
         self._resources: dict[tuple[str, str], tuple[str, bool]] = {}
         self._with_status: set[tuple[str, str]] = set()
@@ -253,7 +253,7 @@ class AdminClient:
                 content_type: str = "application/json", accept: str = "application/json") -> Any:
         url = self.url + path + ("?" + urllib.parse.urlencode(params) if params else "")
         data = json.dumps(body).encode() if body is not None else None
-        headers = {"Accept": accept, **({"Content-Type": content_type} if data is not None else {})}
+        headers = {**self._auth, "Accept": accept, **({"Content-Type": content_type} if data is not None else {})}
         resp = self._http.request(method, url, body=data, headers=headers)
         try:
             doc = json.loads(resp.data) if resp.data else None
@@ -267,7 +267,7 @@ class AdminClient:
             preload: bool = True) -> Any:
         """The urllib3 response itself (status, headers, body or stream)."""
         url = self.url + path + ("?" + urllib.parse.urlencode(params) if params else "")
-        return self._http.request(method, url, headers={"Accept": accept}, preload_content=preload)
+        return self._http.request(method, url, headers={**self._auth, "Accept": accept}, preload_content=preload)
 
     # resource paths from discovery, cached
     def resource(self, api_version: str, kind: str) -> tuple[str, bool]:
