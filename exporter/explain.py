@@ -10,7 +10,8 @@ since when, the unhealthy node, the throughput drop).
 The diagnosis is computed from the same records the collector keeps (the Workload store and the
 gang index), so the three ways to get it agree: live (list what the job needs once through the
 kube client: its namespace, and the nodes it was placed on), offline on a dump
-(``--from-file``), and the collector's ``/debug/explain`` endpoint (:func:`explain_route`). The JSON schema is documented in ``docs/explain.md``.
+(``--from-file``), and the collector's ``/debug/explain`` endpoint (:func:`explain_route`).
+The JSON schema is documented in ``docs/explain.md``.
 """
 
 from __future__ import annotations
@@ -463,8 +464,10 @@ async def _load_nodes(client: Any, wl: Any, handler: Any) -> None:
     try:
         for query in queries:
             page = await client.get_json("/api/v1/nodes", query, accept=PARTIAL_LIST_ACCEPT)
-            for obj in page.get("items") or []:
-                nodes[obj["metadata"]["name"]] = obj
+            for obj in page.get("items") or []:  # "items": null when none matches
+                meta = obj.get("metadata") if isinstance(obj, dict) else None
+                if isinstance(meta, dict) and isinstance(meta.get("name"), str):
+                    nodes[meta["name"]] = obj
     except ApiError as exc:  # forbidden (a namespace-scoped user) or unreachable: hosts only
         print(f"gangscope explain: nodes not read ({exc}); placement shows hosts without their topology",
               file=sys.stderr)

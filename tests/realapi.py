@@ -41,7 +41,8 @@ import ssl
 import subprocess
 import time
 import urllib.parse
-from collections.abc import Iterable, Iterator
+import urllib.request
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -194,6 +195,7 @@ class Process:
     name: str
     argv: list[str]
     log: Path
+    port: int = 0  # the port it serves on
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -382,6 +384,15 @@ def load_yaml(path: Path) -> list[dict[str, Any]]:
 # --- the cluster ---------------------------------------------------------------------------------------
 
 
+@dataclass
+class ApiServer:
+    """Another kube-apiserver process of the cluster (same etcd, same certificates and keys)."""
+
+    process: Process
+    port: int
+    admin: AdminClient
+
+
 class RealCluster:
     """etcd and kube-apiserver processes on loopback, with the admin client and helpers."""
 
@@ -390,12 +401,15 @@ class RealCluster:
         self.folder = folder
         self.pki = Pki(folder).create()
         self.etcd_port = 0
-        self.port = 0
         self.etcd: Process | None = None
         self.apiserver: Process | None = None
-        self._uncached: RealCluster | None = None
+        self._uncached: ApiServer | None = None
         self.crds_dropped: list[str] = []
         self.admin: AdminClient
+
+    @property
+    def port(self) -> int:
+        return self.apiserver.port if self.apiserver is not None else 0
 
     @property
     def url(self) -> str:
@@ -422,13 +436,13 @@ class RealCluster:
         else:
             raise RuntimeError(f"etcd did not start:\n{self.etcd.tail() if self.etcd else ''}")
         self.apiserver = self._start_apiserver("kube-apiserver", [])
-        self.port = self._port_of(self.apiserver)
-        self.admin = AdminClient(self.url, self.pki.ca_cert, cert=(self.pki.admin_cert, self.pki.admin_key))
+        self.admin = self._admin(self.port)
         return self
 
-    def _wait_etcd(self, timeout: float = 20) -> bool:
-        import urllib.request
+    def _admin(self, port: int) -> AdminClient:
+        return AdminClient(f"https://127.0.0.1:{port}", self.pki.ca_cert, cert=(self.pki.admin_cert, self.pki.admin_key))
 
+    def _wait_etcd(self, timeout: float = 20) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.etcd is None or not self.etcd.alive():
@@ -463,9 +477,8 @@ class RealCluster:
                 "--runtime-config=scheduling.k8s.io/v1=false,scheduling.k8s.io/v1beta1=false",
                 "--feature-gates=EfficientWatchResumption=true", "--profiling=false",
                 f"--cert-dir={self.folder / 'cert-dir'}", "--logtostderr=true", "--v=1", *extra,
-            ], self.folder / f"{name}.log")
+            ], self.folder / f"{name}.log", port)
             proc.start()
-            proc.port = port  # type: ignore[attr-defined]
             if self._wait_ready(proc, port):
                 return proc
             proc.stop()
@@ -473,15 +486,9 @@ class RealCluster:
                 break
         raise RuntimeError(f"{name} did not become ready:\n{proc.tail()}")
 
-    @staticmethod
-    def _port_of(proc: Process) -> int:
-        return int(proc.port)  # type: ignore[attr-defined]
-
     def _wait_ready(self, proc: Process, port: int, timeout: float = 60) -> bool:
         ctx = ssl.create_default_context(cafile=self.pki.ca_cert)
         ctx.load_cert_chain(self.pki.admin_cert, self.pki.admin_key)
-        import urllib.request
-
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not proc.alive():
@@ -496,28 +503,16 @@ class RealCluster:
         return False
 
     def stop(self) -> None:
-        if self._uncached is not None:
-            self._uncached.stop_apiserver()
-        if self.apiserver is not None:
-            self.apiserver.stop()
-        if self.etcd is not None:
-            self.etcd.stop()
+        for proc in (self._uncached.process if self._uncached else None, self.apiserver, self.etcd):
+            if proc is not None:
+                proc.stop()
 
-    def stop_apiserver(self) -> None:
-        if self.apiserver is not None:
-            self.apiserver.stop()
-
-    def uncached(self) -> RealCluster:
+    def uncached(self) -> ApiServer:
         """A second kube-apiserver on the same etcd, with ``--watch-cache=false`` (started once):
         its watches read etcd and expire when etcd compacts (see the module docstring)."""
         if self._uncached is None:
-            other = object.__new__(RealCluster)
-            other.__dict__.update(self.__dict__)
-            other._uncached = None
-            other.apiserver = self._start_apiserver("kube-apiserver-uncached", ["--watch-cache=false"])
-            other.port = self._port_of(other.apiserver)
-            other.admin = AdminClient(other.url, self.pki.ca_cert, cert=(self.pki.admin_cert, self.pki.admin_key))
-            self._uncached = other
+            proc = self._start_apiserver("kube-apiserver-uncached", ["--watch-cache=false"])
+            self._uncached = ApiServer(proc, proc.port, self._admin(proc.port))
         return self._uncached
 
     # setup
@@ -553,12 +548,10 @@ class RealCluster:
             return False
         return any(r["name"] == plural for r in doc["resources"])
 
-    def apply_manifests(self, path: Path, namespace_override: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    def apply_manifests(self, path: Path) -> None:
         """Create (or update) every object of a YAML file, e.g. the project's RBAC in deploy/."""
-        done = []
         for obj in load_yaml(path):
-            done.append(self.admin.ensure(obj))
-        return done
+            self.admin.ensure(obj)
 
     def namespace(self, name: str) -> str:
         try:
@@ -630,8 +623,6 @@ class RealCluster:
 
         until(gone, timeout, f"etcd compaction past {resource_version}")
 
-    def truth(self, api_version: str, kind: str) -> list[dict[str, Any]]:
-        return list(self.admin.list(api_version, kind)["items"])
 
 
 class Writer:

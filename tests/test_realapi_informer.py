@@ -5,24 +5,21 @@ resourceVersions) after every change: nothing lost, nothing invented."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from exporter.exposition import Exposition
-from exporter.health import SourceHealth
 from exporter.kube.backoff import BackoffPolicy
-from exporter.kube.cache import ObjectCache
 from exporter.kube.client import Forbidden, Gone, KubeClient, NotFound
 from exporter.kube.discovery import served_version
-from exporter.kube.informer import Informer, collection_path
+from exporter.kube.informer import collection_path
 from exporter.kube.resources import NODES, WORKLOADS, Resource
 from kueue_objects import admitted_conditions, cond, workload
-from realapi import ApiStatusError, RealCluster, Relay, Writer
+from informers import StartInformer, informers
+from realapi import RealCluster, Relay, Writer
 from waiting import eventually
 
 FAST = BackoffPolicy(base=0.01, cap=0.05)
@@ -55,18 +52,6 @@ def truth(real_api: RealCluster, api_version: str, kind: str, namespace: str | N
     return {(o["metadata"].get("namespace", ""), o["metadata"]["name"]): o["metadata"]["resourceVersion"] for o in items}
 
 
-class Running:
-    def __init__(self, informer: Informer, cache: ObjectCache, health: SourceHealth):
-        self.informer, self.cache, self.health = informer, cache, health
-        self.task = asyncio.create_task(informer.run())
-
-    async def synced(self) -> None:
-        await asyncio.wait_for(self.informer.synced.wait(), 10)
-
-
-StartInformer = Callable[..., Awaitable[Running]]
-
-
 @pytest.fixture
 def ns(real_api: RealCluster) -> str:
     return real_api.namespace(f"inf-{uuid.uuid4().hex[:8]}")
@@ -88,20 +73,8 @@ async def client(real_api: RealCluster, tmp_path: Path) -> AsyncIterator[Recordi
 
 @pytest.fixture
 async def start_informer(client: RecordingClient) -> AsyncIterator[StartInformer]:
-    running: list[Running] = []
-
-    async def start(resource: Resource = WORKLOADS, version: str = "v1beta2", *, via: KubeClient | None = None,
-                    **options: Any) -> Running:
-        options.setdefault("backoff", FAST)
-        cache, health = ObjectCache(), SourceHealth(resource.source, Exposition())
-        r = Running(Informer(via or client, resource, version, cache, health, **options), cache, health)
-        running.append(r)
-        return r
-
-    yield start
-    for r in running:
-        r.task.cancel()
-    await asyncio.gather(*(r.task for r in running), return_exceptions=True)
+    async with informers(client, backoff=FAST) as start:
+        yield start
 
 
 def seed(writer: Writer, ns: str, n: int) -> None:
@@ -300,3 +273,15 @@ async def test_metadata_only_list_of_nothing(real_api: RealCluster, client: Reco
     listed = next(doc for path, _, doc in client.gets if path == "/api/v1/nodes")
     assert listed["kind"] == "PartialObjectMetadataList" and listed["items"] is None
     assert r.cache.objects == {} and r.health.up and r.health.errors == 0 and r.health.parse_errors == 0
+
+
+async def test_crds_as_1_20_holds_them(real_api: RealCluster) -> None:
+    """1.20 accepts Kueue's CRDs as they are and drops what it does not know (CEL rules and
+    selectableFields): nothing here can check those rules, and the server says so."""
+    assert any("kueue.x-k8s.io" in d and "x-kubernetes-validations" in d for d in real_api.crds_dropped)
+    assert any(d.endswith("v1beta2 selectableFields") for d in real_api.crds_dropped)
+    stored = real_api.admin.request("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/workloads.kueue.x-k8s.io")
+    text = str(stored)
+    assert "x-kubernetes-validations" not in text and "selectableFields" not in text
+    assert [v["name"] for v in stored["spec"]["versions"] if v["storage"]] == ["v1beta2"]
+    assert stored["spec"]["conversion"]["strategy"] == "None"  # no conversion webhook here: v1beta2 only
