@@ -33,9 +33,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import ctypes
+import ctypes.util
 import datetime
 import ipaddress
 import json
+import signal
 import socket
 import ssl
 import subprocess
@@ -53,6 +56,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "realapi"
 SKIP_ENV = "GANGSCOPE_SKIP_REAL_APISERVER"
 COMPACTION_INTERVAL = 2.0  # seconds, --etcd-compaction-interval
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 # Kueue writes Workload status with a server-side apply patch to the status subresource, as this
 # field manager, forcing ownership: kueue pkg/workload/patching/patching.go:261
@@ -183,6 +187,13 @@ def token_claims(token: str) -> dict[str, Any]:
 # --- processes ------------------------------------------------------------------------------------
 
 
+def _die_with_parent() -> None:
+    """In the child: be sent SIGTERM when the test process dies, however it dies (a CI timeout's
+    SIGKILL included), so no etcd or kube-apiserver outlives the session."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -201,7 +212,8 @@ class Process:
 
     def start(self) -> None:
         with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         preexec_fn=_die_with_parent)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
