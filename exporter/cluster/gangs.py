@@ -507,11 +507,12 @@ class GangIndex:
         return answer
 
     def _sync_workloads(self) -> None:
-        """Re-render the Workloads whose gangs' word differs from the one their stage used."""
+        """Re-render the Workloads whose stage rests on their gangs' word (admitted, no PodsReady)
+        and whose gangs now say something else."""
         while self._to_sync:
             wl_key = self._to_sync.pop()
-            wl = self.store.workloads.get(wl_key)
-            if wl is not None and wl.state is not None and wl.state.pods_assembling != self.pods_assembling(wl_key):
+            state = wl.state if (wl := self.store.workloads.get(wl_key)) is not None else None
+            if state is not None and state.uses_pods_signal and state.pods_assembling != self.pods_assembling(wl_key):
                 self.store.refresh(wl_key)  # its stage now uses the new word: the next check finds them equal
 
     def _arm(self, key: PgKey, gang: Gang) -> None:

@@ -73,6 +73,7 @@ class WorkloadState:
     backoff_until: float | None  # requeueState.requeueAt while it is in the future
     blocking_check: AdmissionCheck | None  # the admission check that holds admission, if any
     pods_assembling: bool | None  # the gang signal this state was computed with
+    uses_pods_signal: bool = False  # whether the stage depends on it (admitted, no PodsReady)
 
 
 # --- QuotaReserved=False: typed reasons (UnadmittedWorkloadsObservability) ----------------------
@@ -242,7 +243,8 @@ def workload_state(wl: Workload, now: float, pods_assembling: bool | None = None
         # Evicted while quota is still held: the job is being stopped (jobframework/reconciler.go:592-600)
         return WorkloadState("evicting", None, None, check, pods_assembling)
     if wl.condition_true("Admitted"):
-        return WorkloadState(_podsready_stage(wl, pods_assembling), None, None, None, pods_assembling)
+        uses = "PodsReady" not in conds and not wl.unhealthy_nodes
+        return WorkloadState(_podsready_stage(wl, pods_assembling), None, None, None, pods_assembling, uses)
     if reserved:
         # Quota reserved, admission checks or delayed topology requests pending
         # (pkg/workload/admissionchecks.go:39-105, SyncAdmittedCondition). Like Kueue's own
