@@ -125,6 +125,10 @@ ROWS = [
      pending("Pending", "couldn't assign flavors to pod set main: insufficient quota for cpu in flavor one, request > "
                         "maximum capacity (5 > 4), insufficient quota for example.com/gpu in flavor two, request > "
                         "maximum capacity (4 > 0)"), None, ("inadmissible", "Pending", "configuration")),
+    ("Pending, above the queue's maximum, 0.15+ wording (v0.16.0:flavorassigner.go:977)",
+     pending("Pending", "couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in flavor h100, "
+                        "previously considered podsets requests (0) + current podset request (64) > maximum capacity (32)"),
+     None, ("inadmissible", "Pending", "configuration")),
     ("Pending, one flavor untolerated, another out of quota: capacity (flavorassigner.go:963-991)",
      pending("Pending", "couldn't assign flavors to pod set main: untolerated taint {spot true NoSchedule <nil>} in "
                         "flavor spot, insufficient unused quota for cpu in flavor on-demand, 1 more needed"), None,

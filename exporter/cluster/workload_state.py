@@ -138,9 +138,11 @@ _PENDING_PREFIXES: tuple[tuple[str, tuple[str, str]], ...] = (
 # Kueue's resolveNoFitReason (flavorassigner.go:963-991), a flavor that only lacks free quota is
 # an alternative that may still fit.
 _CAPACITY_PHRASES = ("insufficient unused quota", "no topology domains", "no longer fits", "overlapping preemption targets")
-# "insufficient quota for" (not "unused"): the request exceeds what the queue can ever give, worded
-# "..., request > maximum capacity (a > b)" since 0.10 and "... in ClusterQueue" before
-# (v0.8.0:flavorassigner.go:603; Kueue's own troubleshooting docs still print the latter).
+# "insufficient quota for" (not "unused"): the request exceeds what the queue can ever give,
+# worded "... previously considered podsets requests (x) + current podset request (y) > maximum
+# capacity (z)" since 0.15 (v0.16.0:flavorassigner.go:977; main :1353), "..., request > maximum
+# capacity (a > b)" in 0.10-0.14 (v0.14.0:916), "... in ClusterQueue" before (v0.8.0:603; Kueue's
+# own troubleshooting docs still print that one). The other phrases are the same in 0.14-main.
 _CONFIGURATION_PHRASES = ("insufficient quota for", "untolerated taint", "doesn't match node affinity",
                           "not found", "unavailable in ClusterQueue")
 
