@@ -195,6 +195,9 @@ def admission_layer(wl: Workload | None, position: QueuePosition | None = None) 
         if check is not None:
             summary += "; " + _check_text(check)
         return _layer("admission", "blocking", summary + _position_text(position), evidence)
+    if pending is not None and pending.reason == PLACEMENT_REASON:
+        return _layer("admission", "ok", f"quota available in {cq} (queue {wl.queue_name}), but no topology domain fits: "
+                      "see placement", evidence)
     if stage == "admission_checks" and not (pending is not None and pending.reason == DELAYED_TOPOLOGY):
         summary = f"quota reserved in {cq}, admission pending"
         summary += ": " + (_check_text(check) if check is not None else (adm or {}).get("message") or "checks not ready")

@@ -3,7 +3,10 @@
 A ``Topology`` lists node label keys from the top level down (``spec.levels[].nodeLabel``); a
 ``ResourceFlavor`` points at one through ``spec.topologyName``. gangscope exports one set of
 topology labels for every series, so several Topologies are merged into one ordered list by
-:func:`merge_levels`.
+:func:`merge_levels`, and each assignment is expanded with the levels of its own flavor's
+Topology (:func:`resolve_flavor_topology`). Both the collector and the agent read Topologies, so
+this lives beside :mod:`exporter.topology`, outside ``exporter.cluster`` (which the agent must
+not import).
 """
 
 from __future__ import annotations

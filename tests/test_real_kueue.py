@@ -1,5 +1,8 @@
 """Every Kueue object real clusters, Kueue's docs and its e2e/envtest runs printed (tests/fixtures/
-kueue/real, provenance in its SOURCES.md) through ``gangscope snapshot`` and ``gangscope explain``.
+kueue/real, provenance in its SOURCES.md) through ``gangscope snapshot`` and ``gangscope explain``,
+and the statuses no real cluster printed as Kueue's tests and KEP-10852 write them
+(tests/fixtures/kueue/kueue-written-v1beta2.yaml: typed reasons, a deactivation with its cause,
+admission checks in Retry and Ready, a backoff).
 
 The expectations are decoded by hand from each file, not produced by gangscope: which conditions
 the object carries, what Kueue means by them (exporter/cluster/workload_state.py cites the Kueue
@@ -42,6 +45,7 @@ class W:
     checks: dict[str, str] = field(default_factory=dict)  # check -> state
     check_times: dict[str, int] = field(default_factory=dict)  # check -> lastTransitionTime, epoch seconds
     evictions: dict[tuple[str, str], int] = field(default_factory=dict)
+    requeue: tuple[int, int] | None = None  # (count, requeueAt epoch seconds)
     pods: dict[tuple[str, tuple[tuple[str, str], ...]], int] = field(default_factory=dict)  # (podset, path) -> pods
     verdict: tuple[str, str | None] = ("running", None)  # explain's (status, layer)
     says: str = ""  # in explain's summary of the deciding layer
@@ -182,6 +186,51 @@ EXPECTED: dict[str, dict[tuple[str, str], W]] = {
             check_times={"check1": 1745431148, "check2": 1745431148}, verdict=ADMISSION, says="being evicted (Preempted)"),
         ("frag", "frag-5648-slice"): W("finished", verdict=("finished", None))},
 }
+WRITTEN = "kueue-written-v1beta2.yaml"
+KW = "kueue-written"
+
+
+def typed(reason: str, category: str, stage: str = "inadmissible", says: str = "") -> W:
+    return W(stage, (reason, category), gpus=8, verdict=ADMISSION, says=says or f"({reason})")
+
+
+EXPECTED[WRITTEN] = {
+    (KW, "typed-waiting-for-quota"): typed("WaitingForQuota", "capacity", says="waiting for capacity (WaitingForQuota)"),
+    (KW, "typed-misconfigured"): typed("Misconfigured", "configuration", says="cannot be admitted as configured (this "
+                                       "will not clear by itself) (Misconfigured): LocalQueue local-queue doesn't exist"),
+    (KW, "typed-no-matching-flavor"): typed("NoMatchingFlavor", "configuration"),
+    (KW, "typed-pending-evaluation"): typed("PendingEvaluation", "evaluation", "queued", says="waiting to be evaluated"),
+    (KW, "typed-exceeds-max-quota"): typed("ExceedsMaxQuota", "configuration"),
+    # the quota is there, the topology is not: placement holds it
+    (KW, "typed-topology-placement-failed"): W("inadmissible", ("TopologyPlacementFailed", "capacity"), gpus=8,
+                                               verdict=("held", "placement"), says="no topology domain fits"),
+    (KW, "typed-waiting-for-preempted"): typed("WaitingForPreemptedWorkloads", "preemption", "preempting",
+                                               says="waiting for preempted workloads to release their quota"),
+    (KW, "typed-suspended"): typed("Suspended", "policy", "held", says="held by policy (Suspended): ClusterQueue cq is inactive"),
+    (KW, "typed-on-hold"): typed("OnHold", "policy", "held"),
+    (KW, "typed-admission-gated"): typed("AdmissionGated", "policy", "held"),
+    (KW, "typed-waiting-for-pods-ready"): typed("WaitingForPodsReady", "policy", "held"),
+    (KW, "deactivated-requeuing-limit"): W(
+        "deactivated", ("Deactivated", "policy"), "q1", gpus=8, evictions={("Deactivated", "RequeuingLimitExceeded"): 1},
+        verdict=ADMISSION, says="deactivated (spec.active is false) (DeactivatedDueToRequeuingLimitExceeded: The "
+                                "workload is deactivated due to exceeding the maximum number of re-queuing retries)"),
+    (KW, "checks-retry-and-ready"): W(
+        "admission_checks", ("UnsatisfiedAdmissionChecks", "admission_check"), "q1", gpus=8,
+        checks={"check-1": "Retry", "check-2": "Ready", "check-3": "Retry"},
+        check_times={"check-1": 1787216520, "check-2": 1787216520, "check-3": 1787216520}, verdict=ADMISSION,
+        says="admission check check-1 is Retry (infrastructure not prepared), retried 1x, next retry 2026-08-20T09:03:00Z"),
+    (KW, "backoff-pods-ready-timeout"): W(
+        "backoff", ("PodsReadyTimeout", "backoff"), gpus=8, evictions={("PodsReadyTimeout", "WaitForStart"): 1},
+        requeue=(1, 4070908800), verdict=ADMISSION,
+        says="in backoff after an eviction (PodsReadyTimeout): Exceeded the PodsReady timeout "
+             "kueue-written/backoff-pods-ready-timeout; back in the queue at 2099-01-01T00:00:00Z; requeued 1x"),
+}
+
+
+def path_of(name: str) -> Path:
+    return REAL / name if (REAL / name).exists() else FIXTURES / name
+
+
 # Objects the collector reads but cannot use, counted as parse errors per source.
 PARSE_ERRORS = {
     "kueue-8101-tas-trainjob-v1beta2.yaml": {"workloads": 1},
@@ -192,7 +241,7 @@ PARSE_ERRORS = {
 
 def test_every_kueue_file_is_covered() -> None:
     assert sorted(p.name for p in REAL.iterdir() if p.name.startswith("kueue-")) == sorted(
-        [*EXPECTED, "kueue-4861-topology-without-spec.yaml", "kueue-707-clusterqueue-v1beta1.yaml"])
+        [*(n for n in EXPECTED if n != WRITTEN), "kueue-4861-topology-without-spec.yaml", "kueue-707-clusterqueue-v1beta1.yaml"])
 
 
 def run_snapshot(capfdbinary: pytest.CaptureFixture[bytes], path: Path) -> dict:
@@ -209,7 +258,7 @@ def of(s: dict, family: str, ns: str, name: str) -> dict[frozenset, float]:
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_snapshot_exports_what_the_object_says(name: str, capfdbinary: pytest.CaptureFixture[bytes]) -> None:
-    s = run_snapshot(capfdbinary, REAL / name)
+    s = run_snapshot(capfdbinary, path_of(name))
     expected = EXPECTED[name]
     assert {(dict(k[1])["namespace"], dict(k[1])["workload"]) for k in s if k[0] == "gangscope_workload_info"} == set(expected)
     errors = {dict(k[1])["source"]: v for k, v in s.items() if k[0] == "gangscope_parse_errors_total" and v}
@@ -230,6 +279,8 @@ def test_snapshot_exports_what_the_object_says(name: str, capfdbinary: pytest.Ca
         assert times == w.check_times
         evictions = {(dict(k)["reason"], dict(k)["underlying_cause"]): v for k, v in of(s, "gangscope_workload_evictions_total", ns, wl).items()}
         assert evictions == w.evictions
+        requeue = (of(s, "gangscope_workload_requeue_count", ns, wl), of(s, "gangscope_workload_requeue_at_timestamp_seconds", ns, wl))
+        assert requeue == (({frozenset(): w.requeue[0]}, {frozenset(): w.requeue[1]}) if w.requeue else ({}, {}))
         pods = {(dict(k)["podset"], tuple((a, v) for a, v in sorted(k) if a != "podset")): v
                 for k, v in of(s, "gangscope_workload_topology_pods", ns, wl).items()}
         assert pods == {(ps, tuple(sorted(path))): n for (ps, path), n in w.pods.items()}, (ns, wl)
@@ -256,7 +307,7 @@ CASES = [(name, ns, wl) for name, wls in sorted(EXPECTED.items()) for ns, wl in 
 def test_explain_says_what_the_object_says(name: str, ns: str, wl: str, capsys: pytest.CaptureFixture[str]) -> None:
     parser = argparse.ArgumentParser()
     explain.add_arguments(parser)
-    assert explain.run(parser.parse_args([f"{ns}/{wl}", "--from-file", str(REAL / name), "--output", "json"])) == 0
+    assert explain.run(parser.parse_args([f"{ns}/{wl}", "--from-file", str(path_of(name)), "--output", "json"])) == 0
     doc = json.loads(capsys.readouterr().out)
     w = EXPECTED[name][(ns, wl)]
     assert doc["workload"]["stage"] == w.stage

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .workloads import AdmissionCheck, Workload
+    from .workloads import AdmissionCheck, Condition, Workload
 
 # Highest precedence first: the first stage whose rule holds is the Workload's stage.
 STAGES = (
@@ -55,8 +55,10 @@ class PendingReason:
 
     ``reason`` is the token Kueue wrote (``QuotaReserved``'s reason, ``Admitted``'s while checks
     are pending, the ``Requeued`` reason during a backoff); an absent ``QuotaReserved`` counts as
-    ``PendingEvaluation``, as Kueue's own unadmitted-workloads metric counts it (KEP-10852,
-    "Handling of Missing or Unset Status Conditions").
+    ``PendingEvaluation`` and an absent ``Admitted`` with quota reserved as
+    ``UnsatisfiedAdmissionChecks``, as Kueue's own unadmitted-workloads metric counts them
+    (KEP-10852, "Handling of Missing or Unset Status Conditions"); a backoff without a
+    ``Requeued=False`` condition (an admission check's retry delay) says ``Backoff``.
     """
 
     reason: str
@@ -274,5 +276,5 @@ def workload_state(wl: Workload, now: float, pods_assembling: bool | None = None
     return WorkloadState(stage, PendingReason(quota.reason, category, quota.message), None, check, pods_assembling)
 
 
-def _message(cond: object) -> str:
-    return getattr(cond, "message", "") or ""
+def _message(cond: Condition | None) -> str:
+    return cond.message if cond is not None else ""
