@@ -161,30 +161,16 @@ def new_or_increase(selector: str, window: str) -> str:
     return f"((({born}) and on (job, instance) (up offset {window} == 1)) * 1 or increase({selector}[{window}]))"
 
 
-def evicted_workloads_per_domain(reason: str, window: str, levels: tuple[str, ...], domain: tuple[str, ...]) -> str:
-    """Distinct Workloads evicted for `reason` within the window, per domain (e.g. per rack).
+def evictions_per_domain(reason: str, window: str, domain: tuple[str, ...]) -> str:
+    """Evictions for `reason` within the window, per domain (e.g. per rack).
 
-    gangscope_topology_evictions_total counts one eviction once per lowest domain (host) of the
-    Workload's last assignment, so summing it over a rack's hosts counts a Workload spread over 4
-    hosts as 4 evictions. It has no workload label, so the Workloads come from
-    gangscope_workload_evictions_total, and their placement from gangscope_workload_topology_pods
-    over the whole window: Kueue may re-admit an evicted Workload elsewhere within minutes, and its
-    current placement would then name the wrong rack. The host counter stays as the evidence of
-    where the eviction happened: a Workload counts in a domain only through a host the counter
-    charged, so its new placement in another rack does not count there. `and` (not `*`) joins,
-    because a host holds many Workloads and a Workload many hosts.
+    The collector counts each eviction once per domain at its --eviction-level (the level above
+    the host by default) of the Workload's last assignment, so summing gangscope_topology_evictions_total
+    over the domain's labels gives the Workloads evicted there, with no correction for how many
+    hosts each one used.
     """
-    hosts = new_or_increase(f'gangscope_topology_evictions_total{{reason="{reason}"}}', window)
-    workloads = new_or_increase(f'gangscope_workload_evictions_total{{reason="{reason}"}}', window)
-    return (
-        f"count by ({_by(domain)}) (\n"
-        f"  max by ({_by(('namespace', 'workload', *domain))}) (\n"
-        f"    max_over_time(gangscope_workload_topology_pods[{window}])\n"
-        f"    and on ({_by(levels)}) (sum by ({_by(levels)}) {hosts} > 0)\n"
-        "  )\n"
-        f"  and on (namespace, workload) (max by (namespace, workload) {workloads} > 0)\n"
-        ")"
-    )
+    return (f"sum by ({_by(domain)}) (\n  "
+            + new_or_increase(f'gangscope_topology_evictions_total{{reason="{reason}"}}', window) + "\n)")
 
 
 def _desc_domain(domain: tuple[str, ...]) -> str:
@@ -216,6 +202,7 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
         }
 
     w = a["GangscopeWorkloadInadmissible"]
+    mis = a["GangscopeWorkloadMisconfigured"]
     cq_nf = a["GangscopeClusterQueueNodeFailureEvictions"]
     dom_nf = a["GangscopeDomainNodeFailureEvictions"]
     wl_nf = a["GangscopeWorkloadNodeFailureEviction"]
@@ -247,11 +234,20 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
             "as they are (no matching flavor, quota or LocalQueue).",
         ),
         rule(
-            "GangscopeWorkloadInadmissible",
-            workload_cq('max by (namespace, workload) (gangscope_workload_stage{stage="inadmissible"}) == 1'),
-            "A workload has been inadmissible for a long time.",
+            "GangscopeWorkloadMisconfigured",
+            workload_cq('max by (namespace, workload, reason) (gangscope_workload_pending_reason{category="configuration"}) == 1'),
+            "A workload cannot be admitted as it is configured.",
             f"Workload {wl} in ClusterQueue {{{{ $labels.cluster_queue }}}} has been inadmissible for more than "
-            f"{w['for']}. Run {explain} for Kueue's message.",
+            f"{mis['for']} with reason {{{{ $labels.reason }}}}: a missing queue, no matching flavor or a request above "
+            f"the queue's maximum, which will not clear by itself. Run {explain} for Kueue's message.",
+        ),
+        rule(
+            "GangscopeWorkloadInadmissible",
+            workload_cq('max by (namespace, workload, reason) (gangscope_workload_pending_reason{category="capacity"}) == 1'),
+            "A workload has waited for capacity for a long time.",
+            f"Workload {wl} in ClusterQueue {{{{ $labels.cluster_queue }}}} has waited for quota or topology room for "
+            f"more than {w['for']} (reason {{{{ $labels.reason }}}}). Run {explain} for Kueue's message and the "
+            "workload's queue position.",
         ),
     ]
     evictions = [
@@ -266,8 +262,7 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
         ),
         rule(
             "GangscopeDomainNodeFailureEvictions",
-            evicted_workloads_per_domain("NodeFailures", dom_nf["window"], cfg.levels, dom)
-            + f" >= {dom_nf['min_evictions']}",
+            evictions_per_domain("NodeFailures", dom_nf["window"], dom) + f" >= {dom_nf['min_evictions']}",
             f"Workloads placed in one {cfg.domain_level} were evicted because of node failures.",
             f"{{{{ $value }}}} workloads placed in {_desc_domain(dom)} were evicted with reason NodeFailures in the "
             f"last {dom_nf['window']}. Check that {cfg.domain_level}'s nodes, power and switches.",

@@ -128,7 +128,7 @@ class Demo:
         parser = argparse.ArgumentParser()
         collector_args(parser)
         args = parser.parse_args(["--listen", f"{self.host}:0", "--kubeconfig", self.kubeconfig, "--discovery-interval", "30"])
-        self.collector = Collector(args, (), {})
+        self.collector = Collector(args)
         await self.collector.start()
         for node in self.scenario.node_names():
             await self._start_node(node)
@@ -270,7 +270,8 @@ class Demo:
     async def wait_synced(self, timeout: float = 30.0) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.collector.sources.ready()[0] and all(a.ready()[0] for a in self.agents.values()):
+            positions = self.collector.positions.health  # the first poll of Kueue's visibility API
+            if self.collector.sources.ready()[0] and positions.synced and all(a.ready()[0] for a in self.agents.values()):
                 return True
             await asyncio.sleep(0.2)
         return False
@@ -294,7 +295,8 @@ class Demo:
         for stage, count in sorted(self.stages().items()):
             lines.append(f"    {stage:<18} {count}")
         gangs = getattr(self.collector, "gangs", None)
-        for ns, name in (("ml-team", "mixtral-sft"), ("research", "t5-pretrain"), ("ml-team", "gpt-pretrain")):
+        for ns, name in (("ml-team", "mixtral-sft"), ("research", "t5-pretrain"), ("ml-team", "gpt-pretrain"),
+                         ("ml-team", "qwen-pretrain"), ("research", "sd-xl"), ("research", "gemma-eval")):
             try:
                 doc = await diagnose(self.collector.store, gangs, ns, name)
             except LookupError:

@@ -76,8 +76,17 @@ def test_demo_command_reports_and_exits_clean() -> None:
     table = re.search(r"^  workloads by stage:\n((?:    \S+ +\d+\n)+)", out, re.M)
     assert table, out
     stages = {line.split()[0]: int(line.split()[1]) for line in table.group(1).splitlines()}
-    assert stages == {"admission_checks": 1, "assembling": 2, "deactivated": 1, "finished": 1, "inadmissible": 1,
-                      "queued": 2, "running": 2}
+    assert stages == {"admission_checks": 1, "assembling": 2, "backoff": 1, "deactivated": 1, "finished": 1,
+                      "inadmissible": 1, "preempting": 1, "queued": 1, "running": 3}
+    # a job as Kueue shows it without waitForPodsReady, one waiting for preemptions, one held by a check
+    gemma = out.split("$ gangscope explain research/gemma-eval\n", 1)[1]
+    assert gemma.splitlines()[1] == "verdict: running", gemma[:300]
+    assert "Kueue writes no PodsReady here" in gemma
+    qwen = out.split("$ gangscope explain ml-team/qwen-pretrain\n", 1)[1]
+    assert "preempting in gpu-cluster-queue (queue ml-team-queue): waiting for" in " ".join(qwen.split())
+    assert "position 1 of 3 in gpu-cluster-queue" in " ".join(qwen.split())
+    sdxl = out.split("$ gangscope explain research/sd-xl\n", 1)[1]
+    assert "admission check dws-prov is Pending (Provisioning Request was successfully queued.), retried 1x" in " ".join(sdxl.split())
     explain = out.split("$ gangscope explain ml-team/mixtral-sft\n", 1)
     assert len(explain) == 2, out
     assert explain[1].splitlines()[1] == "verdict: held at ASSEMBLY", explain[1][:500]

@@ -235,8 +235,8 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path) -> None
             domain = matching(alerts, "GangscopeDomainNodeFailureEvictions")
             assert [(a["labels"]["block"], a["labels"]["rack"], a["labels"]["severity"]) for a in domain] == [
                 ("block-2", "rack-2-2", "critical")], domain
-            # gangscope_topology_evictions_total counts the eviction once per host of vit-large's
-            # assignment (4 hosts of rack-2-2); the alert counts distinct evicted Workloads: one.
+            # gangscope_topology_evictions_total counts vit-large's eviction once for rack-2-2 (at the
+            # default --eviction-level), although its assignment spans 4 hosts there: one Workload.
             assert float(domain[0]["value"]) == 1
             assert domain[0]["annotations"]["runbook_url"].endswith("#gangscopedomainnodefailureevictions")
             workload = matching(alerts, "GangscopeWorkloadNodeFailureEviction", workload=vit)
