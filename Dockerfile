@@ -1,9 +1,12 @@
 # syntax=docker/dockerfile:1
 #
-# gangscope image: one image for every subcommand (collector, agent, snapshot, explain, demo).
+# gangscope image: one image for every subcommand a cluster runs (collector, agent, snapshot, explain).
 #
 #   docker build -t gangscope:0.1.0 .
-#   docker run --rm gangscope:0.1.0 demo --duration 30
+#   docker run --rm gangscope:0.1.0 collector --version
+#
+# The simulators (the demo, --nvml sim) are the separate gangscope-sim distribution and never
+# enter the build context (.dockerignore); `gangscope demo` in this image says how to install them.
 #
 # Two stages so that the final image holds the installed package and its runtime dependencies,
 # and nothing used to build them: the builder makes wheels (gangscope's own and every

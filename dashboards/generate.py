@@ -156,28 +156,40 @@ def overview() -> dash.Dashboard:
     return board(
         "gangscope-overview",
         "gangscope / Overview",
-        "The job pipeline across the cluster: queued, inadmissible, admitted, assembling, running; evictions by reason; GPUs held idle by partial gangs.",
+        "The job pipeline across the cluster: queued, inadmissible, preempting, held, admitted, assembling, running; why workloads wait; evictions by reason; GPUs held idle by partial gangs.",
         [cq],
         [
             (
                 "Pipeline",
                 [
                     single("Queued", "Workloads without reserved quota, waiting their turn.", "short",
-                           Q(f'sum((gangscope_workload_stage{{stage="queued"}} == 1) * {IN_CQ}) or vector(0)')),
-                    single("Inadmissible", "Workloads Kueue cannot admit as they are; they will wait forever (GangscopeWorkloadInadmissible).", "short",
-                           Q(f'sum((gangscope_workload_stage{{stage="inadmissible"}} == 1) * {IN_CQ}) or vector(0)')),
+                           Q(f'sum((gangscope_workload_stage{{stage="queued"}} == 1) * {IN_CQ}) or vector(0)'), span=3),
+                    single("Inadmissible", "Workloads Kueue did not admit for want of capacity or because of their configuration "
+                           "(GangscopeWorkloadInadmissible, GangscopeWorkloadMisconfigured).", "short",
+                           Q(f'sum((gangscope_workload_stage{{stage="inadmissible"}} == 1) * {IN_CQ}) or vector(0)'), span=3),
+                    single("Preempting", "Workloads waiting for the workloads Kueue preempted for them to release their quota.", "short",
+                           Q(f'sum((gangscope_workload_stage{{stage="preempting"}} == 1) * {IN_CQ}) or vector(0)'), span=3),
+                    single("Held or in backoff", "Workloads held by policy (stopped queue, admission gate, on hold, waitForPodsReady) or "
+                           "waiting out a requeue backoff after an eviction.", "short",
+                           Q(f'sum((gangscope_workload_stage{{stage=~"held|backoff"}} == 1) * {IN_CQ}) or vector(0)'), span=3),
                     single("Admission checks", "Quota reserved, waiting for admission checks (provisioning, MultiKueue).", "short",
-                           Q(f'sum((gangscope_workload_stage{{stage="admission_checks"}} == 1) * {IN_CQ}) or vector(0)')),
+                           Q(f'sum((gangscope_workload_stage{{stage="admission_checks"}} == 1) * {IN_CQ}) or vector(0)'), span=3),
                     single("Assembling", "Admitted workloads whose pods are not all ready: the gang is being scheduled.", "short",
-                           Q(f'sum((gangscope_workload_stage{{stage="assembling"}} == 1) * {IN_CQ}) or vector(0)')),
-                    single("Running", "Workloads with all pods ready.", "short",
-                           Q(f'sum((gangscope_workload_stage{{stage="running"}} == 1) * {IN_CQ}) or vector(0)')),
+                           Q(f'sum((gangscope_workload_stage{{stage="assembling"}} == 1) * {IN_CQ}) or vector(0)'), span=3),
+                    single("Running", "Admitted workloads with all pods ready, or, where Kueue writes no PodsReady (no waitForPodsReady), "
+                           "with no joined gang still assembling.", "short",
+                           Q(f'sum((gangscope_workload_stage{{stage="running"}} == 1) * {IN_CQ}) or vector(0)'), span=3),
                     single("Idle GPUs", "GPUs held by running pods of gangs below minMember: allocated, no training possible.", "short",
-                           Q('sum(cluster_queue:gangscope_gang_idle_gpus:sum{cluster_queue=~"$cluster_queue"}) or vector(0)')),
+                           Q('sum(cluster_queue:gangscope_gang_idle_gpus:sum{cluster_queue=~"$cluster_queue"}) or vector(0)'), span=3),
                     series("Workloads by stage", "Count of workloads in each pipeline stage over time (gangscope_workload_stage).", "short",
                            Q(stage, "{{stage}}"), stack=True),
                     series("Kueue pending workloads", "Kueue's own pending counts per ClusterQueue: active are waiting for quota, inadmissible cannot be admitted.", "short",
                            Q('sum by (cluster_queue, status) (kueue_pending_workloads{cluster_queue=~"$cluster_queue"})', "{{cluster_queue}} {{status}}")),
+                    series("Why workloads wait", "Workloads not admitted, by what Kueue's reason means: capacity, configuration (will not "
+                           "clear by itself), preemption, policy, backoff, evaluation, admission_check (gangscope_workload_pending_reason).", "short",
+                           Q(f"sum by (category) (gangscope_workload_pending_reason * {IN_CQ})", "{{category}}"), stack=True),
+                    grid("Pending reasons", "Workloads not admitted per Kueue reason token and category, now.", "short",
+                         Q(f"sum by (category, reason) (gangscope_workload_pending_reason * {IN_CQ})")),
                 ],
             ),
             (
@@ -219,21 +231,9 @@ def topology() -> dash.Dashboard:
         " * on (namespace, workload) group_left () (max by (namespace, workload) (gangscope_gang_assembly_stuck) == 1))"
     )
 
-    # Distinct evicted Workloads per rack, as GangscopeDomainNodeFailureEvictions counts them: the
-    # per-host counter says where (each eviction is charged to every host of the Workload's last
-    # assignment), the per-workload counter says which and why; the placement is taken over the
-    # interval because Kueue clears or replaces it when it evicts and re-admits. topk keeps one
-    # reason per Workload so the join stays one-to-one.
-    evicted_per_rack = (
-        "count by (block, rack, reason) (\n"
-        "  max by (namespace, workload, block, rack) (\n"
-        f"    max_over_time(gangscope_workload_topology_pods{{{DOMAIN}}}[{RATE}])\n"
-        f"    and on (block, rack, host) (sum by (block, rack, host) {new_or_increase(f'gangscope_topology_evictions_total{{{DOMAIN}}}')} > 0)\n"
-        "  )\n"
-        "  * on (namespace, workload) group_left (reason)\n"
-        f"  topk by (namespace, workload) (1, sum by (namespace, workload, reason) {new_or_increase('gangscope_workload_evictions_total')} > 0)\n"
-        ")"
-    )
+    # Evicted Workloads per rack, as GangscopeDomainNodeFailureEvictions counts them: the collector
+    # counts each eviction once per domain at its --eviction-level (the rack by default).
+    evicted_per_rack = f"sum by (block, rack, reason) {new_or_increase(f'gangscope_topology_evictions_total{{{DOMAIN}}}')}"
 
     def throughput(family: str, what: str) -> object:
         return series(f"{what} per rack", f"{what} bytes per second per rack, both directions (recorded rack:gangscope_{family}_bytes:rate5m).", "Bps",
@@ -250,9 +250,8 @@ def topology() -> dash.Dashboard:
                 [
                     series("Workloads by stage per rack", "Workloads with pods placed in each rack, by stage (recorded rack:gangscope_workload_stage:count).", "short",
                            Q(f"rack:gangscope_workload_stage:count{{{DOMAIN}}}", "{{block}}/{{rack}} {{stage}}"), span=8),
-                    series("Evicted workloads per rack", "Workloads evicted in each interval with pods in the rack, by reason: a workload spread over "
-                           "several hosts counts once, not once per host as gangscope_topology_evictions_total does. A workload evicted for two "
-                           "reasons within one interval shows under one of them.", "short",
+                    series("Evicted workloads per rack", "Workloads evicted in each interval with pods in the rack, by reason "
+                           "(gangscope_topology_evictions_total, counted once per rack however many hosts a workload used).", "short",
                            Q(evicted_per_rack, "{{block}}/{{rack}} {{reason}}"), span=8),
                     series("Stuck gangs per rack", "Admitted gangs past their schedule timeout, counted in each rack they were placed in.", "short",
                            Q(stuck, "{{block}}/{{rack}}"), span=8),
@@ -309,6 +308,15 @@ def workload() -> dash.Dashboard:
                          Q(f"max by (type, status, reason) (gangscope_workload_condition{{{WL}}})"), span=8),
                     grid("Evictions", "Evictions of this workload so far, by reason (status.schedulingStats.evictions).", "short",
                          Q(f"max by (reason, underlying_cause) (gangscope_workload_evictions_total{{{WL}}})"), span=8),
+                    timeline("Why it waits", "Kueue's reason while the workload is not admitted, and its category (gangscope_workload_pending_reason).", "short",
+                             Q(f"max by (category, reason) (gangscope_workload_pending_reason{{{WL}}}) == 1", "{{category}}: {{reason}}")),
+                    grid("Admission checks", "Each admission check's state and when it last changed (status.admissionChecks).", "dateTimeAsIso",
+                         Q(f"max by (check, state) (gangscope_workload_admission_check{{{WL}}} == 1) * on (check) group_left () "
+                           f"max by (check) (gangscope_workload_admission_check_transition_timestamp_seconds{{{WL}}}) * 1000"), span=12),
+                    series("Queue position", "Position in the ClusterQueue and among the LocalQueue's workloads, from Kueue's visibility "
+                           "API (0: considered next).", "short",
+                           Q(f"max by (cluster_queue) (gangscope_workload_queue_position{{{WL}}})", "{{cluster_queue}}"),
+                           Q(f"max by (local_queue) (gangscope_workload_local_queue_position{{{WL}}})", "{{local_queue}} (LocalQueue)"), span=12),
                     grid("Assignment", "Pods per host of the workload's topology assignment (current or last).", "short",
                          Q(f"max by (podset, block, rack, host) (gangscope_workload_topology_pods{{{WL}}})"), span=12),
                     timeline("PodGroup phase", "Phase of the workload's PodGroup(s) over time.", "short",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import platform
 import sys
 
 from . import __version__
@@ -15,6 +16,8 @@ from .topology import TopologyError
 
 DESCRIPTION = ("why is my training job pending, or slow? Kueue admission, topology placement, gang assembly "
                "and GPU interconnect, per job and per topology domain")
+
+VERSION = f"gangscope {__version__} (Python {platform.python_version()})"
 
 SUBCOMMANDS = {
     "collector": ("exporter.cluster.main", "watch Kueue Workloads, Topologies and PodGroups and serve their metrics"),
@@ -28,10 +31,11 @@ SUBCOMMANDS = {
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser; with ``only``, just that subcommand's module is imported (the agent's memory)."""
     parser = argparse.ArgumentParser(prog="gangscope", description=DESCRIPTION)
-    parser.add_argument("--version", action="version", version=f"gangscope {__version__}")
+    parser.add_argument("--version", action="version", version=VERSION)
     sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(SUBCOMMANDS) + "}")
     for name, (module, help_text) in SUBCOMMANDS.items():
         sp = sub.add_parser(name, help=help_text, description=help_text)
+        sp.add_argument("--version", action="version", version=VERSION)
         sp.set_defaults(_module=module)
         if only is None or name == only:
             importlib.import_module(module).add_arguments(sp)

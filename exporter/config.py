@@ -31,6 +31,20 @@ def add_topology(p: argparse.ArgumentParser) -> None:
                    help="Prometheus label name for a node label key (repeatable)")
 
 
+DEFAULT_GPU_RESOURCES = ("nvidia.com/gpu",)
+
+
+def add_gpu_resource(p: argparse.ArgumentParser) -> None:
+    """``--gpu-resource`` of the collector, snapshot and explain (the agent's has device prefixes)."""
+    p.add_argument("--gpu-resource", action="append", default=None, metavar="NAME",
+                   help="extended resource counted as GPUs in gangscope_workload_requested_gpus "
+                        "(repeatable; default nvidia.com/gpu)")
+
+
+def gpu_resources(args: argparse.Namespace) -> tuple[str, ...]:
+    return tuple(args.gpu_resource or DEFAULT_GPU_RESOURCES)
+
+
 def topology_from_args(args: argparse.Namespace) -> tuple[TopologyLevels, dict[str, str]]:
     """Levels given by flags (possibly only the hostname) and the alias overrides."""
     overrides = parse_alias_overrides(args.topology_alias)
@@ -39,10 +53,11 @@ def topology_from_args(args: argparse.Namespace) -> tuple[TopologyLevels, dict[s
 
 
 def add_serving(p: argparse.ArgumentParser, default_listen: str) -> None:
-    p.add_argument("--listen", default=default_listen, help=f"HOST:PORT to serve /metrics, /healthz, /readyz (default {default_listen})")
-    p.add_argument("--max-series-per-family", type=int, default=200_000,
-                   help="cap on series per metric family; the excess is dropped and counted (0 = no cap, default 200000)")
+    p.add_argument("--listen", default=default_listen, help=f"HOST:PORT to serve /, /metrics, /healthz, /readyz (default {default_listen})")
+    p.add_argument("--max-series-per-family", type=int, default=300_000,
+                   help="cap on series per metric family; the excess is dropped and counted (0 = no cap, default 300000)")
     p.add_argument("--tls-cert", default=None, help="serve HTTPS with this certificate (PEM); reloaded when the file changes")
     p.add_argument("--tls-key", default=None, help="private key (PEM) for --tls-cert")
     p.add_argument("--metrics-auth", action="store_true",
-                   help="require scrapers to present a bearer token allowed to get /metrics (TokenReview + SubjectAccessReview)")
+                   help="require on every route but /, /healthz and /readyz a bearer token allowed to get that path, and for "
+                        "/debug/explain also Workloads in its namespace (TokenReview + SubjectAccessReview)")

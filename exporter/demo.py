@@ -6,12 +6,23 @@ pod-resources socket and a simulated NVML at the ``pynvml`` boundary, and the co
 agent per node are the same classes ``gangscope collector`` and ``gangscope agent`` run. The
 scenario (:mod:`exporter.sim.scenario`) evolves: a node of ``vit-large`` fails at +20 s and Kueue
 evicts the Workload with ``NodeFailures`` at +40 s, so rates, transitions and alerts are visible.
+
+With ``--prometheus`` it also runs Debian's Prometheus on the demo's processes with the
+project's own rules, shortened for the demo (``alerts/generate.py`` writes them from
+``alerts/config.yaml`` into the simulators' package, ``exporter/sim/rules/``), and prints each
+alert when it first fires: within two minutes, the inadmissible Workload, the stuck gang, the
+partial gang's idle GPUs, the NVLink link down and the NodeFailures eviction.
+
+The simulators are a separate distribution (``gangscope-sim``, the ``gangscope[sim]`` extra), not
+part of the runtime image: without them the demo says how to install them and exits 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.resources
+import importlib.util
 import shutil
 import signal
 import subprocess
@@ -24,14 +35,38 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+import yaml
 
 from .config import add_logging
-from .logs import setup_logging
+from .logs import start_logging
 
 log = structlog.get_logger(__name__)
 
 SCENARIOS = ("default", "static")
-REPO_ROOT = Path(__file__).resolve().parents[1]
+SIM_MISSING = ("gangscope demo needs the simulators, which the runtime image does not ship: "
+               "pip install 'gangscope[sim]' (from a checkout: pip install . ./exporter/sim, or scripts/setup-env "
+               "for an editable install with them)")
+# Labels that identify what an alert is about, in the order the demo prints them.
+ALERT_SUBJECT = ("namespace", "workload", "podgroup", "cluster_queue", "block", "rack", "node", "gpu", "link")
+
+
+def simulators_installed() -> bool:
+    return importlib.util.find_spec("exporter.sim") is not None
+
+
+def demo_rules(folder: Path) -> tuple[list[Path], str]:
+    """The demo's shortened rule files (shipped in the simulators' package), copied into
+    ``folder`` for Prometheus, and their evaluation interval (the demo scrapes at it too)."""
+    source = importlib.resources.files("exporter.sim").joinpath("rules")
+    folder.mkdir(parents=True, exist_ok=True)
+    paths, interval = [], ""
+    for item in sorted(source.iterdir(), key=lambda t: t.name):
+        if item.name.endswith(".yaml"):
+            text = item.read_text()
+            interval = interval or yaml.safe_load(text)["groups"][0]["interval"]
+            (folder / item.name).write_text(text)
+            paths.append(folder / item.name)
+    return paths, interval
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,7 +76,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "evicted at +40 s; static: the same cluster without the timeline (default default)")
     p.add_argument("--host", default="127.0.0.1", help="loopback address the demo's servers listen on (default 127.0.0.1)")
     p.add_argument("--prometheus", action="store_true",
-                   help="also start Debian's prometheus with the project's rules scraping the demo (needs /usr/bin/prometheus)")
+                   help="also start Debian's prometheus scraping the demo with the project's rules, shortened so that they "
+                        "fire within two minutes, and print each alert as it fires (needs /usr/bin/prometheus)")
     add_logging(p)
 
 
@@ -52,10 +88,13 @@ class Demo:
     scenario_name: str = "default"
     host: str = "127.0.0.1"
     with_prometheus: bool = False
-    # Prometheus's scrape and evaluation interval, and its rule files (None: the repository's
-    # alerts/gangscope-*.yaml); the end-to-end test shortens both so alerts fire within seconds.
-    prometheus_interval: str = "5s"
+    # Prometheus's rule files and its scrape and evaluation interval (None: the demo's shortened
+    # rules shipped with the simulators, and the interval they are evaluated at).
+    prometheus_interval: str | None = None
     prometheus_rules: list[Path] | None = None
+    # Called with (seconds since start, alert name, its identifying labels) when an alert first fires.
+    on_alert: Any = None
+    fired: dict[str, float] = field(default_factory=dict)  # alert name -> seconds since start when it first fired
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="gangscope-demo-")))
     collector: Any = None
     agents: dict[str, Any] = field(default_factory=dict)
@@ -89,7 +128,7 @@ class Demo:
         parser = argparse.ArgumentParser()
         collector_args(parser)
         args = parser.parse_args(["--listen", f"{self.host}:0", "--kubeconfig", self.kubeconfig, "--discovery-interval", "30"])
-        self.collector = Collector(args, (), {})
+        self.collector = Collector(args)
         await self.collector.start()
         for node in self.scenario.node_names():
             await self._start_node(node)
@@ -97,6 +136,8 @@ class Demo:
         self._timeline = asyncio.create_task(self._run_timeline())
         if self.with_prometheus:
             self._start_prometheus()
+            if self.prometheus is not None:
+                self._alerts = asyncio.create_task(self._watch_alerts())
 
     async def _start_node(self, node: str) -> None:
         from .config import topology_from_args
@@ -177,9 +218,11 @@ class Demo:
         with socket.socket() as s:
             s.bind((self.host, 0))
             self.prometheus_port = s.getsockname()[1]
-        rule_files = self.prometheus_rules if self.prometheus_rules is not None else (REPO_ROOT / "alerts").glob("gangscope-*.yaml")
-        rules = sorted(str(p) for p in rule_files)
-        interval = self.prometheus_interval
+        if self.prometheus_rules is None:
+            self.prometheus_rules, shipped_interval = demo_rules(self.workdir / "rules")
+            self.prometheus_interval = self.prometheus_interval or shipped_interval
+        rules = sorted(str(p) for p in self.prometheus_rules)
+        interval = self.prometheus_interval or "5s"
         agents = [f"{self.host}:{a.port}" for a in self.agents.values()]
         config = (
             f"global: {{scrape_interval: {interval}, evaluation_interval: {interval}}}\n"
@@ -196,10 +239,39 @@ class Demo:
                 stdout=subprocess.DEVNULL, stderr=log_file,
             )
 
+    async def _watch_alerts(self) -> None:
+        """Poll Prometheus's alerts; record (and report) each alert the first time it fires."""
+        import aiohttp
+
+        url = f"http://{self.host}:{self.prometheus_port}/api/v1/alerts"
+        seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+            while True:
+                await asyncio.sleep(1.0)
+                try:
+                    async with session.get(url) as resp:
+                        alerts = (await resp.json())["data"]["alerts"]
+                except (aiohttp.ClientError, TimeoutError, KeyError, ValueError):
+                    continue  # not up yet, or restarting: ask again
+                for alert in alerts:
+                    if alert.get("state") != "firing":
+                        continue
+                    labels = alert.get("labels", {})
+                    name = labels.get("alertname", "")
+                    subject = tuple((k, labels[k]) for k in ALERT_SUBJECT if labels.get(k))
+                    if (name, subject) in seen:
+                        continue
+                    seen.add((name, subject))
+                    at = time.monotonic() - self.started_at
+                    self.fired.setdefault(name, at)
+                    if self.on_alert is not None:
+                        self.on_alert(at, name, subject)
+
     async def wait_synced(self, timeout: float = 30.0) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.collector.sources.ready()[0] and all(a.ready()[0] for a in self.agents.values()):
+            positions = self.collector.positions.health  # the first poll of Kueue's visibility API
+            if self.collector.sources.ready()[0] and positions.synced and all(a.ready()[0] for a in self.agents.values()):
                 return True
             await asyncio.sleep(0.2)
         return False
@@ -217,13 +289,14 @@ class Demo:
         lines.append(f"  agents      {len(self.agents)} nodes, e.g. {first}: http://{self.host}:{self.agents[first].port}/metrics")
         lines.append(f"  explain     http://{self.host}:{self.collector.port}/debug/explain?namespace=ml-team&name=mixtral-sft")
         if self.prometheus is not None:
-            lines.append(f"  prometheus  http://{self.host}:{self.prometheus_port}/alerts")
+            lines.append(f"  prometheus  http://{self.host}:{self.prometheus_port}/alerts   (alerts are printed below as they fire)")
         lines.append(f"  kubeconfig  {self.kubeconfig}   (gangscope explain NS/NAME --kubeconfig {self.kubeconfig})")
         lines += ["", "  workloads by stage:"]
         for stage, count in sorted(self.stages().items()):
             lines.append(f"    {stage:<18} {count}")
         gangs = getattr(self.collector, "gangs", None)
-        for ns, name in (("ml-team", "mixtral-sft"), ("research", "t5-pretrain"), ("ml-team", "gpt-pretrain")):
+        for ns, name in (("ml-team", "mixtral-sft"), ("research", "t5-pretrain"), ("ml-team", "gpt-pretrain"),
+                         ("ml-team", "qwen-pretrain"), ("research", "sd-xl"), ("research", "gemma-eval")):
             try:
                 doc = await diagnose(self.collector.store, gangs, ns, name)
             except LookupError:
@@ -235,8 +308,10 @@ class Demo:
         return "\n".join(lines)
 
     async def stop(self) -> None:
-        if getattr(self, "_timeline", None):
-            self._timeline.cancel()
+        for task in (getattr(self, "_timeline", None), getattr(self, "_alerts", None)):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self.prometheus is not None:
             self.prometheus.terminate()
             try:
@@ -255,8 +330,12 @@ class Demo:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
+def print_alert(at: float, name: str, subject: tuple[tuple[str, str], ...]) -> None:
+    print(f"  +{at:3.0f} s  FIRING  {name}  " + " ".join(f"{k}={v}" for k, v in subject), flush=True)
+
+
 async def _main(args: argparse.Namespace) -> int:
-    demo = Demo(args.scenario, args.host, args.prometheus)
+    demo = Demo(args.scenario, args.host, args.prometheus, on_alert=print_alert)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -271,11 +350,17 @@ async def _main(args: argparse.Namespace) -> int:
         except TimeoutError:
             pass
         print("  workloads by stage at the end: " + ", ".join(f"{k}={v}" for k, v in sorted(demo.stages().items())), flush=True)
+        if demo.prometheus is not None:
+            fired = sorted(demo.fired.items(), key=lambda item: item[1])
+            print("  alerts that fired: " + (", ".join(f"{name} (+{at:.0f} s)" for name, at in fired) or "none yet"), flush=True)
     finally:
         await demo.stop()
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
-    setup_logging("warning" if args.log_level == "info" else args.log_level)
+    start_logging("demo", args, "warning" if args.log_level == "info" else args.log_level)
+    if not simulators_installed():
+        print(SIM_MISSING, file=sys.stderr)
+        return 2
     return asyncio.run(_main(args))

@@ -2,23 +2,59 @@
 
 Every log call site uses ``structlog.get_logger(__name__)`` and key-value events; this module
 only decides how they are rendered. Secrets never reach a log line: events carry names and
-counts, and :func:`redact` scrubs bearer tokens from any text that might echo a request.
+counts, and :func:`redact` scrubs bearer tokens and URL passwords from any text that might echo
+a request. Each subcommand starts with :func:`start_logging`, which logs the version and the
+effective configuration (every flag's value after defaults and environment), secrets redacted,
+so a log shows what ran without a look at the manifest that started it.
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
+import platform
 import re
 import sys
+from typing import Any
 
 import structlog
 
+from . import __version__
+
 _BEARER = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+")
+_URL_PASSWORD = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^/@:\s]*:)[^/@\s]+@")
+# Flags whose value itself is a secret (none today holds one: credentials come from files
+# whose paths are logged, never their content); kept so a future --token cannot leak.
+_SECRET_NAME = re.compile(r"(?i)(token|password|passwd|secret|passphrase|credential)(?!.*(file|path)$)")
+REDACTED = "<redacted>"
 
 
 def redact(text: str) -> str:
-    """Replace bearer tokens in free text (error messages that quote a request) with ``<redacted>``."""
-    return _BEARER.sub(r"\1<redacted>", text)
+    """Replace bearer tokens and URL passwords in free text (error messages that quote a request,
+    a flag such as ``--prometheus https://user:pass@host``) with ``<redacted>``."""
+    return _URL_PASSWORD.sub(rf"\1{REDACTED}@", _BEARER.sub(rf"\1{REDACTED}", text))
+
+
+def effective_config(args: argparse.Namespace) -> dict[str, Any]:
+    """Every flag's value (argparse's names), secrets redacted; the subcommand's name and internal
+    entries (``_module``) left out."""
+    def clean(name: str, value: Any) -> Any:
+        if _SECRET_NAME.search(name) and value:
+            return REDACTED
+        if isinstance(value, str):
+            return redact(value)
+        if isinstance(value, (list, tuple)):
+            return [clean(name, v) for v in value]
+        return value if value is None or isinstance(value, (bool, int, float)) else redact(str(value))
+
+    return {k: clean(k, v) for k, v in sorted(vars(args).items()) if not k.startswith("_") and k != "command"}
+
+
+def start_logging(command: str, args: argparse.Namespace, level: str) -> None:
+    """Configure logging at ``level``, then log what is starting: version, Python, the flags."""
+    setup_logging(level)
+    structlog.get_logger(__name__).info("gangscope_starting", command=command, version=__version__,
+                                        python=platform.python_version(), config=effective_config(args))
 
 
 class _Stderr:

@@ -1,19 +1,23 @@
-"""Start the HTTP endpoint of a process from its serving flags: TLS with reload, scraper auth.
+"""Start the HTTP endpoint of a process from its serving flags: TLS with reload, request auth.
 
 Both processes call :func:`start`, so ``--listen``, ``--tls-cert``/``--tls-key`` and
-``--metrics-auth`` behave identically in the collector and the agent.
+``--metrics-auth`` behave identically in the collector and the agent, and both export their
+build and process figures (:mod:`exporter.selfmetrics`) and serve the same landing page.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from .auth import AUTH_REQUESTS, MetricsAuth, PostJson
+from .auth import AUTH_REQUESTS, Guard, PostJson
 from .exposition import Exposition
+from .health import SourceHealth
+from .selfmetrics import SelfMetrics
 from .server import ReadyCheck, ServerConfig, bound_port, build_app, start_server
 from .tls import ReloadingTLS
 
@@ -23,7 +27,7 @@ class Serving:
     runner: web.AppRunner
     port: int
     tls: ReloadingTLS | None = None
-    auth: MetricsAuth | None = None
+    auth: Guard | None = None
     tasks: list[asyncio.Task] = field(default_factory=list)
 
     async def close(self) -> None:
@@ -39,8 +43,13 @@ async def start(
     ready: ReadyCheck,
     extra_routes: list[web.RouteDef] | None = None,
     post_json: PostJson | None = None,
+    *,
+    title: str = "gangscope",
+    links: list[tuple[str, str]] | None = None,
+    sources: Callable[[], Iterable[SourceHealth]] = lambda: (),
 ) -> Serving:
-    """Serve ``exposition``; ``post_json`` (the API client's) is required with ``--metrics-auth``."""
+    """Serve ``exposition``; ``post_json`` (the API client's) is required with ``--metrics-auth``.
+    ``title``, ``links`` (the extra routes, as path and description) and ``sources`` make the landing page."""
     tls = None
     if args.tls_cert or args.tls_key:
         if not (args.tls_cert and args.tls_key):
@@ -51,9 +60,10 @@ async def start(
         if post_json is None:
             raise SystemExit("--metrics-auth needs access to the Kubernetes API (TokenReview, SubjectAccessReview)")
         exposition.register(AUTH_REQUESTS)
-        auth = MetricsAuth(post_json)
+        auth = Guard(post_json)
         auth.on_change = lambda: exposition.set(("auth",), {AUTH_REQUESTS: auth.lines()})
-    config = ServerConfig(exposition, ready, list(extra_routes or []), auth.middleware if auth else None)
+    own = SelfMetrics(exposition)
+    config = ServerConfig(exposition, ready, list(extra_routes or []), auth, own.render, title, list(links or []), sources)
     runner = await start_server(build_app(config), args.listen, tls.context if tls else None)
     serving = Serving(runner, bound_port(runner), tls, auth)
     if tls:

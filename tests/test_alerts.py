@@ -79,7 +79,7 @@ def test_config_rejects_a_domain_level_that_is_not_a_topology_level(tmp_path: Pa
 def test_promtool_check_rules() -> None:
     result = subprocess.run(["promtool", "check", "rules", *map(str, RULE_FILES)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 17 rules found" in result.stdout
+    assert "SUCCESS: 18 rules found" in result.stdout
 
 
 @pytest.mark.parametrize("test_file", UNIT_TESTS, ids=lambda p: p.name)
@@ -150,7 +150,7 @@ def test_runbook_has_a_section_per_alert_with_explain_and_justification() -> Non
         body = sections[name]
         for heading in ("**Meaning.**", "**Confirm.**", "**Act.**", "**Thresholds.**"):
             assert heading in body, f"{name}: missing {heading}"
-        if name not in ("GangscopeTargetDown", "GangscopeSourceDown", "GangscopeParseErrors"):
+        if name not in ("GangscopeTargetDown", "GangscopeSourceDown", "GangscopeParseErrors", "GangscopeInternalErrors"):
             assert "gangscope explain" in body, f"{name}: say how to confirm with gangscope explain"
 
 
@@ -176,3 +176,41 @@ def test_prometheusrule_manifest_holds_the_same_groups(tmp_path: Path) -> None:
     assert manifest["metadata"]["namespace"] == "monitoring"
     plain = [g for path in RULE_FILES[::-1] for g in yaml.safe_load(path.read_text())["groups"]]
     assert manifest["spec"]["groups"] == plain
+
+
+DEMO_RULES = [ROOT / "exporter" / "sim" / "rules" / "gangscope-alerts.yaml", ROOT / "exporter" / "sim" / "rules" / "gangscope-rules.yaml"]
+
+
+def test_demo_rules_are_the_shipped_rules_shortened() -> None:
+    """Same groups, alerts, labels and annotations as the shipped files; every `for` the demo's,
+    every group evaluated at the demo's interval, and promtool accepts them."""
+    gen = load_generator()
+    demo = gen.Config.load().demo
+    for shipped, short in zip(RULE_FILES, DEMO_RULES, strict=True):
+        ours, theirs = yaml.safe_load(shipped.read_text())["groups"], yaml.safe_load(short.read_text())["groups"]
+        assert [g["name"] for g in ours] == [g["name"] for g in theirs]
+        assert {g["interval"] for g in theirs} == {demo["interval"]}
+        for g_ours, g_theirs in zip(ours, theirs, strict=True):
+            for r_ours, r_theirs in zip(g_ours["rules"], g_theirs["rules"], strict=True):
+                assert (r_ours.get("alert"), r_ours.get("labels")) == (r_theirs.get("alert"), r_theirs.get("labels"))
+                if "alert" in r_ours:
+                    assert r_theirs["for"] == demo["for"]
+                    assert r_ours["annotations"]["runbook_url"] == r_theirs["annotations"]["runbook_url"]
+                else:  # recording rules: the rate window is part of their names
+                    assert r_theirs["record"] == r_ours["record"].replace(f"rate{gen.Config.load().rate_window}", f"rate{demo['rate_window']}")
+    result = subprocess.run(["promtool", "check", "rules", *map(str, DEMO_RULES)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_shortening_is_mechanical_so_new_rules_need_nothing() -> None:
+    """A duration key the generator has never seen is shortened too; thresholds are not."""
+    gen = load_generator()
+    cfg = gen.Config.load()
+    alerts = {**cfg.alerts, "GangscopeNVLinkErrorsRising": {**cfg.alerts["GangscopeNVLinkErrorsRising"], "stall_window": "45m"}}
+    short = dataclasses.replace(cfg, alerts=alerts).shortened()
+    spec = short.alerts["GangscopeNVLinkErrorsRising"]
+    assert spec == {"severity": "warning", "window": cfg.demo["window"], "min_errors": 10, "for": cfg.demo["for"],
+                    "stall_window": cfg.demo["window"]}
+    assert short.rate_window == cfg.demo["rate_window"]
+    every = [v for a in short.alerts.values() for k, v in a.items() if isinstance(v, str) and re.fullmatch(r"\d+[smhd]", v)]
+    assert set(every) == {cfg.demo["for"], cfg.demo["window"]}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -120,13 +121,15 @@ async def test_collector_metrics_auth(collector: Collector, kube_sim: SimApiServ
     assert reviews(sim) == (5, 4)
 
     # API server failing: 503, and the failure is not cached (the next scrape asks again and gets in).
+    # The user a successful TokenReview named is kept: after the failed SubjectAccessReview only
+    # that one is asked again.
     sim.add_token_user("late-token", PROM)
     sim.fail_next(1, 500, match="/tokenreviews")
     assert (await get(port, token="late-token"))[0] == 503
     sim.fail_next(1, 500, match="/subjectaccessreviews")
     assert (await get(port, token="late-token"))[0] == 503
     assert (await get(port, token="late-token"))[0] == 200
-    assert reviews(sim) == (8, 6)
+    assert reviews(sim) == (7, 6)
 
     # Every check is counted by result (the scrape reading the counter is counted before it renders).
     status, body, _ = await get(port, token=TOKENS["prom"])
@@ -165,6 +168,11 @@ async def test_agent_metrics_auth(kube_sim: SimApiServer, kube_sim_kubeconfig: s
         port = agent.port
         assert (await get(port, "/healthz"))[0] == 200
         assert (await get(port, "/readyz"))[0] == 200
+        status, body, _ = await get(port, "/")
+        assert status == 200 and "gangscope agent on gpu-a1" in body and "gangscope_" not in body
+        assert (await get(port, "/no-such-route"))[0] == 401
+        assert (await get(port, "/debug/explain?namespace=a&name=b"))[0] == 401  # not served here: no hint either
+        assert reviews(kube_sim) == (0, 0)
         assert (await get(port))[0] == 401
         assert (await get(port, token=TOKENS["unknown"]))[0] == 401
         assert (await get(port, token=TOKENS["nobody"]))[0] == 403
@@ -175,7 +183,7 @@ async def test_agent_metrics_auth(kube_sim: SimApiServer, kube_sim_kubeconfig: s
         got = series(body)
         assert got[sample("gangscope_metrics_auth_requests_total", result="allowed")] == 3
         assert got[sample("gangscope_metrics_auth_requests_total", result="forbidden")] == 1
-        assert got[sample("gangscope_metrics_auth_requests_total", result="unauthenticated")] == 2
+        assert got[sample("gangscope_metrics_auth_requests_total", result="unauthenticated")] == 2 + 2  # + the two above
     finally:
         await agent.stop()
 
@@ -189,3 +197,88 @@ async def test_agent_metrics_auth_without_kubernetes_refuses_to_start(tmp_path: 
             await agent.start()
     finally:
         await agent.stop()
+
+
+# --- every route, and the namespace check of /debug/explain --------------------------------------
+
+ROUTE_TOKENS = {
+    "carol": "carol-token-0d4f",  # may get /metrics and /debug/explain, no Workloads anywhere
+    "dave": "dave-token-6a1b",    # through a group: /debug/explain and Workloads in team-y only
+    "erin": "erin-token-c3e9",    # /debug/explain and Workloads in every namespace (a ClusterRoleBinding)
+}
+EXPLAIN_X = "/debug/explain?namespace=team-x&name=secret-project"
+EXPLAIN_Y = "/debug/explain?namespace=team-y&name=open-project"
+
+
+def grant_routes(sim: SimApiServer) -> None:
+    sim.add_token_user(ROUTE_TOKENS["carol"], "carol", ["sre"])
+    sim.add_token_user(ROUTE_TOKENS["dave"], "dave", ["team-y-devs"])
+    sim.add_token_user(ROUTE_TOKENS["erin"], "erin")
+    for subject in ("carol", "team-y-devs", "erin"):
+        sim.allow_non_resource(subject, "get", "/debug/explain")
+    sim.allow_non_resource("carol", "get", "/metrics")
+    sim.allow_resource("team-y-devs", "get", "kueue.x-k8s.io", "workloads", "team-y")
+    sim.allow_resource("team-y-devs", "list", "kueue.x-k8s.io", "workloads", "team-x")  # list is not get
+    sim.allow_resource("erin", "get", "kueue.x-k8s.io", "workloads")
+
+
+async def test_every_route_but_the_probes_and_landing_page_is_guarded(collector: Collector, kube_sim: SimApiServer) -> None:
+    """Each route with no token, with a token allowed only /metrics, and with a token allowed
+    /metrics and /debug/explain but not to read the namespace's Workloads."""
+    kube_sim.create(workload("open-project", ns="team-y", conditions=admitted_conditions()))
+    grant_routes(kube_sim)
+    port = collector.port
+    routes = ["/metrics", EXPLAIN_X, "/", "/healthz", "/readyz", "/no-such-route"]
+    expected = {
+        None: [401, 401, 200, 200, 200, 401],
+        TOKENS["prom"]: [200, 403, 200, 200, 200, 404],          # /metrics only
+        ROUTE_TOKENS["carol"]: [200, 403, 200, 200, 200, 404],   # /metrics and the route, not team-x's Workloads
+    }
+    for token, statuses in expected.items():
+        got = []
+        for path in routes:
+            status, body, _ = await get(port, path, token=token)
+            got.append(status)
+            if status != 200 or path == "/":
+                assert "secret-project" not in body, (token, path)
+        assert got == statuses, token
+
+    # Allowed to read team-y's Workloads (through a group): explain answers there, and only there.
+    status, body, _ = await get(port, EXPLAIN_Y, token=ROUTE_TOKENS["dave"])
+    assert status == 200 and json.loads(body)["target"]["name"] == "open-project"
+    assert (await get(port, EXPLAIN_X, token=ROUTE_TOKENS["dave"]))[0] == 403  # only `list` there
+    assert (await get(port, "/metrics", token=ROUTE_TOKENS["dave"]))[0] == 403
+    # Allowed everywhere: the Workload's diagnosis, Kueue's words included.
+    status, body, _ = await get(port, EXPLAIN_X, token=ROUTE_TOKENS["erin"])
+    assert status == 200 and json.loads(body)["target"]["name"] == "secret-project"
+    # Malformed requests are refused before the namespace check, and cost no review.
+    before = reviews(kube_sim)
+    assert (await get(port, "/debug/explain?namespace=team-x", token=ROUTE_TOKENS["erin"]))[0] == 400
+    assert reviews(kube_sim) == before
+
+    # The namespace decision is cached per token and namespace, like the route's.
+    for _ in range(3):
+        assert (await get(port, EXPLAIN_X, token=ROUTE_TOKENS["carol"]))[0] == 403
+        assert (await get(port, EXPLAIN_Y, token=ROUTE_TOKENS["dave"]))[0] == 200
+    assert reviews(kube_sim) == before
+
+    status, body, _ = await get(port, token=TOKENS["prom"])
+    forbidden = series(body)[sample("gangscope_metrics_auth_requests_total", result="forbidden")]
+    # prom and carol on team-x's explain, dave on team-x's explain and on /metrics, carol thrice more
+    assert forbidden == 2 + 2 + 3
+
+
+async def test_explain_namespace_check_fails_closed(collector: Collector, kube_sim: SimApiServer) -> None:
+    """A SubjectAccessReview that fails on the namespace check: 503, not an answer."""
+    grant_routes(kube_sim)
+    port = collector.port
+    assert (await get(port, EXPLAIN_X, token=ROUTE_TOKENS["erin"]))[0] == 200
+    kube_sim.add_token_user("erin-2", "erin")
+    sim_sars = reviews(kube_sim)[1]
+    kube_sim.fail_next(1, 500, match="/subjectaccessreviews")
+    assert (await get(port, "/metrics", token=ROUTE_TOKENS["erin"]))[0] == 503  # the route's own check failed
+    kube_sim.fail_next(1, 500, match="/subjectaccessreviews")
+    # erin's route decision is cached; the namespace check for team-y is new and fails
+    status, _, _ = await get(port, "/debug/explain?namespace=team-y&name=anything", token=ROUTE_TOKENS["erin"])
+    assert status == 503
+    assert reviews(kube_sim)[1] == sim_sars + 2

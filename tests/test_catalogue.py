@@ -55,6 +55,20 @@ def test_every_exported_family_is_catalogued_and_vice_versa() -> None:
     assert wrong_type == {}
 
 
+def test_process_families_are_catalogued_and_vice_versa() -> None:
+    """The process and platform families rendered at scrape time (prometheus_client's collectors)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from exporter.selfmetrics import SelfMetrics
+
+    rendered = {}
+    for family in text_string_to_metric_families(SelfMetrics(Exposition()).render(False).decode()):
+        for sample in family.samples:
+            rendered[sample.name] = "counter" if sample.name.endswith("_total") else family.type
+    doc = dict(re.findall(r"^\| `((?:process|python)_[a-z0-9_]+)` \| (gauge|counter|info) \|", _section("Metric catalogue"), re.M))
+    assert doc == rendered
+
+
 def test_every_flag_is_in_the_flag_table() -> None:
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

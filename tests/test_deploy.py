@@ -9,50 +9,32 @@ exporter/kube/resources.py, the table the informers themselves read.
 
 from __future__ import annotations
 
-import argparse
 import copy
-import importlib
 import json
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from kubernetes_validate.utils import latest_version
-from referencing import Registry, Resource
-from referencing.jsonschema import DRAFT7
 
-from exporter.cli import SUBCOMMANDS
 from exporter.kube.resources import AGENT_RESOURCES, COLLECTOR_RESOURCES
+from manifests import CRD_KINDS, K8S_VERSION, crd_validator, kustomize, parse_container_args, with_components
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
-CRDS = Path(__file__).resolve().parent / "fixtures" / "crds"
 NAMESPACE = "gangscope"
-K8S_VERSION = latest_version()  # newest schema kubernetes-validate ships
 
-# The one exception to "get/list/watch on watched resources": --metrics-auth reviews scrapers'
-# tokens (TokenReview) and their right to /metrics (SubjectAccessReview), for both servers.
+# The one exception to "get/list/watch on watched resources": --metrics-auth reviews callers'
+# tokens (TokenReview) and their right to the routes (SubjectAccessReview), for both servers.
 METRICS_AUTH_GRANTS = {
     ("authentication.k8s.io", "tokenreviews", "create"),
     ("authorization.k8s.io", "subjectaccessreviews", "create"),
 }
 READ_VERBS = {"get", "list", "watch"}
-CRD_KINDS = {"ServiceMonitor": "servicemonitor.json", "PrometheusRule": "prometheusrule.json"}
-
-
-def kustomize(path: Path) -> list[dict[str, Any]]:
-    kubectl = shutil.which("kubectl")
-    assert kubectl, "kubectl (with its built-in kustomize) is required to render deploy/"
-    out = subprocess.run([kubectl, "kustomize", str(path)], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
 @pytest.fixture(scope="module")
@@ -62,16 +44,7 @@ def base() -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    """The base plus the secure-metrics component, as a user's overlay would combine them."""
-    overlay = tmp_path_factory.mktemp("overlay")
-    rel = Path(os.path.relpath(DEPLOY, overlay))  # kustomize rejects absolute paths here
-    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1",
-        "kind": "Kustomization",
-        "resources": [str(rel)],
-        "components": [str(rel / "components" / "secure-metrics")],
-    }))
-    return kustomize(overlay)
+    return with_components(tmp_path_factory.mktemp("overlay"), "secure-metrics")
 
 
 def one(objs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
@@ -94,6 +67,7 @@ def test_base_renders_exactly_the_expected_objects(base: list[dict[str, Any]]) -
         ("ServiceAccount", "gangscope-collector"), ("ServiceAccount", "gangscope-agent"),
         ("ClusterRole", "gangscope-collector"), ("ClusterRole", "gangscope-agent"),
         ("ClusterRole", "gangscope-metrics-auth"), ("ClusterRole", "gangscope-metrics-reader"),
+        ("ClusterRole", "gangscope-explain-reader"),
         ("ClusterRoleBinding", "gangscope-collector"), ("ClusterRoleBinding", "gangscope-agent"),
         ("ClusterRoleBinding", "gangscope-metrics-auth"),
         ("Service", "gangscope-collector"), ("Service", "gangscope-agent"),
@@ -123,31 +97,6 @@ def test_strict_validation_rejects_an_unknown_field(base: list[dict[str, Any]]) 
     ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]["readOnlyRootFileSystem"] = True
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(ds, K8S_VERSION, strict=True)
-
-
-def _strict(schema: Any) -> Any:
-    """kubeconform -strict for a CRD schema: objects with listed properties allow no others."""
-    if isinstance(schema, dict):
-        out = {k: _strict(v) for k, v in schema.items()}
-        if "properties" in out and "additionalProperties" not in out \
-                and not out.get("x-kubernetes-preserve-unknown-fields") and out["properties"]:
-            out["additionalProperties"] = False
-        return out
-    if isinstance(schema, list):
-        return [_strict(v) for v in schema]
-    return schema
-
-
-def crd_validator(kind: str) -> jsonschema.Draft7Validator:
-    schema = _strict(json.loads((CRDS / CRD_KINDS[kind]).read_text()))
-    # The package refers to ObjectMeta by its OpenAPI name; resolve it from kubernetes-validate's
-    # definitions for the same Kubernetes version as the core objects.
-    defs_path = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema" / f"v{K8S_VERSION}-local-strict" / "_definitions.json"
-    defs = json.loads(defs_path.read_text())
-    schema["properties"]["metadata"] = {"$ref": f"{defs['$id']}#/$defs/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"}
-    registry = Registry().with_resource(defs["$id"], Resource.from_contents(defs, default_specification=DRAFT7))
-    # Draft7Validator directly: Go regexes in CRD patterns need not pass check_schema.
-    return jsonschema.Draft7Validator(schema, registry=registry)
 
 
 def test_prometheus_operator_objects_validate_against_their_crds(base: list[dict[str, Any]], secure: list[dict[str, Any]]) -> None:
@@ -205,8 +154,11 @@ def test_no_rbac_beyond_the_service_accounts_and_the_metrics_reader(base: list[d
                 assert "*" not in rule.get(key, []), (role["metadata"]["name"], rule)
     reader = one(base, "ClusterRole", "gangscope-metrics-reader")
     assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
-    # Bound by the user to their scraper (docs/deploy.md); the base binds it to nobody.
-    assert all(b["roleRef"]["name"] != "gangscope-metrics-reader" for b in base if b["kind"] == "ClusterRoleBinding")
+    explain = one(base, "ClusterRole", "gangscope-explain-reader")
+    assert explain["rules"] == [{"nonResourceURLs": ["/debug/explain"], "verbs": ["get"]}]
+    # Bound by the user to their scraper or readers (docs/deploy.md); the base binds them to nobody.
+    assert all(b["roleRef"]["name"] not in ("gangscope-metrics-reader", "gangscope-explain-reader")
+               for b in base if b["kind"] == "ClusterRoleBinding")
     subjects = {s["name"] for b in base if b["kind"] == "ClusterRoleBinding" for s in b["subjects"]}
     assert subjects == {"gangscope-collector", "gangscope-agent"}
 
@@ -285,20 +237,12 @@ def test_agent_schedules_on_every_gpu_node_without_preempting(base: list[dict[st
     assert pc["preemptionPolicy"] == "Never" and pc["value"] >= 1_000_000
 
 
-def _parse_args(args: list[str]) -> argparse.Namespace:
-    """The subcommand's own parser (its module's add_arguments), as `gangscope` builds it."""
-    command, *flags = args
-    parser = argparse.ArgumentParser(prog=f"gangscope {command}", exit_on_error=False)
-    importlib.import_module(SUBCOMMANDS[command][0]).add_arguments(parser)
-    return parser.parse_args([a.replace("$(NODE_NAME)", "gpu-node-1") for a in flags])
-
-
 @pytest.mark.parametrize(("kind", "name", "port"), [("Deployment", "gangscope-collector", 9400), ("DaemonSet", "gangscope-agent", 9401)])
 def test_container_args_are_real_flags(base: list[dict[str, Any]], secure: list[dict[str, Any]], kind: str, name: str, port: int) -> None:
     """The manifests pass flags the real parser accepts (argparse exits on an unknown one)."""
     for objs in (base, secure):
         container = pod_spec(one(objs, kind, name))["containers"][0]
-        args = _parse_args(container["args"])
+        args = parse_container_args(container["args"])
         assert args.listen == f":{port}"
         assert container["ports"][0]["containerPort"] == port
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -210,30 +211,129 @@ def build_context(dest: Path) -> list[str]:
 def test_context_holds_the_sources_and_nothing_more(tmp_path: Path, parsed: list[list[Instruction]]) -> None:
     files = build_context(tmp_path)
     assert "pyproject.toml" in files and "exporter/cli.py" in files
-    assert not [f for f in files if f.startswith(("tests/", "deploy/", "bench/", "docs/")) or "__pycache__" in f]
+    assert not [f for f in files if f.startswith(("tests/", "deploy/", "bench/", "docs/", "exporter/sim/")) or "__pycache__" in f]
     for ins in parsed[0]:
         if ins.op == "COPY" and "--from" not in ins.args:
             for source in ins.args.split()[:-1]:
                 assert (tmp_path / source).exists(), f"COPY {source}: not in the build context"
 
 
-def test_the_wheel_the_image_installs_holds_the_package_and_the_command(tmp_path: Path) -> None:
-    context, out = tmp_path / "context", tmp_path / "wheels"
-    build_context(context)
-    # As the builder stage does, less the dependencies' wheels (no network in tests) and pip's
-    # isolated build environment (the test environment already has setuptools).
+def build_wheel(source: Path, out: Path) -> Path:
+    """``pip wheel`` of one project, as the builder stage does, less the dependencies' wheels (no
+    network in tests) and pip's isolated build environment (the test environment has setuptools)."""
     build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--disable-pip-version-check",
-         "-q", "-w", str(out), str(context)],
+         "-q", "-w", str(out), str(source)],
         capture_output=True, text=True, timeout=300,
     )
     assert build.returncode == 0, build.stderr
-    wheels = list(out.glob("gangscope-*.whl"))
-    assert len(wheels) == 1
-    with zipfile.ZipFile(wheels[0]) as whl:
+    [wheel] = out.glob("*.whl")
+    return wheel
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The runtime wheel built from the image's build context, and the simulators' wheel built
+    from a copy of exporter/sim (so no build folder is left in the checkout)."""
+    tmp = tmp_path_factory.mktemp("wheels")
+    context = tmp / "context"
+    build_context(context)
+    runtime = build_wheel(context, tmp / "runtime")
+    shutil.copytree(ROOT / "exporter" / "sim", tmp / "sim", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
+    sim = build_wheel(tmp / "sim", tmp / "simwheel")
+    return {"runtime": runtime, "sim": sim}
+
+
+def test_the_wheel_the_image_installs_holds_the_package_and_the_command(wheels: dict[str, Path]) -> None:
+    assert wheels["runtime"].name.startswith("gangscope-")
+    with zipfile.ZipFile(wheels["runtime"]) as whl:
         names = set(whl.namelist())
         assert {"exporter/__init__.py", "exporter/cli.py", "exporter/py.typed"} <= names
         assert not [n for n in names if n.startswith("tests/")]
+        assert not [n for n in names if n.startswith("exporter/sim")], "simulator code in the runtime wheel"
         entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
         text = whl.read(entry_points).decode()
+        requires = [line.split(":", 1)[1].strip() for line in whl.read(next(n for n in names if n.endswith("METADATA"))).decode().splitlines()
+                    if line.startswith("Requires-Dist:")]
     assert re.search(r"^\[console_scripts\]\s*\ngangscope = exporter\.cli:main$", text, re.M), text
+    runtime = sorted(r.split(">")[0].split("=")[0].split(";")[0].strip().lower() for r in requires if "extra ==" not in r)
+    # Exactly what runs: every runtime dependency is imported by the code the image runs.
+    assert runtime == ["aiohttp", "grpcio", "kubernetes", "nvidia-ml-py", "orjson", "prometheus-client", "protobuf",
+                       "pyyaml", "structlog"]
+
+
+def test_runtime_dependencies_are_imported_at_run_time(tmp_path: Path) -> None:
+    """Each runtime dependency's module is imported by the collector, the agent or the one-shot
+    commands (psutil, imported by nothing at run time, is a test dependency now)."""
+    modules = {"aiohttp": "aiohttp", "grpcio": "grpc", "kubernetes": "kubernetes", "nvidia-ml-py": "pynvml",
+               "orjson": "orjson", "prometheus-client": "prometheus_client", "protobuf": "google.protobuf",
+               "pyyaml": "yaml", "structlog": "structlog"}
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:6443", "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "t"}}], "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+    }))
+    code = ("import sys, exporter.cluster.main, exporter.node.main, exporter.node.agent, exporter.node.podresources, "
+            "exporter.serving, exporter.snapshot, exporter.explain, exporter.loader, exporter.kube.credentials\n"
+            "from exporter.kube.credentials import Credentials\n"
+            f"Credentials.load(kubeconfig={str(kubeconfig)!r})  # a kubeconfig outside a pod: the kubernetes package's loader\n"
+            "import exporter.node.podresources_pb2_grpc\n"
+            "from exporter.node.agent import nvml_factory; nvml_factory('real')()\n"
+            "print(' '.join(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    loaded = set(out.stdout.split())
+    assert {d for d, m in modules.items() if m not in loaded} == set()
+    assert "psutil" not in loaded
+
+
+def _clean_python(target: Path, *code: str) -> subprocess.CompletedProcess[str]:
+    """Python with ``target`` (a pip --target install) first and the test environment's
+    dependencies after it, without its .pth files (-S): the checkout's editable installs of
+    gangscope and gangscope-sim are invisible, as on a machine that installed only the wheels."""
+    site = next(p for p in sys.path if p.endswith("site-packages"))
+    env = {"PYTHONPATH": f"{target}:{site}", "PATH": "/usr/bin:/bin", "GANGSCOPE_LOG_LEVEL": "error"}
+    return subprocess.run([sys.executable, "-S", *code], capture_output=True, text=True, timeout=60, env=env, cwd=target)
+
+
+def _pip_target(target: Path, *wheels: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "-q",
+                          "--target", str(target), *map(str, wheels)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+
+
+def test_without_the_simulators_the_demo_says_how_to_get_them(wheels: dict[str, Path], tmp_path: Path) -> None:
+    _pip_target(tmp_path / "t", wheels["runtime"])
+    demo = _clean_python(tmp_path / "t", "-m", "exporter", "demo", "--duration", "1")
+    assert demo.returncode == 2, demo.stdout + demo.stderr
+    assert "gangscope demo needs the simulators" in demo.stderr and "pip install 'gangscope[sim]'" in demo.stderr
+    agent = _clean_python(tmp_path / "t", "-m", "exporter", "agent", "--nvml", "sim", "--listen", "127.0.0.1:0",
+                          "--kubeconfig", str(tmp_path / "none"))
+    assert agent.returncode == 2 and "pip install 'gangscope[sim]'" in agent.stderr, agent.stderr
+    assert _clean_python(tmp_path / "t", "-m", "exporter", "collector", "--version").returncode == 0
+
+
+def test_the_simulators_wheel_holds_the_simulators_and_the_demo_rules(wheels: dict[str, Path], tmp_path: Path) -> None:
+    with zipfile.ZipFile(wheels["sim"]) as whl:
+        names = {n for n in whl.namelist() if ".dist-info/" not in n}
+        metadata = whl.read(next(n for n in whl.namelist() if n.endswith("METADATA"))).decode()
+    sim = ROOT / "exporter" / "sim"
+    assert names == {f"exporter/sim/{p.name}" for p in sim.glob("*.py")} | {f"exporter/sim/rules/{p.name}" for p in (sim / "rules").glob("*.yaml")}
+    import exporter
+
+    assert f"Version: {exporter.__version__}" in metadata and f"Requires-Dist: gangscope=={exporter.__version__}" in metadata
+    extras = (ROOT / "pyproject.toml").read_text()
+    assert f'sim = ["gangscope-sim=={exporter.__version__}"]' in extras
+    # Installed over the runtime wheel: the simulators import, and the demo finds its rules.
+    _pip_target(tmp_path / "t", wheels["runtime"], wheels["sim"])
+    code = ("import exporter.sim.apiserver, exporter.sim.scenario, pathlib, tempfile\n"
+            "from exporter.demo import demo_rules, simulators_installed\n"
+            "assert simulators_installed()\n"
+            "paths, interval = demo_rules(pathlib.Path(tempfile.mkdtemp()))\n"
+            "print(exporter.sim.__file__, sorted(p.name for p in paths), interval)")
+    out = _clean_python(tmp_path / "t", "-c", code)
+    assert out.returncode == 0, out.stderr
+    where, rest = out.stdout.split(" ", 1)
+    assert where.startswith(str(tmp_path / "t"))
+    assert rest.strip() == "['gangscope-alerts.yaml', 'gangscope-rules.yaml'] 1s"

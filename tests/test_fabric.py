@@ -33,7 +33,7 @@ gangscope_nic_receive_bytes_total{interface="ens1f0",node="gpu-a1",block="b1",ra
 
 def sample_lines(expo: Exposition) -> str:
     return "".join(l + "\n" for l in expo.render(False).decode().splitlines() if l and not l.startswith("#") and "source" not in l
-                   and not l.startswith("gangscope_exposition"))
+                   and not l.startswith(("gangscope_exposition", "gangscope_internal_errors")))
 
 
 def test_parse_rate() -> None:

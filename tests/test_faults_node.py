@@ -158,8 +158,10 @@ async def test_nvml_init_failure_then_the_driver_appears(tmp_path: Path, sock: s
     try:
         s = await until(agent, lambda s: up(s, "podresources") == 1 and up(s, "nvml") == 0)
         assert not pods_on_gpus(s) and gpu_series(s) == 0
-        s = await until(agent, lambda s: pods_on_gpus(s) == {("4", "early")})
-        assert up(s, "nvml") == 1 and gpu_series(s) == 8 * 18
+        # The mapping is rendered when NVML's inventory arrives, the link series by the first
+        # sample right after it: wait for both (a scrape may fall between them).
+        s = await until(agent, lambda s: pods_on_gpus(s) == {("4", "early")} and gpu_series(s) == 8 * 18)
+        assert up(s, "nvml") == 1
         assert s[("gangscope_source_errors_total", frozenset({("source", "nvml"), ("node", NODE), ("host", NODE)}))] >= 2
         # the kubelet's devices were unknown to NVML only while NVML was down: not counted as bad input
         assert s[("gangscope_parse_errors_total", frozenset({("source", "podresources"), ("node", NODE), ("host", NODE)}))] == 0

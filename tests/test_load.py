@@ -49,12 +49,17 @@ _parsed: dict[tuple[bytes, bool], list] = {}
 
 def check_page(body: bytes, openmetrics: bool, gzipped: bool) -> list:
     """Decode and fully parse one page; returns its families (raises on a torn or bad page).
-    Byte-identical pages (scrapes between two events) are parsed once."""
+    Pages byte-identical up to the process families every scrape renders afresh (scrapes between
+    two events) are parsed whole once; after that only those last families are."""
     if gzipped:
         body = gzip.decompress(body)
-    key = (hashlib.sha256(body).digest(), openmetrics)
+    page, marker, process = body.partition(b"# HELP process_")
+    assert marker, "no process families at the end of the page"
+    key = (hashlib.sha256(page).digest(), openmetrics)
     if key not in _parsed:
         _parsed[key] = _parse(body, openmetrics)
+    else:
+        _parse(marker + process, openmetrics)
     return _parsed[key]
 
 

@@ -52,8 +52,9 @@ HEALTHY_WATCH_SECONDS = 1.0
 
 
 class EventHandler(Protocol):
-    """What an informer feeds. Both calls are synchronous and must not raise for bad objects
-    (the informer counts an escaping exception as a parse error and carries on)."""
+    """What an informer feeds. Both calls are synchronous. A handler may raise ``ValueError`` to
+    report bad objects it skipped (counted as a parse error); any other exception escaping it is
+    a bug (counted in ``gangscope_internal_errors_total``). The informer carries on either way."""
 
     def replace(self, objects: list[dict[str, Any]]) -> None:
         """The complete state after a (re)list: anything not in ``objects`` is gone."""
@@ -293,6 +294,9 @@ class Informer:
     def _call(self, fn: Any, *args: Any) -> None:
         try:
             fn(*args)
-        except Exception:  # a handler bug must not stop the stream; it is counted and logged
-            self._log.exception("kube_handler_failed")
+        except ValueError as exc:  # the handler's way to say "bad object(s), skipped"
+            self._log.warning("object_parse_problems", detail=str(exc)[:500])
             self.health.parse_error()
+        except Exception:  # a handler bug must not stop the stream; counted and logged as one
+            self._log.exception("kube_handler_failed")
+            self.health.internal_error()

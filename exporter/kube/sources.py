@@ -200,6 +200,7 @@ class SourceSet:
                 s.spec.handler.replace([])
             except Exception:
                 log.exception("kube_handler_failed", source=s.health.name)
+                s.health.internal_error()
             s.health.set_objects(0)
 
 

@@ -41,6 +41,11 @@ def nvml_factory(spec: str) -> Callable[[], Any]:
 
         return lambda: pynvml
     if spec == "sim" or spec.startswith("sim:"):
+        import importlib.util
+
+        if importlib.util.find_spec("exporter.sim") is None:
+            raise ValueError("--nvml sim needs the simulators, which the runtime image does not ship: "
+                             "pip install 'gangscope[sim]'")
         from ..sim.nvml import SimNvml, parse_spec
 
         scenarios = parse_spec(spec)
@@ -131,7 +136,8 @@ class Agent:
         post_json = await self._start_kube()
         for health in self.healths():
             health.set_labels(self.node.base_labels())
-        self._endpoint = await serving.start(self.args, self.exposition, self.ready, post_json=post_json)
+        self._endpoint = await serving.start(self.args, self.exposition, self.ready, post_json=post_json,
+                                             title=f"gangscope agent on {self.args.node_name}", sources=self.healths)
         self.port = self._endpoint.port
         self._tasks = [
             asyncio.create_task(self.sampler.run(), name="nvml"),

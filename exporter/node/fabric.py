@@ -115,7 +115,7 @@ class FabricSampler:
 
     async def run(self) -> None:
         while True:
-            await self.sample_once()
+            await self.health.guarded(self.sample_once())
             await asyncio.sleep(self.interval)
 
     async def sample_once(self) -> None:

@@ -16,7 +16,7 @@ import sys
 import structlog
 
 from ..config import add_kube, add_logging, add_serving, add_topology, topology_from_args
-from ..logs import setup_logging
+from ..logs import start_logging
 from ..topology import TopologyError, TopologyLevels
 from .podresources import DEFAULT_RESOURCES, DEFAULT_SOCKET
 
@@ -51,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    setup_logging(args.log_level)
+    start_logging("agent", args, args.log_level)
     try:
         levels, _ = topology_from_args(args)
     except TopologyError as exc:

@@ -360,7 +360,7 @@ class NvmlSampler:
         loop = asyncio.get_running_loop()
         next_at = loop.time()
         while True:
-            await self.sample_once()
+            await self.health.guarded(self.sample_once())
             next_at += self.interval
             delay = next_at - loop.time()
             if delay < 0:  # a slow round: skip the missed ticks instead of bursting
@@ -424,6 +424,7 @@ class NvmlSampler:
             exc = fut.exception()
             if exc is not None:  # not an NVMLError (the reader handles those): a bug or a broken binding
                 log.error("gpu_sample_crashed", gpu=st.dev.index, error=repr(exc))
+                self.health.internal_error()
                 self.apply(st, GpuSample(st.dev.index, ok=False, error=repr(exc)))
             else:
                 self.apply(st, fut.result())

@@ -105,7 +105,7 @@ class PodResourcesPoller:
 
     async def run(self) -> None:
         while True:
-            await self.poll_once()
+            await self.health.guarded(self.poll_once())
             await asyncio.sleep(self.interval)
 
     async def poll_once(self) -> bool:

@@ -6,7 +6,9 @@ formats: discovery documents, LIST with ``limit``/``continue`` (continue tokens 
 consistent snapshot and expiring with ``410 Expired`` after :meth:`SimApiServer.compact`),
 chunked WATCH streams with ADDED/MODIFIED/DELETED/BOOKMARK events and the ``410`` ERROR event of
 a too-old ``resourceVersion``, ``PartialObjectMetadata`` responses, field and label selectors,
-bearer-token authentication, TokenReview and SubjectAccessReview. Faults are switches a test
+bearer-token authentication, TokenReview and SubjectAccessReview, and Kueue's visibility API
+(``clusterqueues/<cq>/pendingworkloads``, computed from the Workloads it holds:
+:meth:`SimApiServer.pending_workloads`). Faults are switches a test
 flips: drop streams (now, after N events, mid-event), answer the next N requests with a status
 (429 with ``Retry-After``, 500), delay or stop answering, forbid a resource, stop serving one
 (a CRD deleted) and serve it again.
@@ -266,6 +268,7 @@ class SimApiServer:
         # TokenReview / SubjectAccessReview tables
         self.token_users: dict[str, tuple[str, list[str]]] = {}
         self.non_resource_rules: set[tuple[str, str, str]] = set()  # (user or group, verb, path)
+        self.resource_rules: set[tuple[str, str, str, str, str]] = set()  # (user or group, verb, group, resource, namespace)
         self._stores: dict[tuple[str, str], _Store] = {}
         self._rv = 0
         self._snapshots: collections.OrderedDict[str, _Snapshot] = collections.OrderedDict()
@@ -597,6 +600,8 @@ class SimApiServer:
         namespace = None
         if rest[0] == "namespaces" and len(rest) >= 3:
             namespace, rest = rest[1], rest[2:]
+        if len(rest) == 3 and (group, f"{rest[0]}/{rest[2]}") in self._stores:
+            return self._subresource(request, self._stores[(group, f"{rest[0]}/{rest[2]}")], version, rest[1])
         if len(rest) not in (1, 2):
             return _page_not_found()
         store = self._stores.get((group, rest[0]))
@@ -619,6 +624,50 @@ class SimApiServer:
         if _is_watch(request.query):
             return await self._watch(request, store, version, namespace, fields, labels, partial)
         return self._list(request, store, version, namespace, fields, labels, partial)
+
+    def _subresource(self, request: web.Request, store: _Store, version: str, name: str) -> web.Response:
+        """GET of a served subresource; only Kueue's ``clusterqueues/pendingworkloads`` exists."""
+        if version not in store.versions:
+            return _error(404, "the server could not find the requested resource")
+        if store.forbidden:
+            return _error(403, f'{store.plural}.{store.group} is forbidden: User "sim" cannot get resource '
+                               f'"{store.plural}" in API group "{store.group}"')
+        items = self.pending_workloads(name)
+        if items is None:
+            return _error(404, f'clusterqueue.{store.group} "{name}" not found')
+        limit = int(request.query.get("limit", "1000") or 1000)
+        offset = int(request.query.get("offset", "0") or 0)
+        return _json({"kind": "PendingWorkloadsSummary", "apiVersion": store.api_version(version), "metadata": {},
+                      "items": items[offset:offset + limit]})
+
+    def pending_workloads(self, cluster_queue: str) -> list[dict[str, Any]] | None:
+        """The visibility answer for a ClusterQueue: its Workloads without quota, in Kueue's
+        order (higher ``spec.priority`` first, then older), positions from 0 overall and per
+        LocalQueue (kueue pkg/visibility/storage/pending_workloads_cq.go:76-88); None when no
+        LocalQueue points at it (Kueue answers 404 for a ClusterQueue it does not know)."""
+        lqs = self._stores.get(("kueue.x-k8s.io", "localqueues"))
+        wls = self._stores.get(("kueue.x-k8s.io", "workloads"))
+        queues = {k for k, e in (lqs.objects.items() if lqs else ()) if (e.obj.get("spec") or {}).get("clusterQueue") == cluster_queue}
+        if not queues:
+            return None
+        pending = []
+        for entry in (wls.objects.values() if wls else ()):
+            obj = entry.obj
+            meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+            conds = {c.get("type"): c for c in status.get("conditions") or [] if isinstance(c, dict)}
+            held = (conds.get("QuotaReserved") or {}).get("status") == "True" or (conds.get("Finished") or {}).get("status") == "True"
+            if (meta.get("namespace"), spec.get("queueName")) in queues and not held and spec.get("active", True):
+                pending.append((-(spec.get("priority") or 0), meta.get("creationTimestamp") or "", meta.get("name"), obj))
+        items: list[dict[str, Any]] = []
+        per_lq: collections.Counter[tuple[str, str]] = collections.Counter()
+        for pos, (_, _, _, obj) in enumerate(sorted(pending, key=lambda t: t[:3])):
+            meta, lq = obj["metadata"], obj["spec"].get("queueName", "")
+            items.append({"metadata": {"name": meta["name"], "namespace": meta["namespace"],
+                                       "creationTimestamp": meta.get("creationTimestamp")},
+                          "priority": obj["spec"].get("priority") or 0, "localQueueName": lq,
+                          "positionInClusterQueue": pos, "positionInLocalQueue": per_lq[(meta["namespace"], lq)]})
+            per_lq[(meta["namespace"], lq)] += 1
+        return items
 
     def _group_list(self) -> dict[str, Any]:
         groups = sorted({s.group for s in self._stores.values() if s.group})
@@ -795,15 +844,25 @@ class SimApiServer:
                 status["user"] = {"username": found[0], "groups": list(found[1])}
             return _json(dict(body, status=status))
         if parts == ["apis", "authorization.k8s.io", "v1", "subjectaccessreviews"]:
-            attrs = spec.get("nonResourceAttributes") or {}
             subjects = [spec.get("user", "")] + list(spec.get("groups") or [])
-            allowed = any((s, attrs.get("verb", ""), attrs.get("path", "")) in self.non_resource_rules for s in subjects)
+            if "resourceAttributes" in spec:  # RBAC: a rule in the namespace, or a cluster-wide one ("")
+                ra = spec["resourceAttributes"] or {}
+                wanted = (ra.get("verb", ""), ra.get("group", ""), ra.get("resource", ""))
+                allowed = any((s, *wanted, ns) in self.resource_rules for s in subjects for ns in (ra.get("namespace", ""), ""))
+            else:
+                attrs = spec.get("nonResourceAttributes") or {}
+                allowed = any((s, attrs.get("verb", ""), attrs.get("path", "")) in self.non_resource_rules for s in subjects)
             return _json(dict(body, status={"allowed": allowed, "reason": "sim rule" if allowed else "no rule"}))
         return _error(405, "only TokenReview and SubjectAccessReview accept POST here")
 
     def allow_non_resource(self, subject: str, verb: str, path: str) -> None:
         """Let a user or group ``verb`` the non-resource URL ``path`` (SubjectAccessReview)."""
         self.non_resource_rules.add((subject, verb, path))
+
+    def allow_resource(self, subject: str, verb: str, group: str, resource: str, namespace: str = "") -> None:
+        """Let a user or group ``verb`` a resource in ``namespace`` ("" for every namespace, as a
+        ClusterRoleBinding would), for SubjectAccessReviews with resourceAttributes."""
+        self.resource_rules.add((subject, verb, group, resource, namespace))
 
     def add_token_user(self, token: str, username: str, groups: Iterable[str] = ()) -> None:
         """A bearer token that TokenReview authenticates as ``username`` in ``groups``."""

@@ -1,0 +1,107 @@
+"""The ``gangscope`` command: ``--version`` on every subcommand, and each subcommand's first log
+line naming its version and effective configuration with secrets redacted. Run as the real
+installed command, as a user or a manifest runs it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from exporter import __version__
+from exporter.cli import SUBCOMMANDS
+from exporter.logs import REDACTED, effective_config, redact
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def gangscope(*args: str) -> list[str]:
+    script = Path(sys.executable).parent / "gangscope"
+    return [str(script), *args] if script.exists() else [sys.executable, "-m", "exporter", *args]
+
+
+def starting(stderr: str) -> dict:
+    """The gangscope_starting event among JSON log lines (stderr is not a terminal here)."""
+    events = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    found = [e for e in events if e.get("event") == "gangscope_starting"]
+    assert len(found) == 1, stderr
+    return found[0]
+
+
+@pytest.mark.parametrize("command", [None, *SUBCOMMANDS])
+def test_version_on_every_subcommand(command: str | None) -> None:
+    out = subprocess.run(gangscope(*([command] if command else []), "--version"), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"gangscope {__version__} (Python {platform.python_version()})"
+
+
+def test_snapshot_logs_version_and_configuration_first() -> None:
+    dump = FIXTURES / "kueue" / "workload-v1beta2-admitted-tas.yaml"
+    out = subprocess.run(gangscope("snapshot", "--from-file", str(dump), "--topology-alias", "example.com/rack=rack"),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    event = starting(out.stderr)
+    assert (event["command"], event["version"], event["python"], event["level"]) == (
+        "snapshot", __version__, platform.python_version(), "info")
+    assert event["config"] == {"assembly_timeout": 600.0, "format": "text", "from_file": str(dump), "gpu_resource": None,
+                               "log_level": "info", "topology_alias": ["example.com/rack=rack"], "topology_levels": ""}
+
+
+def test_explain_redacts_a_password_in_the_prometheus_url() -> None:
+    dump = FIXTURES / "kueue" / "workload-v1beta2-admitted-tas.yaml"
+    out = subprocess.run(gangscope("explain", "nowhere/nothing", "--from-file", str(dump), "--log-level", "debug",
+                                   "--prometheus", "https://grafana:hunter2-secret@prom.example:9090/"),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0  # nothing of that name: fine, the start-up line came first
+    assert "hunter2" not in out.stderr + out.stdout
+    assert starting(out.stderr)["config"]["prometheus"] == f"https://grafana:{REDACTED}@prom.example:9090/"
+
+
+def test_agent_process_logs_its_start_before_serving(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(gangscope("agent", "--nvml", "sim", "--listen", f"127.0.0.1:{port}", "--kubeconfig",
+                                      str(tmp_path / "missing"), "--pod-resources-socket", str(tmp_path / "x.sock"),
+                                      "--sysfs", str(FIXTURES / "sysfs"), "--node-name", "gpu-1"),
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1).read()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, "agent did not start"
+                time.sleep(0.1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    first = json.loads(err.splitlines()[0])
+    assert first["event"] == "gangscope_starting" and first["command"] == "agent"
+    assert first["config"]["listen"] == f"127.0.0.1:{port}" and first["config"]["nvml"] == "sim"
+    assert first["config"]["metrics_auth"] is False and first["config"]["sample_interval"] == 1.0
+
+
+def test_effective_config_redacts_secret_flags_and_credentials_in_text() -> None:
+    args = argparse.Namespace(
+        _module="exporter.x", command="x", listen=":9400", api_token="abc123", token_file="/var/run/token",
+        password=None, prometheus="http://u:p4ss@h:9090", note="Authorization: Bearer eyJhbGci.x.y",
+        urls=["https://a:b@c/"], levels=("k",), interval=1.5,
+    )
+    assert effective_config(args) == {
+        "listen": ":9400", "api_token": REDACTED, "token_file": "/var/run/token", "password": None,
+        "prometheus": f"http://u:{REDACTED}@h:9090", "note": f"Authorization: Bearer {REDACTED}",
+        "urls": [f"https://a:{REDACTED}@c/"], "levels": ["k"], "interval": 1.5,
+    }
+    assert redact("see http://host:9090/x?a=b@c") == "see http://host:9090/x?a=b@c"  # a port is no password
