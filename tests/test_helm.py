@@ -36,7 +36,8 @@ EVERYTHING: dict[str, Any] = {
     "tls": {"enabled": True, "collectorSecretName": "c-cert", "agentSecretName": "a-cert"},
     "metricsAuth": {"enabled": True},
     "collector": {"port": 9500, "logLevel": "debug", "maxSeriesPerFamily": 50000, "discoveryInterval": 30,
-                  "insecureSkipTLSVerify": True, "assemblyTimeout": 900, "gpuResources": ["nvidia.com/gpu", "amd.com/gpu"],
+                  "insecureSkipTLSVerify": True, "assemblyTimeout": 900, "evictionLevel": "example.com/block", "evictionDomainGrace": 600,
+                  "queuePositionInterval": 0, "queuePositionLimit": 200, "gpuResources": ["nvidia.com/gpu", "amd.com/gpu"],
                   "extraArgs": ["--log-level=info"], "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}},
                   "nodeSelector": {"node-role.kubernetes.io/infra": ""}, "tolerations": [{"key": "infra", "operator": "Exists"}],
                   "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
@@ -77,6 +78,10 @@ COLLECTOR_FLAGS = {
     "--topology-alias": ["--topology-alias=example.com/block=pod", "--topology-alias=example.com/rack=row"],
     "--gpu-resource": ["--gpu-resource=nvidia.com/gpu", "--gpu-resource=amd.com/gpu"],
     "--assembly-timeout": ["--assembly-timeout=900"],
+    "--eviction-level": ["--eviction-level=example.com/block"],
+    "--eviction-domain-grace": ["--eviction-domain-grace=600"],
+    "--queue-position-interval": ["--queue-position-interval=0"],
+    "--queue-position-limit": ["--queue-position-limit=200"],
     "--log-level": ["--log-level=debug"],
 }
 AGENT_FLAGS = {
