@@ -37,8 +37,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (default 0: until Ctrl-C)")
     p.add_argument("--scenario", choices=SCENARIOS, default="default",
-                   help="default: 2 blocks x 2 racks x 4 nodes x 8 GPUs, a node fails at +20 s and its Workload is "
-                        "evicted at +40 s; static: the same cluster without the timeline (default default)")
+                   help="default: 2 blocks x 2 racks x 4 nodes x 8 H100 GPUs and an NVL72 rack of GB200 nodes, a node "
+                        "fails at +20 s and its Workload is evicted at +40 s; static: the same cluster without the "
+                        "timeline (default default)")
     p.add_argument("--host", default="127.0.0.1", help="loopback address the demo's servers listen on (default 127.0.0.1)")
     p.add_argument("--prometheus", action="store_true",
                    help="also start Debian's prometheus with the project's rules scraping the demo (needs /usr/bin/prometheus)")
@@ -103,13 +104,12 @@ class Demo:
         from .node.agent import Agent
         from .node.main import add_arguments as agent_args
         from .sim.kubelet import SimKubelet
-        from .sim.nvml import SimNvml
-        from .sim.scenario import BLOCK_LABEL, RACK_LABEL, gpu_uuid
+        from .sim.nvml import Chassis, SimNvml
+        from .sim.scenario import BLOCK_LABEL, RACK_LABEL, NodeHardware, gpu_uuid
 
-        nvml_scenarios = ["h100"]
-        if node == self.scenario.node_names()[-5 if len(self.scenario.nodes) > 5 else -1]:
-            nvml_scenarios.append("degraded")  # a link down and a PCIe link at gen 3 x8 on one node
-        sim = SimNvml(nvml_scenarios)
+        hw = self.scenario.hardware.get(node, NodeHardware())
+        chassis = Chassis(hw.cluster_uuid, hw.clique_id, hw.chassis_serial, hw.slot, hw.tray) if hw.cluster_uuid else None
+        sim = SimNvml(hw.scenarios, profile=hw.profile, chassis=chassis)
         for gpu in sim.gpus:
             gpu.uuid = gpu_uuid(node, gpu.index)
         self.nvml[node] = sim
@@ -229,6 +229,11 @@ class Demo:
             except LookupError:
                 continue
             lines += ["", f"  $ gangscope explain {ns}/{name}", render_text(doc, colour=sys.stdout.isatty())]
+        odd = [n for n, hw in self.scenario.hardware.items() if hw.profile == "gb200" and hw.clique_id != 1]
+        if odd:
+            lines += ["", f"  An NVL72 rack (block-3/rack-3-1): 4 GB200 nodes share one chassis and NVLink clique; {odd[0]} is",
+                      "  labelled into the rack but its GPUs report another chassis and clique (gangscope_gpu_fabric_info,",
+                      "  gangscope_gpu_platform_info and the GangscopeTopologyDomainSpansHardware alert)."]
         if self.scenario.timeline:  # "static" plays none
             lines += ["", "  At +20 s a node of research/vit-large fails; at +40 s Kueue evicts it with NodeFailures."]
         lines.append("")

@@ -69,13 +69,13 @@ def test_demo_command_reports_and_exits_clean() -> None:
     out = result.stdout
     collector = re.search(r"^  collector\s+(http://127\.0\.0\.1:\d+/metrics)$", out, re.M)
     assert collector, out
-    assert re.search(r"^  agents\s+16 nodes, e\.g\. gpu-b1-r1-n1: http://127\.0\.0\.1:\d+/metrics$", out, re.M), out
+    assert re.search(r"^  agents\s+21 nodes, e\.g\. gpu-b1-r1-n1: http://127\.0\.0\.1:\d+/metrics$", out, re.M), out
     # The static scenario: no timeline, so the stages are those the scenario builds.
     table = re.search(r"^  workloads by stage:\n((?:    \S+ +\d+\n)+)", out, re.M)
     assert table, out
     stages = {line.split()[0]: int(line.split()[1]) for line in table.group(1).splitlines()}
     assert stages == {"admission_checks": 1, "assembling": 2, "deactivated": 1, "finished": 1, "inadmissible": 1,
-                      "queued": 2, "running": 2}
+                      "queued": 2, "running": 3}
     explain = out.split("$ gangscope explain ml-team/mixtral-sft\n", 1)
     assert len(explain) == 2, out
     assert explain[1].splitlines()[1] == "verdict: held at ASSEMBLY", explain[1][:500]
