@@ -14,6 +14,7 @@ their status does not change").
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 import pynvml
@@ -110,6 +111,23 @@ VALUE_TYPES = {
     pynvml.NVML_VALUE_TYPE_SIGNED_INT: ("siVal", 0),
     pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: ("usVal", 2**16),
 }
+
+
+# The layout of nvmlFieldValue_t (nvml.h lines 3010-3019): fieldId, scopeId, timestamp (us),
+# latencyUsec, valueType, nvmlReturn, then the 8-byte value union. The fast PCIe read unpacks the
+# returned array's bytes with it instead of going through ctypes attributes, 20 times a second per GPU.
+FIELD_VALUE = struct.Struct("<IIqqIIQ")
+UNION_MASK = {pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: 2**32 - 1, pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: 2**16 - 1}
+
+
+def unpack_counters(values: object) -> list[tuple[int, int, int, int, int]]:
+    """(fieldId, timestamp us, nvmlReturn, value, counter range) of each entry of a field-value array
+    holding unsigned integer counters (a union member narrower than 64 bits is masked to its width)."""
+    out = []
+    for fid, _, ts, _, vtype, ret, raw in FIELD_VALUE.iter_unpack(bytes(values)):  # type: ignore[call-overload]
+        modulus = VALUE_TYPES.get(vtype, ("", 2**64))[1]
+        out.append((fid, ts, ret, raw & UNION_MASK.get(vtype, 2**64 - 1), modulus))
+    return out
 
 
 def field_value(fv: object) -> tuple[float, int]:

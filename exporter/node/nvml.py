@@ -3,15 +3,16 @@
 Two halves:
 
 - :class:`NvmlReader` is the only code that calls the library (the ``pynvml`` module, or
-  :class:`exporter.sim.nvml.SimNvml` with the same functions), always on the GPU's own thread
-  (:class:`~exporter.node.worker.GpuWorker`). At first contact it *probes* every field family
+  :class:`exporter.sim.nvml.SimNvml` with the same functions), on the GPU's own thread
+  (:class:`~exporter.node.worker.GpuWorker`) or on the fast PCIe reader's (below), never on the
+  event loop. At first contact it *probes* every field family
   (:mod:`exporter.node.fields`) on every link in one ``nvmlDeviceGetFieldValues`` call and
   decides, for that device, from each field's own return code and ``valueType``: which byte
   counters carry NVLink traffic (138/139, else the NVLink5 202/204), which error counters exist
   (161-163, else 213-221, else the legacy per-call API), and how PCIe bytes are read: a 64-bit
-  counter with the sample, a 32-bit one by the worker between samples at a period derived from
-  the link's maximum rate so that no wrap is missed, and no counter at all by integrating the
-  20 ms ``nvmlDeviceGetPcieThroughput`` rate over time. Each sample is then one field-value call
+  counter with the sample, a 32-bit one also between samples, by one fast-read thread for the
+  node, at a period derived from the link's maximum rate so that no wrap is missed, and no
+  counter at all by integrating the 20 ms ``nvmlDeviceGetPcieThroughput`` rate over time. Each sample is then one field-value call
   per GPU; a family the device does not support is remembered, logged once and reported in
   ``gangscope_gpu_field_supported``, never asked for again.
 - :class:`NvmlSampler` runs on the event loop: every ``--sample-interval`` it hands each GPU its
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +48,7 @@ FI_LINK_COUNT = pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT
 FI_STATE, FI_VERSION = pynvml.NVML_FI_DEV_NVLINK_GET_STATE, pynvml.NVML_FI_DEV_NVLINK_GET_VERSION
 FI_PCIE_TX, FI_PCIE_RX = FF.PCIE_BYTES.ids
 PCIE_DIRECTIONS = {FI_PCIE_TX: "transmit", FI_PCIE_RX: "receive"}
+FAST_REQUEST = [(FI_PCIE_TX, 0), (FI_PCIE_RX, 0)]
 # NVLink errors change rarely: read them (and the fabric state) every Nth sample, every 10 s at
 # the default interval, which alerts on increase() over minutes cannot notice.
 SLOW_SAMPLE_EVERY = 10
@@ -83,7 +86,7 @@ class GpuDevice:
     data_unit: int = 1024
     error_ids: tuple[int, ...] = ()  # error fields read (161-163 and/or 213-221)
     error_api: bool = False  # the legacy nvmlDeviceGetNvLinkErrorCounter instead
-    pcie_mode: str = ""  # field: with the sample; fast: by the worker between samples; throughput: integrated rate
+    pcie_mode: str = ""  # field: with the sample; fast: also between samples; throughput: integrated rate
     pcie_modulus: int = 0
     pcie_period: float | None = None  # seconds between fast reads (None: no fast reads)
     pcie_max_rate: float = FF.PCIE_FALLBACK_RATE
@@ -98,6 +101,8 @@ class GpuDevice:
     pcie_rate: tuple[int, int] | None = None  # last nvmlDeviceGetPcieThroughput answer (bytes/s)
     fast_failures: int = 0
     requests: dict[bool, list[tuple[int, int]]] = field(default_factory=dict)  # slow? -> field request
+    # Held while the GPU's own worker samples it or the fast reader reads it: their folds never interleave.
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def counters(self) -> list[MonotonicCounter]:
         return [*self.link_counters.values(), *self.error_counters.values(), *self.pcie.values()]
@@ -326,6 +331,10 @@ class NvmlReader:
 
     def sample(self, dev: GpuDevice, slow: bool) -> GpuSample:
         """Read one GPU. Never raises for NVML errors: a failed GPU comes back with ``ok=False``."""
+        with dev.lock:
+            return self._sample(dev, slow)
+
+    def _sample(self, dev: GpuDevice, slow: bool) -> GpuSample:
         out = GpuSample(dev.index)
         try:
             if dev.handle is None:
@@ -394,7 +403,8 @@ class NvmlReader:
             elif fid == FI_VERSION:
                 out.version[link] = int(FF.field_value(fv)[0])
             elif fid in PCIE_DIRECTIONS:
-                self._fold_pcie(dev, PCIE_DIRECTIONS[fid], fv, now)
+                value, modulus = FF.field_value(fv)
+                self._fold_pcie(dev, PCIE_DIRECTIONS[fid], int(value), modulus, fv.timestamp / 1e6 or now)
             elif fid in FF.ERROR_TYPES:
                 value, modulus = FF.field_value(fv)
                 counter = dev.error_counters.setdefault((link, FF.ERROR_TYPES[fid]), MonotonicCounter())
@@ -403,31 +413,31 @@ class NvmlReader:
                 value, modulus = FF.field_value(fv)
                 dev.link_counters.setdefault(key, MonotonicCounter()).update(int(value), modulus)
 
-    def _fold_pcie(self, dev: GpuDevice, direction: str, fv: Any, now: float) -> None:
+    def _fold_pcie(self, dev: GpuDevice, direction: str, value: int, modulus: int, ts: float) -> None:
         """A PCIe byte counter read: wraps are unambiguous while reads are closer than one wrap at
-        the link's maximum rate, judged from NVML's own timestamps of the two reads."""
-        value, modulus = FF.field_value(fv)
-        ts = fv.timestamp / 1e6 if fv.timestamp > 0 else now
+        the link's maximum rate, judged from NVML's own timestamps (seconds) of the two reads."""
         last = dev.pcie_ts.get(direction)
-        counter = dev.pcie.setdefault(direction, MonotonicCounter())
+        counter = dev.pcie.get(direction)
+        if counter is None:
+            counter = dev.pcie[direction] = MonotonicCounter()
         before = counter.total
         dt = ts - last if last is not None and ts > last else 0.0
         if 0 < modulus < 2**64 and last is not None:
-            counter.update(int(value), modulus, dev.pcie_max_rate * dt * BOUND_SLACK + BOUND_BYTES,
+            counter.update(value, modulus, dev.pcie_max_rate * dt * BOUND_SLACK + BOUND_BYTES,
                            dev.pcie_bps.get(direction, 0.0) * dt)
         else:
-            counter.update(int(value), modulus)
+            counter.update(value, modulus)
         if dt > 0:
             dev.pcie_bps[direction] = (counter.total - before) / dt
         dev.pcie_ts[direction] = ts
 
     def read_pcie(self, dev: GpuDevice) -> None:
-        """The worker's fast read of the 32-bit PCIe counters, between samples. Failures are
+        """A fast read of the 32-bit PCIe counters (the caller holds ``dev.lock``). Failures are
         counted into the next sample; a lost GPU is left to the next sample to report."""
-        if dev.handle is None or dev.pcie_mode != "fast" or (FI_PCIE_TX, 0) in dev.unsupported:
+        if dev.handle is None or dev.pcie_mode != "fast":
             return
         try:
-            values = self.lib.nvmlDeviceGetFieldValues(dev.handle, [(FI_PCIE_TX, 0), (FI_PCIE_RX, 0)])
+            values = self.lib.nvmlDeviceGetFieldValues(dev.handle, FAST_REQUEST)
         except pynvml.NVMLError_GpuIsLost:
             self._lost(dev)
             return
@@ -435,9 +445,9 @@ class NvmlReader:
             dev.fast_failures += 1
             return
         now = time.time()
-        for fv in values:
-            if fv.nvmlReturn == pynvml.NVML_SUCCESS:
-                self._fold_pcie(dev, PCIE_DIRECTIONS[fv.fieldId], fv, now)
+        for fid, ts, ret, value, modulus in FF.unpack_counters(values):
+            if ret == pynvml.NVML_SUCCESS:
+                self._fold_pcie(dev, PCIE_DIRECTIONS[fid], value, modulus, ts / 1e6 or now)
             else:
                 dev.fast_failures += 1
 
@@ -524,6 +534,7 @@ class GpuState:
 
     dev: GpuDevice
     worker: GpuWorker
+    fast_excluded: bool = False  # hung during a fast read: left out of them until a sample succeeds
     up: bool = False
     errors_total: int = 0
     last: GpuSample | None = None
@@ -556,8 +567,11 @@ class NvmlSampler:
         self.timeout = timeout
         self.pcie_interval = pcie_interval
         self.on_inventory = on_inventory
-        # False: no fast reads on the workers; the caller drives read_pcie_now() (tests with their own clock)
+        # False: no fast-read thread; the caller drives read_pcie_now() (tests with their own clock)
         self.background_pcie = background_pcie
+        self._fast: GpuWorker | None = None
+        self._fast_generation = 0
+        self._fast_on: GpuState | None = None  # the GPU the fast reader is reading now
         self.reader: NvmlReader | None = None
         self.driver = ""
         self.gpus: dict[int, GpuState] = {}
@@ -611,12 +625,9 @@ class NvmlSampler:
             self.health.down("nvmlInit timed out")
             return False
         self.reader, self.driver = reader, driver
-        self.gpus = {}
-        for i in range(count):
-            dev = GpuDevice(i)
-            worker = GpuWorker(f"nvml-gpu{i}", lambda d=dev: reader.read_pcie(d),
-                               lambda d=dev: d.pcie_period if self.background_pcie else None)
-            self.gpus[i] = GpuState(dev, worker)
+        self.gpus = {i: GpuState(GpuDevice(i), GpuWorker(f"nvml-gpu{i}")) for i in range(count)}
+        if self.background_pcie:
+            self._start_fast()
         log.info("nvml_started", driver=driver, gpus=count)
         self.health.sync_ok(objects=0)
         # Nothing is rendered before the first sample: gangscope_gpu_up must never say 0 for a
@@ -626,21 +637,74 @@ class NvmlSampler:
     def close(self) -> None:
         for st in self.gpus.values():
             st.worker.close()
+        if self._fast is not None:
+            self._fast.close()
         self._init_pool.shutdown(wait=False, cancel_futures=True)
 
     def stuck(self) -> bool:
         """Whether a driver call is still running (the interpreter would wait for it at exit)."""
-        return any(st.worker.stuck for st in self.gpus.values())
+        workers = [st.worker for st in self.gpus.values()] + ([self._fast] if self._fast else [])
+        return any(w.stuck for w in workers)
+
+    # ----- the fast PCIe reads -----------------------------------------------------------------
+    #
+    # 32-bit PCIe counters wrap in 67 ms at Gen5 x16, so they are read every ~50 ms between samples.
+    # One thread reads every such GPU at each tick: a thread per GPU woken 20 times a second cost
+    # more CPU than the reads (bench/agent.py measured 1.9% against 0.8% of a core for 8 GPUs). A
+    # GPU that hangs during a fast read is caught by the same deadline as any call: the reader is
+    # replaced by a new thread that leaves that GPU out (the hung one is abandoned, as a hung GPU
+    # worker is), and the others lose at most the reads of that interval, which the counters then
+    # bridge with their recent rate and count in gangscope_pcie_read_gaps_total. The GPU's own
+    # worker reports it down; once a sample of it succeeds, fast reads resume.
+
+    def _start_fast(self) -> None:
+        generation = self._fast_generation = self._fast_generation + 1
+        self._fast = GpuWorker(f"nvml-pcie-{generation}", lambda: self._read_fast(generation), self._fast_period)
+
+    def _fast_period(self) -> float | None:
+        periods = [st.dev.pcie_period for st in self.gpus.values() if st.dev.pcie_period and not st.fast_excluded]
+        return min(periods) if periods else None
+
+    def _read_fast(self, generation: int) -> None:
+        assert self.reader is not None
+        for st in list(self.gpus.values()):
+            if generation != self._fast_generation:
+                return  # replaced while stuck in an earlier GPU's read
+            if st.fast_excluded or st.dev.pcie_mode != "fast" or not st.dev.lock.acquire(blocking=False):
+                continue  # its own worker is sampling it, and reads the counters itself
+            try:
+                self._fast_on = st
+                self.reader.read_pcie(st.dev)
+            finally:
+                self._fast_on = None
+                st.dev.lock.release()
+
+    def _check_fast(self) -> None:
+        """Replace a fast reader stuck in one GPU's call longer than the deadline."""
+        fast, st = self._fast, self._fast_on
+        started = fast.busy_since if fast is not None else None
+        if st is None or started is None or time.monotonic() - started <= self.timeout:
+            return
+        st.fast_excluded = True
+        log.warning("gpu_fast_reads_stopped", gpu=st.dev.index, uuid=st.dev.uuid, stuck_for=round(time.monotonic() - started, 2))
+        assert fast is not None
+        fast.close()
+        self._start_fast()
+
+    @property
+    def fast_ticks(self) -> int:
+        """Rounds of fast PCIe reads done by the current reader thread."""
+        return self._fast.ticks if self._fast is not None else 0
 
     def read_pcie_now(self) -> None:
         """Every GPU's fast PCIe read, here and now (tests drive it with their own clock)."""
-        assert self.reader is not None
-        for st in self.gpus.values():
-            self.reader.read_pcie(st.dev)
+        self._read_fast(self._fast_generation)
 
     async def sample_once(self) -> None:
         """One round: every idle GPU sampled on its own thread, each bounded by its own deadline."""
         assert self.reader is not None
+        if self.background_pcie:
+            self._check_fast()
         slow = self.rounds % SLOW_SAMPLE_EVERY == 0
         self.rounds += 1
         jobs = []
@@ -651,7 +715,10 @@ class NvmlSampler:
             jobs.append(self._collect(st, st.inflight))
         if not jobs:
             return
+        periods = self._fast_period()
         changed = await asyncio.gather(*jobs)
+        if self._fast is not None and self._fast_period() != periods:  # a GPU was probed: start its fast reads now
+            self._fast.wake()
         self.health.sync_ok(objects=sum(1 for st in self.gpus.values() if st.up))
         if any(changed) and self.on_inventory:
             self.on_inventory()
@@ -681,7 +748,11 @@ class NvmlSampler:
             log.error("gpu_sample_crashed", gpu=st.dev.index, error=repr(exc))
             self.apply(st, GpuSample(st.dev.index, ok=False, error=repr(exc)))
         else:
-            self.apply(st, waiting.result())
+            sample = waiting.result()
+            if sample.ok and st.fast_excluded:  # the hung call returned (the sample got the GPU's lock)
+                st.fast_excluded = False
+                log.info("gpu_fast_reads_resumed", gpu=st.dev.index)
+            self.apply(st, sample)
         return changed
 
     def apply(self, st: GpuState, sample: GpuSample) -> None:

@@ -7,13 +7,15 @@ and one ``gangscope_gpu_up 0``. The thread records when its current NVML call st
 (:attr:`GpuWorker.busy_since`, stamped by :class:`TimedLibrary`), so the event loop bounds each
 call from its own start, not from when a round or a job began.
 
-Between jobs the thread runs the GPU's periodic task (the fast PCIe counter reads) at the
-period the reader chose for that GPU, or sleeps until the next job.
+The same class runs the node's one periodic thread, the fast PCIe counter reads (see
+:class:`exporter.node.nvml.NvmlSampler`): a thread per GPU woken 20 times a second cost more
+than the reads themselves (bench/agent.py), so one thread reads every GPU at each tick.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -50,14 +52,15 @@ class TimedLibrary:
 
 
 class GpuWorker:
-    """A daemon thread that runs submitted jobs and, while idle, ``tick`` every ``period()`` seconds."""
+    """A daemon thread that runs submitted jobs and, if given a ``tick``, runs it every ``period()``
+    seconds while idle. It waits on a :class:`queue.SimpleQueue` (implemented in C)."""
 
-    def __init__(self, name: str, tick: Callable[[], None], period: Callable[[], float | None]) -> None:
-        self._tick = tick
+    def __init__(self, name: str, tick: Callable[[], None] | None = None,
+                 period: Callable[[], float | None] = lambda: None) -> None:
+        self._tick = tick or (lambda: None)
+        self._idle = 1.0 if tick else None  # without a period yet, look again after this long
         self._period = period
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._job: tuple[Callable[..., Any], tuple, concurrent.futures.Future] | None = None
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._closed = False
         self.busy_since: float | None = None  # time.monotonic() when the call in progress started
         self.ticks = 0
@@ -67,17 +70,17 @@ class GpuWorker:
     def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future:
         """Run ``fn(*args)`` on this GPU's thread; the caller submits again only once it is done."""
         fut: concurrent.futures.Future = concurrent.futures.Future()
-        with self._lock:
-            if self._job is not None:
-                raise RuntimeError("a job is already pending on this GPU")
-            self._job = (fn, args, fut)
-        self._wake.set()
+        self._jobs.put((fn, args, fut))
         return fut
+
+    def wake(self) -> None:
+        """Look at ``period()`` again now (it changed: a GPU was probed)."""
+        self._jobs.put(None)
 
     def close(self) -> None:
         """Stop after the call in progress; a thread stuck in the driver is left behind (daemon)."""
         self._closed = True
-        self._wake.set()
+        self._jobs.put(None)
 
     @property
     def stuck(self) -> bool:
@@ -91,29 +94,31 @@ class GpuWorker:
             _WORKERS.pop(threading.get_ident(), None)
 
     def _loop(self) -> None:
-        next_tick = time.monotonic()
+        monotonic, get = time.monotonic, self._jobs.get
+        next_tick = monotonic()
         while not self._closed:
             period = self._period()
-            timeout = None if period is None else max(0.0, next_tick - time.monotonic())
-            if self._wake.wait(timeout):
-                self._wake.clear()
+            try:
+                job = get(timeout=self._idle) if period is None else get(timeout=max(0.0, next_tick - monotonic()))
+            except queue.Empty:
+                job = None
             if self._closed:
                 return
-            with self._lock:
-                job, self._job = self._job, None
             if job is not None:
                 fn, args, fut = job
                 if fut.set_running_or_notify_cancel():
-                    self.busy_since = time.monotonic()
+                    self.busy_since = monotonic()
                     try:
                         fut.set_result(fn(*args))
                     except BaseException as exc:  # handed to the loop, which logs it
                         fut.set_exception(exc)
                     finally:
                         self.busy_since = None
-            period = self._period()
-            now = time.monotonic()
-            if period is not None and now >= next_tick:
+                period = self._period()
+            now = monotonic()
+            if period is None:
+                next_tick = now
+            elif now >= next_tick:
                 self.busy_since = now
                 try:
                     self._tick()
@@ -124,5 +129,3 @@ class GpuWorker:
                 self.ticks += 1
                 # Keep the cadence; after a stall, restart it rather than burst to catch up.
                 next_tick = next_tick + period if next_tick + period > now else now + period
-            elif period is None:
-                next_tick = now

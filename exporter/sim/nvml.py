@@ -31,6 +31,7 @@ moved. Scenarios, comma-separated after the profile (``--nvml sim:gb200,degraded
 from __future__ import annotations
 
 import ctypes
+import struct
 import threading
 import time
 import uuid as uuidlib
@@ -103,6 +104,8 @@ def fabric_version(struct: type[ctypes.Structure], version: int) -> int:
     return ctypes.sizeof(struct) | version << 24
 
 
+_ENTRY = ctypes.sizeof(pynvml.c_nvmlFieldValue_t)  # 40 bytes: timestamp at 8, the value union at 32
+_TIMESTAMP, _VALUE = struct.Struct("<q"), struct.Struct("<Q")
 _FABRIC_V2 = fabric_version(pynvml.c_nvmlGpuFabricInfo_v2_t, 2)
 _FABRIC_V3 = fabric_version(pynvml.c_nvmlGpuFabricInfo_v3_t, 3)
 _PLATFORM_V2 = fabric_version(pynvml.c_nvmlPlatformInfo_v2_t, 2)
@@ -414,18 +417,14 @@ class SimNvml:
         if plan is None:
             plan = self._plans[key] = self._plan(gpu, key[1])
         array_type, template, counters = plan
-        values = array_type.from_buffer_copy(template)
+        buf = bytearray(template)
         elapsed = self.elapsed(gpu)
         now_us = self._timestamp_us()
-        for v in values:
-            v.timestamp = now_us
-        for i, per_second, offset, modulus in counters:
-            value = int(per_second * elapsed) + offset
-            if modulus == 2**32:
-                values[i].value.uiVal = value % modulus
-            else:
-                values[i].value.ullVal = value % modulus
-        return values
+        for i in range(len(buf) // _ENTRY):
+            _TIMESTAMP.pack_into(buf, i * _ENTRY + 8, now_us)
+        for i, per_second, offset, modulus in counters:  # a 32-bit value fills the union's low half
+            _VALUE.pack_into(buf, i * _ENTRY + 32, (int(per_second * elapsed) + offset) % modulus)
+        return array_type.from_buffer_copy(buf)
 
     def _plan(self, gpu: SimGpu, specs: tuple) -> tuple[type, bytes, list[tuple[int, float, int, int]]]:
         array_type = pynvml.c_nvmlFieldValue_t * len(specs)
