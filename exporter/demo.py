@@ -27,6 +27,7 @@ import structlog
 
 from .config import add_logging
 from .logs import setup_logging
+from .node.main import SIM_PROFILES
 
 log = structlog.get_logger(__name__)
 
@@ -41,6 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "fails at +20 s and its Workload is evicted at +40 s; static: the same cluster without the "
                         "timeline (default default)")
     p.add_argument("--host", default="127.0.0.1", help="loopback address the demo's servers listen on (default 127.0.0.1)")
+    p.add_argument("--sim-profile", default="h100", choices=SIM_PROFILES,
+                   help="GPU generation of the 16 nodes of blocks 1 and 2 (the NVL72 rack is always gb200) (default h100)")
     p.add_argument("--prometheus", action="store_true",
                    help="also start Debian's prometheus with the project's rules scraping the demo (needs /usr/bin/prometheus)")
     add_logging(p)
@@ -65,6 +68,7 @@ class Demo:
     prometheus: subprocess.Popen | None = None
     prometheus_port: int = 0
     started_at: float = 0.0
+    sim_profile: str = "h100"  # the GPU generation of the nodes the scenario does not give one
 
     async def start(self) -> None:
         from .cluster.main import Collector, add_arguments as collector_args
@@ -109,7 +113,7 @@ class Demo:
 
         hw = self.scenario.hardware.get(node, NodeHardware())
         chassis = Chassis(hw.cluster_uuid, hw.clique_id, hw.chassis_serial, hw.slot, hw.tray) if hw.cluster_uuid else None
-        sim = SimNvml(hw.scenarios, profile=hw.profile, chassis=chassis)
+        sim = SimNvml(hw.scenarios, profile=hw.profile or self.sim_profile, chassis=chassis)
         for gpu in sim.gpus:
             gpu.uuid = gpu_uuid(node, gpu.index)
         self.nvml[node] = sim
@@ -261,7 +265,7 @@ class Demo:
 
 
 async def _main(args: argparse.Namespace) -> int:
-    demo = Demo(args.scenario, args.host, args.prometheus)
+    demo = Demo(args.scenario, args.host, args.prometheus, sim_profile=args.sim_profile)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

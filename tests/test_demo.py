@@ -141,3 +141,33 @@ async def test_running_demo_serves_joined_series(static_demo: Demo) -> None:
     assert idle[("research", "job-t5-pretrain")] == 16
     assert idle[("ml-team", "job-llama-train")] == 0
     assert idle[("ml-team", "job-mixtral-sft")] == 0
+
+
+@pytest.mark.parametrize("profile", ["a100", "h200", "b200"])
+async def test_demo_runs_every_gpu_generation(profile: str) -> None:
+    """--sim-profile gives blocks 1-2 another generation (h100 and the gb200 rack run in every demo):
+    its agents serve that GPU, its link count and NVLink version, and the pods still join."""
+    from exporter.sim.gpus import PROFILES
+
+    p = PROFILES[profile]
+    demo = Demo(scenario_name="static", sim_profile=profile)
+    try:
+        await demo.start()
+        assert await demo.wait_synced(), "the collector or an agent did not sync"
+        node = "gpu-b1-r1-n1"
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+            deadline = time.monotonic() + 15
+            while True:
+                samples = await scrape(session, demo.agents[node].port)
+                pods = [s for s in samples if s.name == "gangscope_gpu_pod_info" and s.labels["workload"]]
+                if len(pods) == 8 or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.3)
+            gb200 = await scrape(session, demo.agents["gpu-b3-r1-n1"].port)
+        assert {s.labels["name"] for s in samples if s.name == "gangscope_gpu_info"} == {p.product}
+        assert len([s for s in samples if s.name == "gangscope_nvlink_link_up" and s.labels["gpu"] == "0"]) == p.links
+        assert {s.value for s in samples if s.name == "gangscope_nvlink_version"} == {p.nvlink_version}
+        assert len(pods) == 8
+        assert {s.labels["name"] for s in gb200 if s.name == "gangscope_gpu_info"} == {"NVIDIA GB200"}
+    finally:
+        await demo.stop()

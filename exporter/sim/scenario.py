@@ -75,10 +75,11 @@ class Placement:
 
 @dataclass(frozen=True)
 class NodeHardware:
-    """What a node's simulated NVML is: a GPU generation (exporter.sim.gpus), NVML scenarios, and
-    for NVL72 nodes the fabric cluster, clique and chassis position its GPUs report."""
+    """What a node's simulated NVML is: a GPU generation (exporter.sim.gpus; empty: the demo's
+    --sim-profile), NVML scenarios, and for NVL72 nodes the fabric cluster, clique and chassis
+    position its GPUs report."""
 
-    profile: str = "h100"
+    profile: str = ""
     scenarios: tuple[str, ...] = ()
     cluster_uuid: str = ""
     clique_id: int = 0
