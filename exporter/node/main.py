@@ -50,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "traffic (default h100; only with --nvml sim)")
     p.add_argument("--sample-interval", type=float, default=1.0,
                    help="seconds between NVML and sysfs samples (default 1: rate() error from sample steps under 2%% "
-                        "over a 1m window, at well under 1%% of a core)")
+                        "over a 1m window, at about 1%% of a core for 8 GPUs besides the fast PCIe reads)")
     p.add_argument("--nvml-timeout", type=float, default=2.0,
                    help="seconds an NVML call on a GPU may take, from its start, before the GPU is reported down; "
                         "each GPU has its own thread and deadline (default 2)")

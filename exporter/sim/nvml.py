@@ -31,6 +31,7 @@ moved. Scenarios, comma-separated after the profile (``--nvml sim:gb200,degraded
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import struct
 import threading
@@ -106,7 +107,18 @@ def fabric_version(struct: type[ctypes.Structure], version: int) -> int:
     return ctypes.sizeof(struct) | version << 24
 
 
-_BURN = bytes(16384)  # hashed to spend CPU time outside the interpreter lock (about 10-40 us a pass)
+_BURN = memoryview(bytes(2**20))  # hashed to spend CPU time outside the interpreter lock (~0.7 ms a pass)
+
+
+@functools.cache
+def _hash_rate() -> float:
+    """Bytes per second sha256 hashes here (the fastest of a few passes), measured on first use."""
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        hashlib.sha256(_BURN)
+        best = min(best, time.perf_counter() - t0)
+    return len(_BURN) / best
 _ENTRY = ctypes.sizeof(pynvml.c_nvmlFieldValue_t)  # 40 bytes: timestamp at 8, the value union at 32
 _TIMESTAMP, _VALUE = struct.Struct("<q"), struct.Struct("<Q")
 _FABRIC_V2 = fabric_version(pynvml.c_nvmlGpuFabricInfo_v2_t, 2)
@@ -320,8 +332,9 @@ class SimNvml:
             time.sleep(seconds)
             return
         end = time.perf_counter() + seconds
-        while time.perf_counter() < end:
-            hashlib.sha256(_BURN)
+        # hashes of the right length, so the lock is released and taken back about once, as by one C call
+        while (left := end - time.perf_counter()) > 0:
+            hashlib.sha256(_BURN[: max(4096, min(len(_BURN), int(left * _hash_rate())))])
 
     def _gpu(self, handle: SimGpu, cost: str = "call") -> SimGpu:
         self.calls += 1
