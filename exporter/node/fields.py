@@ -1,15 +1,15 @@
 """The NVML field families the agent reads, and the rules for what each answer means.
 
 Every rule cites its source: ``nvml.h`` is ``gen/nvml/nvml.h`` in NVIDIA/go-nvml @2f9e261 (the
-header nvidia-ml-py 13.615 mirrors), "Datadog" is DataDog/datadog-agent
+header nvidia-ml-py 13.615 mirrors), "Datadog" is DataDog/datadog-agent @022d2dc
 ``pkg/collector/corechecks/gpu/nvidia/nvlink_fields.go`` (the Agent's NVML GPU check).
 
 A family is the unit of support: ``gangscope_gpu_field_supported{gpu,family}`` is 1 when any of
 its fields answered on any link of that GPU, 0 when every one answered "unsupported". Support is
 decided per device, never per generation, from the return codes (nvml.h line 3017: "This must
 be checked before looking at value"), and remembered: a field that answered unsupported is not
-asked for again on that GPU (Datadog: "unsupported fields are returned from the start, and
-their status does not change").
+asked for again on that GPU (Datadog, nvlink_fields.go getPortMetrics: "unsupported fields are
+returned from the start, and their status does not change").
 """
 
 from __future__ import annotations
@@ -29,20 +29,20 @@ class FieldFamily:
     per_link: bool = True  # scopeId = link id (nvml.h lines 2598, 2647, 2673, 2745)
     # INVALID_ARGUMENT means "unsupported" for these: Datadog marks fields on which "older
     # architectures return INVALID_ARGUMENT immediately instead of cleanly reporting
-    # ERROR_NOT_SUPPORTED" (nvlink_fields.go, markUnsupportedOnInvalidArgument, set for
-    # NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS). The NVLink5 counters 201-222 are the fields
+    # ERROR_NOT_SUPPORTED" (nvlink_fields.go lines 26-29, markUnsupportedOnInvalidArgument, set for
+    # NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS on line 79). The NVLink5 counters 201-222 are the fields
     # those architectures predate, so the whole NVLink5 group is treated so.
     invalid_argument_is_unsupported: bool = False
 
 
 # 138-141: cumulative KiB per link (nvml.h 2596-2605; Datadog: "they report cumulative bytes
-# transferred"), valueType unsigned long long.
+# transferred", nvlink_fields.go lines 46-47), valueType unsigned long long.
 NVLINK_DATA = FieldFamily("nvlink_throughput", (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
                                                 pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX))
 NVLINK_RAW = FieldFamily("nvlink_raw_throughput", (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX,
                                                    pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX))
 # 202/204: "Total Tx/Rx bytes on the link in NVLink5" (nvml.h 2748-2750), in bytes; read only
-# where 138/139 are unsupported (Datadog lists them as the "alternative throughput fields").
+# where 138/139 are unsupported (Datadog lists them as the "alternative throughput fields", lines 53-55).
 NVLINK5_BYTES = FieldFamily("nvlink5_bytes", (pynvml.NVML_FI_DEV_NVLINK_COUNT_XMIT_BYTES,
                                               pynvml.NVML_FI_DEV_NVLINK_COUNT_RCV_BYTES),
                             invalid_argument_is_unsupported=True)
