@@ -343,6 +343,26 @@ def workload() -> dash.Dashboard:
                            Q(f"sum by (node, gpu) (rate(gangscope_pcie_transmit_bytes_total[{RATE}]) + rate(gangscope_pcie_receive_bytes_total[{RATE}])) * {WL_GPUS}", "{{node}} GPU {{gpu}}")),
                 ],
             ),
+            (
+                "Stragglers",
+                [
+                    series("Slowest GPU against the gang's median",
+                           "Dispersion of the gang: the slowest GPU's NVLink and PCIe bytes per second divided by the median GPU's "
+                           "(recorded *_gpu_bytes:rate5m_min_over_median). 1 is an even gang; GangscopeGPUStraggler fires below 0.5.",
+                           "percentunit",
+                           Q(f"namespace_workload:gangscope_nvlink_gpu_bytes:rate5m_min_over_median{{{WL}}}", "NVLink"),
+                           Q(f"namespace_workload:gangscope_pcie_gpu_bytes:rate5m_min_over_median{{{WL}}}", "PCIe"), span=8),
+                    series("Per-GPU NVLink against the median",
+                           "Each GPU's NVLink bytes per second (both directions) with its node and rack, and the gang's median "
+                           "(recorded namespace_workload_gpu:gangscope_nvlink_bytes:rate5m).", "Bps",
+                           Q(f"namespace_workload_gpu:gangscope_nvlink_bytes:rate5m{{{WL}}}", "{{rack}} {{node}} GPU {{gpu}}"),
+                           Q(f"namespace_workload:gangscope_nvlink_gpu_bytes:rate5m_median{{{WL}}}", "median"), span=8),
+                    series("GPU utilisation (dcgm-exporter)",
+                           "dcgm-exporter's DCGM_FI_DEV_GPU_UTIL of the workload's GPUs, joined by UUID to gangscope's workload "
+                           "labels (uuid:DCGM_FI_DEV_GPU_UTIL:join); empty where dcgm-exporter is not scraped.", "percent",
+                           Q(f"max by (node, gpu) (uuid:DCGM_FI_DEV_GPU_UTIL:join{{{WL}}})", "{{node}} GPU {{gpu}}"), span=8),
+                ],
+            ),
         ],
     )
 
@@ -399,6 +419,26 @@ def interconnect() -> dash.Dashboard:
                            Q(f"rate(gangscope_fabric_port_receive_bytes_total{{{NODE}}}[{RATE}])", "{{node}} {{device}}/{{port}} rx"), span=16),
                     timeline("Fabric port state", "Each port's state: 1 up, 0 down.", "short",
                              Q(f"min by (node, device, port) (gangscope_fabric_port_up{{{NODE}}})", "{{node}} {{device}}/{{port}}"), span=8, height=8),
+                ],
+            ),
+            (
+                "Hardware truth",
+                [
+                    grid("NVLink domain and rack position",
+                         "What the GPUs report about where they are: NVLink fabric cluster and clique (nvmlDeviceGetGpuFabricInfoV) "
+                         "and chassis, slot and tray (nvmlDeviceGetPlatformInfo, Blackwell), next to the node's rack label.", "short",
+                         Q(f"max by (node, rack, gpu, cluster_uuid, clique_id, state) (gangscope_gpu_fabric_info{{{sel}}})"),
+                         Q(f"max by (node, rack, gpu, chassis_serial, slot, tray, host_id) (gangscope_gpu_platform_info{{{sel}}})"), span=12),
+                    timeline("Fabric health", "NVLink fabric health checks per GPU: 1 the problem is present (degraded bandwidth, "
+                             "route recovery or unhealthy, access timeout, incorrect configuration).", "short",
+                             Q(f"max by (node, gpu, check) (gangscope_gpu_fabric_health{{{sel}}})", "{{node}} GPU {{gpu}} {{check}}"),
+                             span=12, height=8),
+                    grid("Field families supported", "Per GPU, which NVML field families the driver answers (1) or reports "
+                         "unsupported (0): a family at 0 explains a missing series.", "short",
+                         Q(f"max by (node, gpu, family) (gangscope_gpu_field_supported{{{sel}}})"), span=12),
+                    series("PCIe counter read gaps", "Reads of 32-bit PCIe byte counters further apart than one wrap at the link's "
+                           "maximum rate, per interval; their bytes are estimated. Normally zero.", "short",
+                           Q(f"increase(gangscope_pcie_read_gaps_total{{{sel}}}[{RATE}]) > 0", "{{node}} GPU {{gpu}}"), span=12),
                 ],
             ),
         ],

@@ -4,7 +4,7 @@ and Pods, plus a timeline of changes. The demo, the end-to-end test and the benc
 Everything is plain Kubernetes JSON (dicts), exactly what the API server would return, so the
 same objects can be served by the simulated API server or written to a dump for ``snapshot``.
 
-The default scenario is 2 blocks x 2 racks x 4 nodes x 8 GPUs:
+The default scenario is 2 blocks x 2 racks x 4 nodes x 8 H100 GPUs, plus an NVL72 rack:
 
 ========================  ==========================================================
 block-1 / rack-1          ``llama-train``: 4 pods x 8 GPUs, running
@@ -20,6 +20,10 @@ elsewhere                 queued, inadmissible (quota, a Kueue 0.14-style ``Pend
                           waiting for preemptions, blocked by a ProvisioningRequest admission
                           check, in backoff after a PodsReadyTimeout eviction, finished and
                           deactivated Workloads
+block-3 / rack-3-1        an NVL72 rack: 4 GB200 nodes (4 GPUs each) in one chassis and NVLink
+                          clique running ``llama-gb200``, one of them with a degraded fabric,
+                          and a fifth node labelled into the rack whose GPUs report another
+                          chassis and clique (the hardware-truth alerts)
 ========================  ==========================================================
 
 Conditions, reasons and messages are the ones Kueue writes (exporter/cluster/workload_state.py
@@ -36,6 +40,7 @@ from typing import Any
 Obj = dict[str, Any]
 
 BLOCK_LABEL = "cloud.provider.com/topology-block"
+CLIQUE_LABEL = "nvidia.com/gpu.clique"  # GPU feature discovery: <fabric cluster UUID>.<clique id>
 RACK_LABEL = "cloud.provider.com/topology-rack"
 HOST_LABEL = "kubernetes.io/hostname"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -77,6 +82,21 @@ class Placement:
     pods: list[tuple[str, list[int]]]
 
 
+@dataclass(frozen=True)
+class NodeHardware:
+    """What a node's simulated NVML is: a GPU generation (exporter.sim.gpus; empty: the demo's
+    --sim-profile), NVML scenarios, and for NVL72 nodes the fabric cluster, clique and chassis
+    position its GPUs report."""
+
+    profile: str = ""
+    scenarios: tuple[str, ...] = ()
+    cluster_uuid: str = ""
+    clique_id: int = 0
+    chassis_serial: str = ""
+    slot: int = 0
+    tray: int = 0
+
+
 @dataclass
 class Scenario:
     """Initial objects by resource, and a timeline of (seconds after start, event type, object)."""
@@ -91,6 +111,8 @@ class Scenario:
     pods: list[Obj] = field(default_factory=list)
     placements: list[Placement] = field(default_factory=list)
     timeline: list[tuple[float, str, Obj]] = field(default_factory=list)
+    hardware: dict[str, NodeHardware] = field(default_factory=dict)  # node -> its GPUs (default: 8 H100)
+    degraded_node: str = ""  # the node whose NVML has a link down and a PCIe link down-trained
 
     def all_objects(self) -> list[Obj]:
         return [
@@ -198,12 +220,14 @@ def _workload(
     }
 
 
-def _admit(wl: Obj, cq: str, hosts: list[str], at: datetime, gpus_per_pod: int, tas: bool = True) -> None:
+def _admit(wl: Obj, cq: str, hosts: list[str], at: datetime, gpus_per_pod: int, tas: bool = True,
+           flavor: str = "") -> None:
     """Reserve quota and admit with a v1beta2 hostname-only assignment (one pod per host); without
-    ``tas``, in a flavor without a topology, so with no topology assignment."""
+    ``tas``, in a flavor without a topology, so with no topology assignment; ``flavor`` overrides
+    the flavor's name."""
     count = wl["spec"]["podSets"][0]["count"]
     prefix = _common_prefix(hosts)
-    flavor = "h100-tas" if tas else "h100"
+    flavor = flavor or ("h100-tas" if tas else "h100")
     assignment: Obj = {
         "name": "main",
         "count": count,
@@ -415,7 +439,55 @@ def build_default(now: datetime | None = None, blocks: int = 2, racks: int = 2, 
     sc.workloads.extend([queued, inadmissible, preempting, checks, timed_out, finished, deactivated])
 
     _node_failure_timeline(sc, vit, hosts[(2, 2)][1], now)
+    sc.degraded_node = hosts[(2, 1)][-1]
+    sc.hardware[sc.degraded_node] = NodeHardware(scenarios=("degraded",))
+    sc.hardware[hosts[(1, 1)][1]] = NodeHardware(scenarios=("straggler",))  # one of llama-train's GPUs lags
+    _nvl72_rack(sc, now, blocks + 1)
     return sc
+
+
+NVL72_CLUSTER = "7b968a6d-c8aa-45e1-9e07-e1e51be99c31"  # the fabric cluster UUID of GPU feature discovery's example
+
+
+def _nvl72_rack(sc: Scenario, now: datetime, block: int) -> None:
+    """An NVL72 rack of GB200 compute trays (4 GPUs each), and a node mislabelled into it.
+
+    Nodes n1-n4 are trays of one chassis and one NVLink clique, labelled with the rack and with
+    nvidia.com/gpu.clique as GPU feature discovery sets it; ``llama-gb200`` runs on them and n2's
+    fabric reports degraded bandwidth. n5 carries the same rack and clique labels, but its GPUs
+    report another chassis and clique: a node moved or miscabled, which only the hardware shows.
+    """
+    gpus = 4
+    rack = f"rack-{block}-1"
+    names = [f"gpu-b{block}-r1-n{n}" for n in range(1, 6)]
+    for i, name in enumerate(names):
+        node = _node(name, f"block-{block}", rack)
+        labels = node["metadata"]["labels"]
+        labels["nvidia.com/gpu.product"] = "NVIDIA-GB200"
+        labels[CLIQUE_LABEL] = f"{NVL72_CLUSTER}.1"
+        node["status"] = {"capacity": {GPU_RESOURCE: str(gpus)}, "allocatable": {GPU_RESOURCE: str(gpus)}}
+        sc.nodes.append(node)
+        odd = i == 4
+        sc.hardware[name] = NodeHardware(
+            "gb200", ("fabric-degraded",) if i == 1 else (), NVL72_CLUSTER, 2 if odd else 1,
+            "1821224099871" if odd else "1821224012345", slot=(3 if odd else 10 + i), tray=(0 if odd else i))
+    sc.resource_flavors.append({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "gb200-tas", "uid": _uid("rf-gb200")},
+        "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-GB200"}, "topologyName": "gpu-topology"},
+    })
+    created = now - timedelta(hours=2)
+    wl = _workload("llama-gb200", "ml-team", "ml-team-queue", 4, gpus, created, podgroup="llama-gb200")
+    _admit(wl, "gpu-cluster-queue", names[:4], created + timedelta(minutes=2), gpus, flavor="gb200-tas")
+    wl["status"]["conditions"].append(
+        _cond("PodsReady", "True", "Started", "All pods reached readiness and the workload is running", created + timedelta(minutes=4)))
+    sc.workloads.append(wl)
+    sc.podgroups.append(_podgroup("llama-gb200", "ml-team", wl["metadata"]["ownerReferences"][0]["uid"], 4, "Running", 4,
+                                  created + timedelta(minutes=2)))
+    bound = []
+    for i, name in enumerate(names[:4]):
+        sc.pods.append(_pod(wl, i, name, list(range(gpus)), "Running"))
+        bound.append((name, list(range(gpus))))
+    sc.placements.append(Placement(wl["metadata"]["name"], "ml-team", "llama-gb200", bound))
 
 
 def _node_failure_timeline(sc: Scenario, wl: Obj, failed_node: str, now: datetime) -> None:
