@@ -4,6 +4,7 @@ readiness held back; granted later, a forbidden source comes up at the next disc
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 
@@ -34,17 +35,25 @@ async def test_forbidden_sources_are_down_the_rest_served(real_api: RealCluster,
     ])
     collector = await started_collector(real_api.kubeconfig(tmp_path / "kc", real_api.token(ns, "partial")))
     try:
-        await eventually(lambda: collector.store.workload(ns, "visible") is not None, timeout=10)
+        # Ready once every source has synced or is known forbidden: forbidden ones never hold it back.
+        await eventually(lambda: collector.sources.ready()[0], timeout=15)
+        assert collector.store.workload(ns, "visible") is not None
         status, text = await scrape(collector.port)
         s = series(text)
         up = {r.source: s[sample("gangscope_source_up", source=r.source)] for r in COLLECTOR_RESOURCES}
         assert up == {r.source: 1.0 if r.source in ALLOWED else 0.0 for r in COLLECTOR_RESOURCES}
         states = {n: st.state for n, st in collector.sources.sources.items()}
-        assert {n for n, st in states.items() if st == "forbidden"} == set(states) - ALLOWED
+        assert {n for n, st in states.items() if st == "forbidden"} == set(states) - ALLOWED, states
         assert s[sample("gangscope_source_errors_total", source="resourceflavors")] >= 1
         assert [dict(k[1])["workload"] for k in s if k[0] == "gangscope_workload_info" and ("namespace", ns) in k[1]] == ["visible"]
         ready, body = await scrape(collector.port, "/readyz")
         assert ready == 200 and "resourceflavors (forbidden)" in body
+        # Forbidden sources are asked again every discovery interval (0.2 s here); neither their
+        # state nor readiness may flap meanwhile.
+        for _ in range(100):
+            assert collector.sources.ready()[0]
+            assert {n for n, st in collector.sources.sources.items() if st.state == "forbidden"} == set(states) - ALLOWED
+            await asyncio.sleep(0.02)
 
         # RBAC granted later: the source comes up at the next discovery, nothing restarted.
         real_api.service_account(ns, "partial", cluster_roles=["gangscope-collector"])
