@@ -22,7 +22,7 @@ import argparse
 import dataclasses
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,8 @@ class Config:
     rate_window: str
     alerts: dict[str, dict[str, Any]]
     demo: dict[str, str]
+    hardware_level: str = "rack"
+    dcgm_join: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path = CONFIG) -> Config:
@@ -74,6 +76,13 @@ class Config:
         levels = tuple(raw["topology_levels"])
         if raw["domain_alert_level"] not in levels:
             raise ValueError(f"domain_alert_level {raw['domain_alert_level']!r} is not one of topology_levels {levels}")
+        hardware = raw.get("hardware_domain_level", "rack")
+        if hardware not in levels:
+            raise ValueError(f"hardware_domain_level {hardware!r} is not one of topology_levels {levels}")
+        dcgm = dict(raw.get("dcgm_join") or {})
+        bad = {k: v for k, v in dcgm.items() if v not in _DCGM_AGGREGATIONS or not re.fullmatch(r"DCGM_FI_[A-Z0-9_]+", k)}
+        if bad:
+            raise ValueError(f"dcgm_join: want DCGM_FI_* families aggregated by one of {_DCGM_AGGREGATIONS}, got {bad}")
         for name, alert in raw["alerts"].items():
             if alert.get("severity") not in ("critical", "warning", "info"):
                 raise ValueError(f"{name}: severity must be critical, warning or info")
@@ -88,6 +97,8 @@ class Config:
             rate_window=raw["rate_window"],
             alerts=raw["alerts"],
             demo={key: raw["demo"][key] for key in ("interval", "for", "window", "rate_window")},
+            hardware_level=hardware,
+            dcgm_join=dcgm,
         )
 
     def shortened(self) -> Config:
@@ -105,6 +116,13 @@ class Config:
     def domain_labels(self) -> tuple[str, ...]:
         """Labels of the domain-alert level and the levels above it, e.g. (block, rack)."""
         return self.levels[: self.levels.index(self.domain_level) + 1]
+
+    def hardware_labels(self) -> tuple[str, ...]:
+        """Labels of the hardware-truth level and the levels above it (rack names may repeat across blocks)."""
+        return self.levels[: self.levels.index(self.hardware_level) + 1]
+
+
+_DCGM_AGGREGATIONS = ("avg", "max", "min", "sum")
 
 
 # --- PromQL building blocks -------------------------------------------------------------------
@@ -161,30 +179,16 @@ def new_or_increase(selector: str, window: str) -> str:
     return f"((({born}) and on (job, instance) (up offset {window} == 1)) * 1 or increase({selector}[{window}]))"
 
 
-def evicted_workloads_per_domain(reason: str, window: str, levels: tuple[str, ...], domain: tuple[str, ...]) -> str:
-    """Distinct Workloads evicted for `reason` within the window, per domain (e.g. per rack).
+def evictions_per_domain(reason: str, window: str, domain: tuple[str, ...]) -> str:
+    """Evictions for `reason` within the window, per domain (e.g. per rack).
 
-    gangscope_topology_evictions_total counts one eviction once per lowest domain (host) of the
-    Workload's last assignment, so summing it over a rack's hosts counts a Workload spread over 4
-    hosts as 4 evictions. It has no workload label, so the Workloads come from
-    gangscope_workload_evictions_total, and their placement from gangscope_workload_topology_pods
-    over the whole window: Kueue may re-admit an evicted Workload elsewhere within minutes, and its
-    current placement would then name the wrong rack. The host counter stays as the evidence of
-    where the eviction happened: a Workload counts in a domain only through a host the counter
-    charged, so its new placement in another rack does not count there. `and` (not `*`) joins,
-    because a host holds many Workloads and a Workload many hosts.
+    The collector counts each eviction once per domain at its --eviction-level (the level above
+    the host by default) of the Workload's last assignment, so summing gangscope_topology_evictions_total
+    over the domain's labels gives the Workloads evicted there, with no correction for how many
+    hosts each one used.
     """
-    hosts = new_or_increase(f'gangscope_topology_evictions_total{{reason="{reason}"}}', window)
-    workloads = new_or_increase(f'gangscope_workload_evictions_total{{reason="{reason}"}}', window)
-    return (
-        f"count by ({_by(domain)}) (\n"
-        f"  max by ({_by(('namespace', 'workload', *domain))}) (\n"
-        f"    max_over_time(gangscope_workload_topology_pods[{window}])\n"
-        f"    and on ({_by(levels)}) (sum by ({_by(levels)}) {hosts} > 0)\n"
-        "  )\n"
-        f"  and on (namespace, workload) (max by (namespace, workload) {workloads} > 0)\n"
-        ")"
-    )
+    return (f"sum by ({_by(domain)}) (\n  "
+            + new_or_increase(f'gangscope_topology_evictions_total{{reason="{reason}"}}', window) + "\n)")
 
 
 def _desc_domain(domain: tuple[str, ...]) -> str:
@@ -216,6 +220,7 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
         }
 
     w = a["GangscopeWorkloadInadmissible"]
+    mis = a["GangscopeWorkloadMisconfigured"]
     cq_nf = a["GangscopeClusterQueueNodeFailureEvictions"]
     dom_nf = a["GangscopeDomainNodeFailureEvictions"]
     wl_nf = a["GangscopeWorkloadNodeFailureEviction"]
@@ -247,11 +252,20 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
             "as they are (no matching flavor, quota or LocalQueue).",
         ),
         rule(
-            "GangscopeWorkloadInadmissible",
-            workload_cq('max by (namespace, workload) (gangscope_workload_stage{stage="inadmissible"}) == 1'),
-            "A workload has been inadmissible for a long time.",
+            "GangscopeWorkloadMisconfigured",
+            workload_cq('max by (namespace, workload, reason) (gangscope_workload_pending_reason{category="configuration"}) == 1'),
+            "A workload cannot be admitted as it is configured.",
             f"Workload {wl} in ClusterQueue {{{{ $labels.cluster_queue }}}} has been inadmissible for more than "
-            f"{w['for']}. Run {explain} for Kueue's message.",
+            f"{mis['for']} with reason {{{{ $labels.reason }}}}: a missing queue, no matching flavor or a request above "
+            f"the queue's maximum, which will not clear by itself. Run {explain} for Kueue's message.",
+        ),
+        rule(
+            "GangscopeWorkloadInadmissible",
+            workload_cq('max by (namespace, workload, reason) (gangscope_workload_pending_reason{category="capacity"}) == 1'),
+            "A workload has waited for capacity for a long time.",
+            f"Workload {wl} in ClusterQueue {{{{ $labels.cluster_queue }}}} has waited for quota or topology room for "
+            f"more than {w['for']} (reason {{{{ $labels.reason }}}}). Run {explain} for Kueue's message and the "
+            "workload's queue position.",
         ),
     ]
     evictions = [
@@ -266,8 +280,7 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
         ),
         rule(
             "GangscopeDomainNodeFailureEvictions",
-            evicted_workloads_per_domain("NodeFailures", dom_nf["window"], cfg.levels, dom)
-            + f" >= {dom_nf['min_evictions']}",
+            evictions_per_domain("NodeFailures", dom_nf["window"], dom) + f" >= {dom_nf['min_evictions']}",
             f"Workloads placed in one {cfg.domain_level} were evicted because of node failures.",
             f"{{{{ $value }}}} workloads placed in {_desc_domain(dom)} were evicted with reason NodeFailures in the "
             f"last {dom_nf['window']}. Check that {cfg.domain_level}'s nodes, power and switches.",
@@ -442,12 +455,83 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
             "others not at all.",
         ),
     ]
+    hw = cfg.hardware_level
+    hw_labels = cfg.hardware_labels()
+    hw_sel = ", ".join(f"{label}=%q" for label in hw_labels)
+    hw_args = " ".join(f"$labels.{label}" for label in hw_labels)
+    hw_nodes = (
+        f'{{{{ range printf "count by (node, chassis_serial) (gangscope_gpu_platform_info{{{hw_sel}}})" {hw_args} | query | sortByLabel "node" }}}}'
+        "{{ .Labels.node }} (chassis {{ .Labels.chassis_serial }}) {{ end }}"
+        f'{{{{ range printf "count by (node, cluster_uuid, clique_id) (gangscope_gpu_fabric_info{{{hw_sel}, clique_id!=\\"\\"}})" '
+        f'{hw_args} | query | sortByLabel "node" }}}}'
+        "{{ .Labels.node }} (clique {{ .Labels.cluster_uuid }}.{{ .Labels.clique_id }}) {{ end }}"
+    )
+    domain_nodes = (
+        "{{ with $labels.chassis_serial }}"
+        f'{{{{ range printf "count by (node, {_by(hw_labels)}) (gangscope_gpu_platform_info{{chassis_serial=%q}})" . | query | sortByLabel "node" }}}}'
+        "{{ .Labels.node }} (" + ", ".join(f"{label} {{{{ .Labels.{label} }}}}" for label in hw_labels) + ") {{ end }}"
+        "{{ else }}"
+        f'{{{{ range printf "count by (node, {_by(hw_labels)}) (gangscope_gpu_fabric_info{{cluster_uuid=%q, clique_id=%q}})" '
+        '$labels.cluster_uuid $labels.clique_id | query | sortByLabel "node" }}'
+        "{{ .Labels.node }} (" + ", ".join(f"{label} {{{{ .Labels.{label} }}}}" for label in hw_labels) + ") {{ end }}"
+        "{{ end }}"
+    )
+    hardware = [
+        rule(
+            "GangscopeTopologyDomainSpansHardware",
+            f"{hw}:gangscope_gpu_chassis:count > 1\nor\n{hw}:gangscope_gpu_fabric_cliques:count > 1",
+            f"Nodes that share a {hw} label are in different chassis or NVLink domains.",
+            f"The nodes labelled {_desc_domain(hw_labels)} report {{{{ $value }}}} different chassis or NVLink cliques "
+            f"from their GPUs, so placement that trusts the {hw} label may split a job across NVLink domains: "
+            + hw_nodes,
+        ),
+        rule(
+            "GangscopeHardwareSpansTopologyDomains",
+            f"chassis:gangscope_gpu_{hw}_labels:count > 1\nor\nclique:gangscope_gpu_{hw}_labels:count > 1",
+            f"One chassis or NVLink domain carries several {hw} labels.",
+            "{{ with $labels.chassis_serial }}Chassis {{ . }}{{ else }}NVLink clique {{ $labels.cluster_uuid }}."
+            f"{{{{ $labels.clique_id }}}}{{{{ end }}}} holds nodes with {{{{ $value }}}} different {hw} labels, so "
+            f"{hw}-level placement cannot keep a job inside it: " + domain_nodes,
+        ),
+        rule(
+            "GangscopeWorkloadOnDegradedFabric",
+            workload_cq("namespace_workload:gangscope_gpu_fabric_unhealthy:count > 0"),
+            "A workload runs on GPUs whose NVLink fabric reports a problem.",
+            f"{{{{ $value }}}} GPUs of workload {wl} (ClusterQueue {{{{ $labels.cluster_queue }}}}) report NVLink fabric "
+            "health problems: "
+            '{{ range printf "max by (node, gpu, check) (gangscope_gpu_fabric_health == 1 and on (node, gpu) '
+            'gangscope_gpu_pod_info{namespace=%q, workload=%q})" $labels.namespace $labels.workload | query | sortByLabel "node" }}'
+            "{{ .Labels.node }} GPU {{ .Labels.gpu }} {{ .Labels.check }}; {{ end }}"
+            f"Run {explain}.",
+        ),
+    ]
+    strag = a["GangscopeGPUStraggler"]
+    per_gpu = f"namespace_workload_gpu:gangscope_nvlink_bytes:rate{rw}"
+    median = f"namespace_workload:gangscope_nvlink_gpu_bytes:rate{rw}_median"
+    stragglers = [
+        rule(
+            "GangscopeGPUStraggler",
+            f"{per_gpu}\n"
+            f"< on (namespace, workload) group_left () {strag['ratio']} * {median}\n"
+            f"and on (namespace, workload) {median} > {strag['min_median_bytes_per_second']:g}\n"
+            f"and on (namespace, workload) count by (namespace, workload) ({per_gpu}) > 1\n"
+            'and on (namespace, workload) max by (namespace, workload) (gangscope_workload_stage{stage="running"}) == 1',
+            "One GPU of a running gang moves far less NVLink traffic than its peers.",
+            f"GPU {{{{ $labels.gpu }}}} of {wl} on node {{{{ $labels.node }}}} ({_desc_domain(cfg.levels)}) moves "
+            f"{{{{ $value | humanize }}}}B/s over NVLink, below {strag['ratio']:g} of its gang's median GPU "
+            f'({{{{ range printf "{median}{{namespace=%q, workload=%q}}" $labels.namespace $labels.workload | query }}}}'
+            "{{ .Value | humanize }}B/s{{ end }}): a straggler candidate that slows every collective of the gang. "
+            f"Run {explain}.",
+        ),
+    ]
     return [
         {"name": "gangscope-admission", "rules": admission},
         {"name": "gangscope-evictions", "rules": evictions},
         {"name": "gangscope-gangs", "rules": gangs},
         {"name": "gangscope-interconnect", "rules": interconnect},
         {"name": "gangscope-self", "rules": selfmon},
+        {"name": "gangscope-hardware", "rules": hardware},
+        {"name": "gangscope-stragglers", "rules": stragglers},
     ]
 
 
@@ -547,7 +631,132 @@ def recording_rules(cfg: Config) -> list[dict[str, Any]]:
     return [
         {"name": "gangscope-interconnect.rules", "rules": throughput},
         {"name": "gangscope-gangs.rules", "rules": gangs},
+        {"name": "gangscope-hardware.rules", "rules": hardware_rules(cfg)},
+        {"name": "gangscope-stragglers.rules", "rules": straggler_rules(cfg)},
+        {"name": "gangscope-dcgm.rules", "rules": dcgm_rules(cfg)},
     ]
+
+
+def hardware_rules(cfg: Config) -> list[dict[str, Any]]:
+    """What the GPUs say about where they are, against the labels placement trusted.
+
+    gangscope_gpu_platform_info (chassis serial, Blackwell) and gangscope_gpu_fabric_info (NVLink
+    cluster and clique) carry the node's topology labels, so counting distinct hardware domains
+    per label value, and distinct label values per hardware domain, finds a mislabelled or
+    miscabled node from either side. A clique is (cluster_uuid, clique_id): clique ids repeat
+    across fabrics, as GPU feature discovery's nvidia.com/gpu.clique label value shows.
+    """
+    hw, labels = cfg.hardware_level, cfg.hardware_labels()
+    by = _by(labels)
+    sel = f'{hw}!=""'
+    return [
+        {"record": f"{hw}:gangscope_gpu_chassis:count",
+         "expr": f"count by ({by}) (count by ({by}, chassis_serial) (gangscope_gpu_platform_info{{{sel}}}))"},
+        {"record": f"{hw}:gangscope_gpu_fabric_cliques:count",
+         "expr": f'count by ({by}) (count by ({by}, cluster_uuid, clique_id) (gangscope_gpu_fabric_info{{{sel}, clique_id!=""}}))'},
+        {"record": f"chassis:gangscope_gpu_{hw}_labels:count",
+         "expr": f"count by (chassis_serial) (count by (chassis_serial, {by}) (gangscope_gpu_platform_info{{{sel}}}))"},
+        {"record": f"clique:gangscope_gpu_{hw}_labels:count",
+         "expr": (f"count by (cluster_uuid, clique_id) (\n  count by (cluster_uuid, clique_id, {by}) "
+                  f'(gangscope_gpu_fabric_info{{{sel}, clique_id!=""}})\n)')},
+        {
+            # GPUs of each workload with any fabric check failing. Many pods per GPU stay on the left
+            # and one series per GPU on the right, as in the throughput joins.
+            "record": "namespace_workload:gangscope_gpu_fabric_unhealthy:count",
+            "expr": (
+                "count by (namespace, workload) (\n"
+                '  max by (node, gpu, namespace, workload) (gangscope_gpu_pod_info{workload!=""})\n'
+                "  * on (node, gpu) group_left ()\n"
+                "  max by (node, gpu) (gangscope_gpu_fabric_health == 1)\n"
+                ")"
+            ),
+        },
+    ]
+
+
+def straggler_rules(cfg: Config) -> list[dict[str, Any]]:
+    """Per-GPU NVLink and PCIe rates of each workload, their median, and slowest / median.
+
+    A gang moves at the pace of its slowest member: a GPU whose interconnect traffic sits far
+    below its peers' (a degraded link, a throttled GPU, a bad host) stalls every collective.
+    Each GPU keeps its node and topology path (from gangscope_gpu_pod_info) so an alert can name
+    where it is.
+    """
+    rw = cfg.rate_window
+    keep = _by(("namespace", "workload", "node", "gpu", *cfg.levels))
+    out: list[dict[str, Any]] = []
+    for family in ("nvlink", "pcie"):
+        per_gpu = f"namespace_workload_gpu:gangscope_{family}_bytes:rate{rw}"
+        median = f"namespace_workload:gangscope_{family}_gpu_bytes:rate{rw}_median"
+        out += [
+            {
+                "record": per_gpu,
+                "expr": (
+                    f"sum by ({keep}) (\n"
+                    f'  max by ({keep}) (gangscope_gpu_pod_info{{workload!=""}})\n'
+                    "  * on (node, gpu) group_left ()\n"
+                    f"  sum by (node, gpu) (gpu:gangscope_{family}_bytes:rate{rw})\n"
+                    ")"
+                ),
+            },
+            {"record": median, "expr": f"quantile by (namespace, workload) (0.5, {per_gpu})"},
+            {
+                "record": f"namespace_workload:gangscope_{family}_gpu_bytes:rate{rw}_min_over_median",
+                "expr": f"min by (namespace, workload) ({per_gpu})\n/ ({median} > 0)",
+            },
+        ]
+    return out
+
+
+def dcgm_rules(cfg: Config) -> list[dict[str, Any]]:
+    """dcgm-exporter's series with gangscope's workload and topology labels.
+
+    Most GPU clusters already run dcgm-exporter; its series carry UUID (and namespace/pod where
+    its pod mapping works) but no topology (rendermetrics/render_metrics.go). The join goes by
+    UUID (GPU UUIDs, MIG instances share their parent's), else by namespace and pod, which
+    Prometheus renames exported_namespace/exported_pod when the ServiceMonitor does not honour
+    labels (dcgm-exporter#85): the UUID path does not depend on them; the pod path only adds the
+    series the UUID path could not join (``ignoring`` the labels the join adds). topk keeps one
+    info series per UUID, so a relabelled node (two series for a moment) cannot make the join fail.
+    """
+    levels = _by(cfg.levels)
+    hw = cfg.hardware_labels()
+    out: list[dict[str, Any]] = [
+        {
+            "record": "uuid:gangscope_gpu_topology:info",
+            "expr": f'label_replace(topk by (uuid) (1, max by (uuid, node, {levels}) (gangscope_gpu_info)), "UUID", "$1", "uuid", "(.+)")',
+        },
+        {
+            "record": "uuid:gangscope_gpu_workload:info",
+            "expr": (
+                "label_replace(\n"
+                '  topk by (uuid) (1, max by (uuid, namespace, workload) (gangscope_gpu_pod_info{workload!=""})),\n'
+                '  "UUID", "$1", "uuid", "(.+)"\n'
+                ")"
+            ),
+        },
+    ]
+    for family, agg in cfg.dcgm_join.items():
+        topo = f"{family} * on (UUID) group_left (node, {levels}) uuid:gangscope_gpu_topology:info"
+        joined = f"uuid:{family}:join"
+        out += [
+            {
+                "record": joined,
+                "expr": (
+                    "(\n"
+                    f"  ({topo})\n"
+                    "  * on (UUID) group_left (namespace, workload) uuid:gangscope_gpu_workload:info\n"
+                    f"  or on (UUID)\n  {topo}\n"
+                    ")\n"
+                    f"or ignoring (node, {levels}, namespace, workload)\n"
+                    f'{family} * on (namespace, pod) group_left (workload) max by (namespace, pod, workload) (gangscope_gpu_pod_info{{workload!=""}})'
+                ),
+            },
+            {"record": f"namespace_workload:{family}:{agg}", "expr": f'{agg} by (namespace, workload) ({joined}{{workload!=""}})'},
+            {"record": f"{cfg.hardware_level}:{family}:{agg}",
+             "expr": f'{agg} by ({_by(hw)}) ({joined}{{{cfg.hardware_level}!=""}})'},
+        ]
+    return out
 
 
 # --- Rendering --------------------------------------------------------------------------------

@@ -181,7 +181,7 @@ async def _measure(url: str, kubeconfig: str, n_workloads: int, scrapes: int) ->
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = parser.parse_args(["--kubeconfig", kubeconfig, "--listen", "127.0.0.1:0"])  # the defaults
-    collector = Collector(args, (), {})
+    collector = Collector(args)
     t0 = time.perf_counter()
     await collector.start()
     await collector.sources.wait_ready(600, poll=0.005)

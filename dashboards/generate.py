@@ -156,28 +156,40 @@ def overview() -> dash.Dashboard:
     return board(
         "gangscope-overview",
         "gangscope / Overview",
-        "The job pipeline across the cluster: queued, inadmissible, admitted, assembling, running; evictions by reason; GPUs held idle by partial gangs.",
+        "The job pipeline across the cluster: queued, inadmissible, preempting, held, admitted, assembling, running; why workloads wait; evictions by reason; GPUs held idle by partial gangs.",
         [cq],
         [
             (
                 "Pipeline",
                 [
                     single("Queued", "Workloads without reserved quota, waiting their turn.", "short",
-                           Q(f'sum((gangscope_workload_stage{{stage="queued"}} == 1) * {IN_CQ}) or vector(0)')),
-                    single("Inadmissible", "Workloads Kueue cannot admit as they are; they will wait forever (GangscopeWorkloadInadmissible).", "short",
-                           Q(f'sum((gangscope_workload_stage{{stage="inadmissible"}} == 1) * {IN_CQ}) or vector(0)')),
+                           Q(f'sum((gangscope_workload_stage{{stage="queued"}} == 1) * {IN_CQ}) or vector(0)'), span=3),
+                    single("Inadmissible", "Workloads Kueue did not admit for want of capacity or because of their configuration "
+                           "(GangscopeWorkloadInadmissible, GangscopeWorkloadMisconfigured).", "short",
+                           Q(f'sum((gangscope_workload_stage{{stage="inadmissible"}} == 1) * {IN_CQ}) or vector(0)'), span=3),
+                    single("Preempting", "Workloads waiting for the workloads Kueue preempted for them to release their quota.", "short",
+                           Q(f'sum((gangscope_workload_stage{{stage="preempting"}} == 1) * {IN_CQ}) or vector(0)'), span=3),
+                    single("Held or in backoff", "Workloads held by policy (stopped queue, admission gate, on hold, waitForPodsReady) or "
+                           "waiting out a requeue backoff after an eviction.", "short",
+                           Q(f'sum((gangscope_workload_stage{{stage=~"held|backoff"}} == 1) * {IN_CQ}) or vector(0)'), span=3),
                     single("Admission checks", "Quota reserved, waiting for admission checks (provisioning, MultiKueue).", "short",
-                           Q(f'sum((gangscope_workload_stage{{stage="admission_checks"}} == 1) * {IN_CQ}) or vector(0)')),
+                           Q(f'sum((gangscope_workload_stage{{stage="admission_checks"}} == 1) * {IN_CQ}) or vector(0)'), span=3),
                     single("Assembling", "Admitted workloads whose pods are not all ready: the gang is being scheduled.", "short",
-                           Q(f'sum((gangscope_workload_stage{{stage="assembling"}} == 1) * {IN_CQ}) or vector(0)')),
-                    single("Running", "Workloads with all pods ready.", "short",
-                           Q(f'sum((gangscope_workload_stage{{stage="running"}} == 1) * {IN_CQ}) or vector(0)')),
+                           Q(f'sum((gangscope_workload_stage{{stage="assembling"}} == 1) * {IN_CQ}) or vector(0)'), span=3),
+                    single("Running", "Admitted workloads with all pods ready, or, where Kueue writes no PodsReady (no waitForPodsReady), "
+                           "with no joined gang still assembling.", "short",
+                           Q(f'sum((gangscope_workload_stage{{stage="running"}} == 1) * {IN_CQ}) or vector(0)'), span=3),
                     single("Idle GPUs", "GPUs held by running pods of gangs below minMember: allocated, no training possible.", "short",
-                           Q('sum(cluster_queue:gangscope_gang_idle_gpus:sum{cluster_queue=~"$cluster_queue"}) or vector(0)')),
+                           Q('sum(cluster_queue:gangscope_gang_idle_gpus:sum{cluster_queue=~"$cluster_queue"}) or vector(0)'), span=3),
                     series("Workloads by stage", "Count of workloads in each pipeline stage over time (gangscope_workload_stage).", "short",
                            Q(stage, "{{stage}}"), stack=True),
                     series("Kueue pending workloads", "Kueue's own pending counts per ClusterQueue: active are waiting for quota, inadmissible cannot be admitted.", "short",
                            Q('sum by (cluster_queue, status) (kueue_pending_workloads{cluster_queue=~"$cluster_queue"})', "{{cluster_queue}} {{status}}")),
+                    series("Why workloads wait", "Workloads not admitted, by what Kueue's reason means: capacity, configuration (will not "
+                           "clear by itself), preemption, policy, backoff, evaluation, admission_check (gangscope_workload_pending_reason).", "short",
+                           Q(f"sum by (category) (gangscope_workload_pending_reason * {IN_CQ})", "{{category}}"), stack=True),
+                    grid("Pending reasons", "Workloads not admitted per Kueue reason token and category, now.", "short",
+                         Q(f"sum by (category, reason) (gangscope_workload_pending_reason * {IN_CQ})")),
                 ],
             ),
             (
@@ -219,21 +231,9 @@ def topology() -> dash.Dashboard:
         " * on (namespace, workload) group_left () (max by (namespace, workload) (gangscope_gang_assembly_stuck) == 1))"
     )
 
-    # Distinct evicted Workloads per rack, as GangscopeDomainNodeFailureEvictions counts them: the
-    # per-host counter says where (each eviction is charged to every host of the Workload's last
-    # assignment), the per-workload counter says which and why; the placement is taken over the
-    # interval because Kueue clears or replaces it when it evicts and re-admits. topk keeps one
-    # reason per Workload so the join stays one-to-one.
-    evicted_per_rack = (
-        "count by (block, rack, reason) (\n"
-        "  max by (namespace, workload, block, rack) (\n"
-        f"    max_over_time(gangscope_workload_topology_pods{{{DOMAIN}}}[{RATE}])\n"
-        f"    and on (block, rack, host) (sum by (block, rack, host) {new_or_increase(f'gangscope_topology_evictions_total{{{DOMAIN}}}')} > 0)\n"
-        "  )\n"
-        "  * on (namespace, workload) group_left (reason)\n"
-        f"  topk by (namespace, workload) (1, sum by (namespace, workload, reason) {new_or_increase('gangscope_workload_evictions_total')} > 0)\n"
-        ")"
-    )
+    # Evicted Workloads per rack, as GangscopeDomainNodeFailureEvictions counts them: the collector
+    # counts each eviction once per domain at its --eviction-level (the rack by default).
+    evicted_per_rack = f"sum by (block, rack, reason) {new_or_increase(f'gangscope_topology_evictions_total{{{DOMAIN}}}')}"
 
     def throughput(family: str, what: str) -> object:
         return series(f"{what} per rack", f"{what} bytes per second per rack, both directions (recorded rack:gangscope_{family}_bytes:rate5m).", "Bps",
@@ -250,9 +250,8 @@ def topology() -> dash.Dashboard:
                 [
                     series("Workloads by stage per rack", "Workloads with pods placed in each rack, by stage (recorded rack:gangscope_workload_stage:count).", "short",
                            Q(f"rack:gangscope_workload_stage:count{{{DOMAIN}}}", "{{block}}/{{rack}} {{stage}}"), span=8),
-                    series("Evicted workloads per rack", "Workloads evicted in each interval with pods in the rack, by reason: a workload spread over "
-                           "several hosts counts once, not once per host as gangscope_topology_evictions_total does. A workload evicted for two "
-                           "reasons within one interval shows under one of them.", "short",
+                    series("Evicted workloads per rack", "Workloads evicted in each interval with pods in the rack, by reason "
+                           "(gangscope_topology_evictions_total, counted once per rack however many hosts a workload used).", "short",
                            Q(evicted_per_rack, "{{block}}/{{rack}} {{reason}}"), span=8),
                     series("Stuck gangs per rack", "Admitted gangs past their schedule timeout, counted in each rack they were placed in.", "short",
                            Q(stuck, "{{block}}/{{rack}}"), span=8),
@@ -309,6 +308,15 @@ def workload() -> dash.Dashboard:
                          Q(f"max by (type, status, reason) (gangscope_workload_condition{{{WL}}})"), span=8),
                     grid("Evictions", "Evictions of this workload so far, by reason (status.schedulingStats.evictions).", "short",
                          Q(f"max by (reason, underlying_cause) (gangscope_workload_evictions_total{{{WL}}})"), span=8),
+                    timeline("Why it waits", "Kueue's reason while the workload is not admitted, and its category (gangscope_workload_pending_reason).", "short",
+                             Q(f"max by (category, reason) (gangscope_workload_pending_reason{{{WL}}}) == 1", "{{category}}: {{reason}}")),
+                    grid("Admission checks", "Each admission check's state and when it last changed (status.admissionChecks).", "dateTimeAsIso",
+                         Q(f"max by (check, state) (gangscope_workload_admission_check{{{WL}}} == 1) * on (check) group_left () "
+                           f"max by (check) (gangscope_workload_admission_check_transition_timestamp_seconds{{{WL}}}) * 1000"), span=12),
+                    series("Queue position", "Position in the ClusterQueue and among the LocalQueue's workloads, from Kueue's visibility "
+                           "API (0: considered next).", "short",
+                           Q(f"max by (cluster_queue) (gangscope_workload_queue_position{{{WL}}})", "{{cluster_queue}}"),
+                           Q(f"max by (local_queue) (gangscope_workload_local_queue_position{{{WL}}})", "{{local_queue}} (LocalQueue)"), span=12),
                     grid("Assignment", "Pods per host of the workload's topology assignment (current or last).", "short",
                          Q(f"max by (podset, block, rack, host) (gangscope_workload_topology_pods{{{WL}}})"), span=12),
                     timeline("PodGroup phase", "Phase of the workload's PodGroup(s) over time.", "short",
@@ -333,6 +341,26 @@ def workload() -> dash.Dashboard:
                            Q(f"rate(gangscope_nvlink_transmit_bytes_total[{RATE}]) * {WL_GPUS}", "{{node}} GPU {{gpu}} link {{link}}")),
                     series("PCIe per GPU", "PCIe transmit plus receive bytes per second of each of the workload's GPUs.", "Bps",
                            Q(f"sum by (node, gpu) (rate(gangscope_pcie_transmit_bytes_total[{RATE}]) + rate(gangscope_pcie_receive_bytes_total[{RATE}])) * {WL_GPUS}", "{{node}} GPU {{gpu}}")),
+                ],
+            ),
+            (
+                "Stragglers",
+                [
+                    series("Slowest GPU against the gang's median",
+                           "Dispersion of the gang: the slowest GPU's NVLink and PCIe bytes per second divided by the median GPU's "
+                           "(recorded *_gpu_bytes:rate5m_min_over_median). 1 is an even gang; GangscopeGPUStraggler fires below 0.5.",
+                           "percentunit",
+                           Q(f"namespace_workload:gangscope_nvlink_gpu_bytes:rate5m_min_over_median{{{WL}}}", "NVLink"),
+                           Q(f"namespace_workload:gangscope_pcie_gpu_bytes:rate5m_min_over_median{{{WL}}}", "PCIe"), span=8),
+                    series("Per-GPU NVLink against the median",
+                           "Each GPU's NVLink bytes per second (both directions) with its node and rack, and the gang's median "
+                           "(recorded namespace_workload_gpu:gangscope_nvlink_bytes:rate5m).", "Bps",
+                           Q(f"namespace_workload_gpu:gangscope_nvlink_bytes:rate5m{{{WL}}}", "{{rack}} {{node}} GPU {{gpu}}"),
+                           Q(f"namespace_workload:gangscope_nvlink_gpu_bytes:rate5m_median{{{WL}}}", "median"), span=8),
+                    series("GPU utilisation (dcgm-exporter)",
+                           "dcgm-exporter's DCGM_FI_DEV_GPU_UTIL of the workload's GPUs, joined by UUID to gangscope's workload "
+                           "labels (uuid:DCGM_FI_DEV_GPU_UTIL:join); empty where dcgm-exporter is not scraped.", "percent",
+                           Q(f"max by (node, gpu) (uuid:DCGM_FI_DEV_GPU_UTIL:join{{{WL}}})", "{{node}} GPU {{gpu}}"), span=8),
                 ],
             ),
         ],
@@ -391,6 +419,26 @@ def interconnect() -> dash.Dashboard:
                            Q(f"rate(gangscope_fabric_port_receive_bytes_total{{{NODE}}}[{RATE}])", "{{node}} {{device}}/{{port}} rx"), span=16),
                     timeline("Fabric port state", "Each port's state: 1 up, 0 down.", "short",
                              Q(f"min by (node, device, port) (gangscope_fabric_port_up{{{NODE}}})", "{{node}} {{device}}/{{port}}"), span=8, height=8),
+                ],
+            ),
+            (
+                "Hardware truth",
+                [
+                    grid("NVLink domain and rack position",
+                         "What the GPUs report about where they are: NVLink fabric cluster and clique (nvmlDeviceGetGpuFabricInfoV) "
+                         "and chassis, slot and tray (nvmlDeviceGetPlatformInfo, Blackwell), next to the node's rack label.", "short",
+                         Q(f"max by (node, rack, gpu, cluster_uuid, clique_id, state) (gangscope_gpu_fabric_info{{{sel}}})"),
+                         Q(f"max by (node, rack, gpu, chassis_serial, slot, tray, host_id) (gangscope_gpu_platform_info{{{sel}}})"), span=12),
+                    timeline("Fabric health", "NVLink fabric health checks per GPU: 1 the problem is present (degraded bandwidth, "
+                             "route recovery or unhealthy, access timeout, incorrect configuration).", "short",
+                             Q(f"max by (node, gpu, check) (gangscope_gpu_fabric_health{{{sel}}})", "{{node}} GPU {{gpu}} {{check}}"),
+                             span=12, height=8),
+                    grid("Field families supported", "Per GPU, which NVML field families the driver answers (1) or reports "
+                         "unsupported (0): a family at 0 explains a missing series.", "short",
+                         Q(f"max by (node, gpu, family) (gangscope_gpu_field_supported{{{sel}}})"), span=12),
+                    series("PCIe counter read gaps", "Reads of 32-bit PCIe byte counters further apart than one wrap at the link's "
+                           "maximum rate, per interval; their bytes are estimated. Normally zero.", "short",
+                           Q(f"increase(gangscope_pcie_read_gaps_total{{{sel}}}[{RATE}]) > 0", "{{node}} GPU {{gpu}}"), span=12),
                 ],
             ),
         ],

@@ -34,6 +34,20 @@ def add_topology(p: argparse.ArgumentParser) -> None:
                    help="Prometheus label name for a node label key (repeatable)")
 
 
+DEFAULT_GPU_RESOURCES = ("nvidia.com/gpu",)
+
+
+def add_gpu_resource(p: argparse.ArgumentParser) -> None:
+    """``--gpu-resource`` of the collector, snapshot and explain (the agent's has device prefixes)."""
+    p.add_argument("--gpu-resource", action="append", default=None, metavar="NAME",
+                   help="extended resource counted as GPUs in gangscope_workload_requested_gpus "
+                        "(repeatable; default nvidia.com/gpu)")
+
+
+def gpu_resources(args: argparse.Namespace) -> tuple[str, ...]:
+    return tuple(args.gpu_resource or DEFAULT_GPU_RESOURCES)
+
+
 def topology_from_args(args: argparse.Namespace) -> tuple[TopologyLevels, dict[str, str]]:
     """Levels given by flags (possibly only the hostname) and the alias overrides."""
     overrides = parse_alias_overrides(args.topology_alias)

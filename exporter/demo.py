@@ -39,6 +39,7 @@ import yaml
 
 from .config import add_logging
 from .logs import start_logging
+from .node.main import SIM_PROFILES
 
 log = structlog.get_logger(__name__)
 
@@ -72,9 +73,12 @@ def demo_rules(folder: Path) -> tuple[list[Path], str]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (default 0: until Ctrl-C)")
     p.add_argument("--scenario", choices=SCENARIOS, default="default",
-                   help="default: 2 blocks x 2 racks x 4 nodes x 8 GPUs, a node fails at +20 s and its Workload is "
-                        "evicted at +40 s; static: the same cluster without the timeline (default default)")
+                   help="default: 2 blocks x 2 racks x 4 nodes x 8 H100 GPUs and an NVL72 rack of GB200 nodes, a node "
+                        "fails at +20 s and its Workload is evicted at +40 s; static: the same cluster without the "
+                        "timeline (default default)")
     p.add_argument("--host", default="127.0.0.1", help="loopback address the demo's servers listen on (default 127.0.0.1)")
+    p.add_argument("--sim-profile", default="h100", choices=SIM_PROFILES,
+                   help="GPU generation of the 16 nodes of blocks 1 and 2 (the NVL72 rack is always gb200) (default h100)")
     p.add_argument("--prometheus", action="store_true",
                    help="also start Debian's prometheus scraping the demo with the project's rules, shortened so that they "
                         "fire within two minutes, and print each alert as it fires (needs /usr/bin/prometheus)")
@@ -103,6 +107,7 @@ class Demo:
     prometheus: subprocess.Popen | None = None
     prometheus_port: int = 0
     started_at: float = 0.0
+    sim_profile: str = "h100"  # the GPU generation of the nodes the scenario does not give one
 
     async def start(self) -> None:
         from .cluster.main import Collector, add_arguments as collector_args
@@ -128,7 +133,7 @@ class Demo:
         parser = argparse.ArgumentParser()
         collector_args(parser)
         args = parser.parse_args(["--listen", f"{self.host}:0", "--kubeconfig", self.kubeconfig, "--discovery-interval", "30"])
-        self.collector = Collector(args, (), {})
+        self.collector = Collector(args)
         await self.collector.start()
         for node in self.scenario.node_names():
             await self._start_node(node)
@@ -144,13 +149,12 @@ class Demo:
         from .node.agent import Agent
         from .node.main import add_arguments as agent_args
         from .sim.kubelet import SimKubelet
-        from .sim.nvml import SimNvml
-        from .sim.scenario import BLOCK_LABEL, RACK_LABEL, gpu_uuid
+        from .sim.nvml import Chassis, SimNvml
+        from .sim.scenario import BLOCK_LABEL, RACK_LABEL, NodeHardware, gpu_uuid
 
-        nvml_scenarios = ["h100"]
-        if node == self.scenario.node_names()[-5 if len(self.scenario.nodes) > 5 else -1]:
-            nvml_scenarios.append("degraded")  # a link down and a PCIe link at gen 3 x8 on one node
-        sim = SimNvml(nvml_scenarios)
+        hw = self.scenario.hardware.get(node, NodeHardware())
+        chassis = Chassis(hw.cluster_uuid, hw.clique_id, hw.chassis_serial, hw.slot, hw.tray) if hw.cluster_uuid else None
+        sim = SimNvml(hw.scenarios, profile=hw.profile or self.sim_profile, chassis=chassis)
         for gpu in sim.gpus:
             gpu.uuid = gpu_uuid(node, gpu.index)
         self.nvml[node] = sim
@@ -270,7 +274,8 @@ class Demo:
     async def wait_synced(self, timeout: float = 30.0) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.collector.sources.ready()[0] and all(a.ready()[0] for a in self.agents.values()):
+            positions = self.collector.positions.health  # the first poll of Kueue's visibility API
+            if self.collector.sources.ready()[0] and positions.synced and all(a.ready()[0] for a in self.agents.values()):
                 return True
             await asyncio.sleep(0.2)
         return False
@@ -294,12 +299,18 @@ class Demo:
         for stage, count in sorted(self.stages().items()):
             lines.append(f"    {stage:<18} {count}")
         gangs = getattr(self.collector, "gangs", None)
-        for ns, name in (("ml-team", "mixtral-sft"), ("research", "t5-pretrain"), ("ml-team", "gpt-pretrain")):
+        for ns, name in (("ml-team", "mixtral-sft"), ("research", "t5-pretrain"), ("ml-team", "gpt-pretrain"),
+                         ("ml-team", "qwen-pretrain"), ("research", "sd-xl"), ("research", "gemma-eval")):
             try:
                 doc = await diagnose(self.collector.store, gangs, ns, name)
             except LookupError:
                 continue
             lines += ["", f"  $ gangscope explain {ns}/{name}", render_text(doc, colour=sys.stdout.isatty())]
+        odd = [n for n, hw in self.scenario.hardware.items() if hw.profile == "gb200" and hw.clique_id != 1]
+        if odd:
+            lines += ["", f"  An NVL72 rack (block-3/rack-3-1): 4 GB200 nodes share one chassis and NVLink clique; {odd[0]} is",
+                      "  labelled into the rack but its GPUs report another chassis and clique (gangscope_gpu_fabric_info,",
+                      "  gangscope_gpu_platform_info and the GangscopeTopologyDomainSpansHardware alert)."]
         if self.scenario.timeline:  # "static" plays none
             lines += ["", "  At +20 s a node of research/vit-large fails; at +40 s Kueue evicts it with NodeFailures."]
         lines.append("")
@@ -333,7 +344,7 @@ def print_alert(at: float, name: str, subject: tuple[tuple[str, str], ...]) -> N
 
 
 async def _main(args: argparse.Namespace) -> int:
-    demo = Demo(args.scenario, args.host, args.prometheus, on_alert=print_alert)
+    demo = Demo(args.scenario, args.host, args.prometheus, on_alert=print_alert, sim_profile=args.sim_profile)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

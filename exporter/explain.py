@@ -8,9 +8,10 @@ that holds the job back, naming it with its evidence (the Kueue message, the Pod
 since when, the unhealthy node, the throughput drop).
 
 The diagnosis is computed from the same records the collector keeps (the Workload store and the
-gang index), so the three ways to get it agree: live (list everything once through the kube
-client), offline on a dump (``--from-file``), and the collector's ``/debug/explain`` endpoint
-(:func:`explain_route`). The JSON schema is documented in ``docs/explain.md``.
+gang index), so the three ways to get it agree: live (list what the job needs once through the
+kube client: its namespace, and the nodes it was placed on), offline on a dump
+(``--from-file``), and the collector's ``/debug/explain`` endpoint (:func:`explain_route`).
+The JSON schema is documented in ``docs/explain.md``.
 """
 
 from __future__ import annotations
@@ -24,11 +25,17 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .config import add_kube, add_logging, add_topology, topology_from_args
+from .config import add_kube, add_logging
+
+if TYPE_CHECKING:
+    from .cluster.gangs import Gang, GangIndex
+    from .cluster.queue_positions import QueuePosition
+    from .cluster.store import ClusterStore
+    from .cluster.workloads import AdmissionCheck, Condition, Workload
 
 SCHEMA = "gangscope.explain/v1"
 LAYERS = ("admission", "placement", "assembly", "interconnect")
@@ -44,6 +51,10 @@ INTERCONNECT_SERIES = {
     "nvlink": 'gangscope_nvlink_transmit_bytes_total|gangscope_nvlink_receive_bytes_total',
     "pcie": 'gangscope_pcie_transmit_bytes_total|gangscope_pcie_receive_bytes_total',
 }
+# Stages the admission layer holds the job at, and the placement layer's own QuotaReserved reason.
+WAITING_STAGES = ("queued", "inadmissible", "preempting", "held", "backoff")
+PLACEMENT_REASON = "TopologyPlacementFailed"
+DELAYED_TOPOLOGY = "PendingDelayedTopologyRequests"
 
 
 class UnknownTarget(LookupError):
@@ -51,8 +62,7 @@ class UnknownTarget(LookupError):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from .cluster.gangs import add_gang_arguments
-    from .snapshot import add_gpu_resource
+    from .cluster.collector import add_collector_arguments
 
     p.add_argument("target", metavar="NAMESPACE/NAME", help="a Kueue Workload, its owner job, or a PodGroup")
     p.add_argument("--from-file", type=Path, default=None, metavar="PATH",
@@ -62,10 +72,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Prometheus base URL: compare the job's NVLink/PCIe throughput now with its first hour")
     p.add_argument("--sync-timeout", type=float, default=30.0,
                    help="live: seconds to wait for the first list of every served resource (default 30)")
-    add_gang_arguments(p)
-    add_gpu_resource(p)
+    add_collector_arguments(p)
     add_kube(p)
-    add_topology(p)
     add_logging(p)
 
 
@@ -88,18 +96,31 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 86400}d{(seconds % 86400) // 3600}h"
 
 
-def _cond(wl: Any, ctype: str) -> dict[str, Any] | None:
-    c = wl.conditions.get(ctype)
+def _cond(c: Condition | None) -> dict[str, Any] | None:
     if c is None:
         return None
     return {"status": c.status, "reason": c.reason, "message": c.message, "since": _ts(c.last_transition_seconds)}
+
+
+def _check(c: AdmissionCheck) -> dict[str, Any]:
+    return {"name": c.name, "state": c.state, "message": c.message, "since": _ts(c.last_transition_seconds),
+            "retry_count": c.retry_count, "requeue_after_seconds": c.requeue_after_seconds,
+            "next_retry": _ts(c.next_retry_seconds)}
+
+
+def _position(p: QueuePosition | None) -> dict[str, Any] | None:
+    if p is None:
+        return None
+    return {"cluster_queue": p.cluster_queue, "position_in_cluster_queue": p.position, "listed": p.listed,
+            "complete": p.complete, "local_queue": p.local_queue, "position_in_local_queue": p.local_position,
+            "polled_at": _ts(p.polled_at)}
 
 
 def _layer(name: str, status: str, summary: str, evidence: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"name": name, "status": status, "summary": summary, "evidence": evidence or {}}
 
 
-def resolve(store: Any, gangs: Any, namespace: str, name: str) -> tuple[str, Any, list[Any]]:
+def resolve(store: ClusterStore, gangs: GangIndex, namespace: str, name: str) -> tuple[str, Workload | None, list[Gang]]:
     """(how NAME was found, the Workload or None, its gangs); raises :class:`UnknownTarget`."""
     wl = store.workload(namespace, name)
     how = "workload"
@@ -112,39 +133,89 @@ def resolve(store: Any, gangs: Any, namespace: str, name: str) -> tuple[str, Any
     found = gangs.find_podgroups(namespace, name)
     if not found:
         raise UnknownTarget(f"{namespace}/{name}: no Kueue Workload, owner job of a Workload, or PodGroup of that name")
-    wl = found[0].workload
-    return "podgroup", wl, (gangs.gangs_of(wl.key) if wl is not None else found)
+    owner = found[0].workload
+    return "podgroup", owner, (gangs.gangs_of(owner.key) if owner is not None else found)
 
 
-def admission_layer(wl: Any) -> dict[str, Any]:
-    if wl is None:
+_WAITING = {
+    "capacity": "waiting for capacity",
+    "configuration": "cannot be admitted as configured (this will not clear by itself)",
+    "preemption": "waiting for preempted workloads to release their quota",
+    "policy": "held by policy",
+    "evaluation": "waiting to be evaluated",
+    "backoff": "in backoff after an eviction",
+}
+
+
+def _position_text(p: QueuePosition | None) -> str:
+    if p is None:
+        return ""
+    of = f"{p.listed}" if p.complete else f"at least {p.listed}"
+    return f"; position {p.position + 1} of {of} in {p.cluster_queue} ({p.local_position + 1} in queue {p.local_queue})"
+
+
+def admission_layer(wl: Workload | None, position: QueuePosition | None = None) -> dict[str, Any]:
+    if wl is None or wl.state is None:
         return _layer("admission", "unknown", "no Kueue Workload joined to this PodGroup (not admitted by Kueue)")
-    qr, adm, ev = _cond(wl, "QuotaReserved"), _cond(wl, "Admitted"), _cond(wl, "Evicted")
+    conds = wl.conditions
+    qr, adm, ev = _cond(conds.get("QuotaReserved")), _cond(conds.get("Admitted")), _cond(conds.get("Evicted"))
+    state = wl.state
+    pending, check = state.pending, state.blocking_check
     evidence = {
-        "stage": wl.stage, "local_queue": wl.queue_name, "cluster_queue": wl.cluster_queue or None,
+        "stage": state.stage, "local_queue": wl.queue_name, "cluster_queue": wl.cluster_queue or None,
         "priority_class": wl.priority_class or None, "quota_reserved": qr, "admitted": adm, "evicted": ev,
+        "pods_ready": _cond(conds.get("PodsReady")),
+        "pending_reason": {"reason": pending.reason, "category": pending.category, "message": pending.message}
+        if pending is not None else None,
         "requeue": {"count": wl.requeue_count, "at": wl.requeue_at or None} if wl.requeue_count is not None or wl.requeue_at else None,
         "evictions": [{"reason": r, "underlying_cause": u, "count": n} for (r, u), n in sorted(wl.evictions.items())],
+        "admission_checks": [_check(c) for c in wl.admission_checks],
+        "blocking_check": check.name if check is not None else None,
+        "queue_position": _position(position),
     }
     cq = wl.cluster_queue or "?"
-    stage = wl.stage
+    stage = state.stage
     if stage == "finished":
-        fin = _cond(wl, "Finished") or {}
+        fin = _cond(conds.get("Finished")) or {}
         return _layer("admission", "ok", f"finished ({fin.get('reason') or 'done'}) {fin.get('since') or ''}".rstrip(), evidence)
     if stage == "deactivated":
-        return _layer("admission", "blocking", "deactivated (spec.active is false): Kueue will not admit it", evidence)
+        why = f" ({ev['reason']}: {ev['message']})" if ev and ev["status"] == "True" else ""
+        return _layer("admission", "blocking", f"deactivated (spec.active is false){why}: Kueue will not admit it", evidence)
     if stage == "evicting" and not (ev and ev["reason"] == "NodeFailures"):
         return _layer("admission", "blocking", f"being evicted ({ev['reason'] if ev else '?'}): {ev['message'] if ev else ''}".rstrip(": "), evidence)
-    if stage in ("queued", "inadmissible") and not (qr and qr["reason"] == "TopologyPlacementFailed"):
-        why = (qr or {}).get("message") or (qr or {}).get("reason") or "not yet evaluated"
-        summary = f"{stage} in {cq} (queue {wl.queue_name}): {why}"
+    if stage in WAITING_STAGES and pending is not None and pending.reason != PLACEMENT_REASON:
+        summary = f"{stage} in {cq} (queue {wl.queue_name}): {_WAITING[pending.category]}"
+        if pending.reason:
+            summary += f" ({pending.reason})"
+        if pending.message:
+            summary += f": {pending.message}"
+        if stage == "backoff":
+            summary += f"; back in the queue at {_ts(state.backoff_until)}"
         if wl.requeue_count:
             summary += f"; requeued {wl.requeue_count}x" + (f", next retry {wl.requeue_at}" if wl.requeue_at else "")
+        if check is not None:
+            summary += "; " + _check_text(check)
+        return _layer("admission", "blocking", summary + _position_text(position), evidence)
+    if pending is not None and pending.reason == PLACEMENT_REASON:
+        return _layer("admission", "ok", f"quota available in {cq} (queue {wl.queue_name}), but no topology domain fits: "
+                      "see placement", evidence)
+    if stage == "admission_checks" and not (pending is not None and pending.reason == DELAYED_TOPOLOGY):
+        summary = f"quota reserved in {cq}, admission pending"
+        summary += ": " + (_check_text(check) if check is not None else (adm or {}).get("message") or "checks not ready")
         return _layer("admission", "blocking", summary, evidence)
-    if stage == "admission_checks" and not (adm and adm["reason"] == "PendingDelayedTopologyRequests"):
-        return _layer("admission", "blocking", f"quota reserved in {cq}, admission checks pending: {(adm or {}).get('message') or ''}".rstrip(": "), evidence)
     since = (adm or qr or {}).get("since")
     return _layer("admission", "ok", f"admitted to {cq} (queue {wl.queue_name})" + (f" at {since}" if since else ""), evidence)
+
+
+def _check_text(c: AdmissionCheck) -> str:
+    text = f"admission check {c.name} is {c.state}"
+    if c.message:
+        text += f" ({c.message})"
+    if c.retry_count:
+        text += f", retried {c.retry_count}x"
+    if c.next_retry_seconds is not None:
+        text += f", next retry {_ts(c.next_retry_seconds)}"
+    return text
 
 
 def _by_level(placed: Sequence[tuple[tuple[tuple[str, str], ...], int]]) -> dict[str, dict[str, int]]:
@@ -156,8 +227,8 @@ def _by_level(placed: Sequence[tuple[tuple[tuple[str, str], ...], int]]) -> dict
     return out
 
 
-def placement_layer(wl: Any) -> dict[str, Any]:
-    if wl is None:
+def placement_layer(wl: Workload | None) -> dict[str, Any]:
+    if wl is None or wl.state is None:
         return _layer("placement", "unknown", "no Kueue Workload: no topology assignment to show")
     requests = []
     for ps in wl.podsets:
@@ -165,26 +236,32 @@ def placement_layer(wl: Any) -> dict[str, Any]:
         if req:
             requests.append({"podset": ps.name, **req})
     assignments = []
+    unresolved = []
     for a in wl.last_assignments:
+        topo = a.topology
         assignments.append({
             "podset": a.name, "flavors": a.flavors,
+            "topology": {"flavor": topo.flavor, "name": topo.topology or None, "problem": topo.problem or None}
+            if topo is not None else None,
             "domains": [{"path": dict(path), "pods": pods} for path, pods in a.placed],
             "by_level": _by_level(a.placed),
         })
+        if topo is not None and topo.problem and a.domains:
+            unresolved.append(f"{a.name}: flavor {topo.flavor or '?'} {_UNRESOLVED[topo.problem](topo.topology)}")
     unhealthy = [{"node": n, "path": dict(p)} for n, p in zip(wl.unhealthy_nodes, wl.unhealthy_paths)]
     evidence = {"topology_request": requests, "assignment_current": wl.admitted and bool(wl.assignments),
                 "assignments": assignments, "unhealthy_nodes": unhealthy}
-    qr, adm, ev = _cond(wl, "QuotaReserved"), _cond(wl, "Admitted"), _cond(wl, "Evicted")
-    if qr and qr["status"] == "False" and qr["reason"] == "TopologyPlacementFailed":
+    qr, adm, ev = (_cond(wl.conditions.get(t)) for t in ("QuotaReserved", "Admitted", "Evicted"))
+    if qr and qr["status"] == "False" and qr["reason"] == PLACEMENT_REASON:
         return _layer("placement", "blocking", f"no topology domain fits: {qr['message']}", evidence)
-    if adm and adm["status"] == "False" and adm["reason"] == "PendingDelayedTopologyRequests":
+    if adm and adm["status"] == "False" and adm["reason"] == DELAYED_TOPOLOGY:
         return _layer("placement", "blocking", f"topology assignment delayed: {adm['message']}", evidence)
     if wl.stage == "evicting" and ev and ev["reason"] == "NodeFailures":
         return _layer("placement", "blocking", f"evicted for node failures: {ev['message']}", evidence)
     if unhealthy:
         nodes = ", ".join(u["node"] for u in unhealthy)
         return _layer("placement", "blocking", f"unhealthy node(s) in the assignment: {nodes}; Kueue is looking for a replacement", evidence)
-    if not assignments:
+    if not any(a.domains for a in wl.last_assignments):
         return _layer("placement", "ok", "no topology assignment (TAS not used for this Workload)", evidence)
     counts = []
     total = sum(pods for a in wl.last_assignments for _, pods in a.placed)
@@ -193,10 +270,20 @@ def placement_layer(wl: Any) -> dict[str, Any]:
         if n:
             counts.append(f"{n} {alias}{'s' if n != 1 else ''}")
     where = "current" if evidence["assignment_current"] else "last"
-    return _layer("placement", "ok", f"{total} pods on {', '.join(counts) or 'unlabelled nodes'} ({where} assignment)", evidence)
+    summary = f"{total} pods on {', '.join(counts) or 'unlabelled nodes'} ({where} assignment)"
+    if unresolved:
+        summary += "; upper levels unknown: " + "; ".join(unresolved)
+    return _layer("placement", "ok", summary, evidence)
 
 
-def assembly_layer(wl: Any, gangs: Sequence[Any], now: float) -> dict[str, Any]:
+_UNRESOLVED = {
+    "flavor_missing": lambda topology: "is not a known ResourceFlavor (and several Topologies exist)",
+    "no_topology_name": lambda topology: "sets no spec.topologyName",
+    "topology_missing": lambda topology: f"names Topology {topology}, which does not exist",
+}
+
+
+def assembly_layer(wl: Workload | None, gangs: Sequence[Gang], now: float) -> dict[str, Any]:
     evidence = {"podgroups": [g.as_dict() for g in gangs]}
     for key in ("wait_start", "deadline"):
         for d in evidence["podgroups"]:
@@ -205,8 +292,14 @@ def assembly_layer(wl: Any, gangs: Sequence[Any], now: float) -> dict[str, Any]:
         d["podgroup"]["phase_since"] = _ts(d["podgroup"]["phase_since"])
     if not gangs:
         if wl is not None and wl.stage == "assembling":
-            return _layer("assembly", "blocking", "admitted but pods not ready, and no PodGroup is joined "
+            ready = wl.conditions.get("PodsReady")
+            since = f" since {_ts(ready.last_transition_seconds)}" if ready is not None and ready.last_transition_seconds else ""
+            return _layer("assembly", "blocking", f"admitted but pods not ready (Kueue's PodsReady is False, "
+                          f"{ready.reason if ready else '?'}{since}), and no PodGroup is joined "
                           "(no gang scheduler, or its PodGroups are not watched): check the pods' events", evidence)
+        if wl is not None and wl.stage == "running" and "PodsReady" not in wl.conditions:
+            return _layer("assembly", "ok", "no PodGroup joined; Kueue writes no PodsReady here (waitForPodsReady "
+                          "is off), so nothing says the pods are not running", evidence)
         return _layer("assembly", "ok" if wl is not None and wl.stage in ("running", "finished") else "unknown",
                       "no PodGroup joined to this Workload", evidence)
     worst = None
@@ -217,6 +310,8 @@ def assembly_layer(wl: Any, gangs: Sequence[Any], now: float) -> dict[str, Any]:
                 worst = g
     if worst is None:
         names = ", ".join(f"{g.podgroup.name} {g.stage}" for g in gangs)
+        if wl is not None and "PodsReady" not in wl.conditions and wl.stage == "running":
+            names += " (Kueue writes no PodsReady here: waitForPodsReady is off)"
         return _layer("assembly", "ok", names, evidence)
     rec = worst.podgroup
     parts = [f"PodGroup {rec.name} ({rec.api})"]
@@ -279,11 +374,20 @@ async def query_prometheus(url: str, queries: dict[str, str], now: float) -> dic
     return out
 
 
-async def interconnect_layer(wl: Any, prometheus: str | None, now: float) -> dict[str, Any]:
+def running_since(wl: Workload) -> float | None:
+    """When the job started running: PodsReady turning True, or, where Kueue writes no PodsReady
+    (no waitForPodsReady), the admission."""
+    ready = wl.conditions.get("PodsReady")
+    if ready is not None:
+        return ready.last_transition_seconds if ready.status == "True" else None
+    admitted = wl.conditions.get("Admitted")
+    return admitted.last_transition_seconds if admitted is not None and admitted.status == "True" else None
+
+
+async def interconnect_layer(wl: Workload | None, prometheus: str | None, now: float) -> dict[str, Any]:
     if wl is None:
         return _layer("interconnect", "unknown", "no Kueue Workload: GPU series are joined by workload name")
-    ready = wl.conditions.get("PodsReady")
-    start = ready.last_transition_seconds if ready is not None and ready.status == "True" else None
+    start = running_since(wl)
     queries = interconnect_queries(wl.namespace, wl.name, start, now)
     evidence: dict[str, Any] = {"prometheus": prometheus, "running_since": _ts(start), "queries": queries}
     if prometheus is None:
@@ -309,11 +413,12 @@ async def interconnect_layer(wl: Any, prometheus: str | None, now: float) -> dic
     return _layer("interconnect", "blocking" if low else "ok", ("degraded: " if low else "") + text, evidence)
 
 
-async def diagnose(store: Any, gangs: Any, namespace: str, name: str, *, prometheus: str | None = None,
-                   now: float | None = None) -> dict[str, Any]:
+async def diagnose(store: ClusterStore, gangs: GangIndex, namespace: str, name: str, *,
+                   prometheus: str | None = None, now: float | None = None) -> dict[str, Any]:
     """The explain document (schema in docs/explain.md); raises :class:`UnknownTarget`."""
     now = time.time() if now is None else now
     how, wl, wl_gangs = resolve(store, gangs, namespace, name)
+    position = store.queue_positions.get(wl.key) if wl is not None else None
     finished = wl is not None and wl.stage == "finished"
     layers: list[dict[str, Any]] = []
     blocked: dict[str, Any] | None = None
@@ -323,7 +428,7 @@ async def diagnose(store: Any, gangs: Any, namespace: str, name: str, *, prometh
             layers.append(_layer(layer_name, "not_reached", why))
             continue
         if layer_name == "admission":
-            layer = admission_layer(wl)
+            layer = admission_layer(wl, position)
         elif layer_name == "placement":
             layer = placement_layer(wl)
         elif layer_name == "assembly":
@@ -340,6 +445,9 @@ async def diagnose(store: Any, gangs: Any, namespace: str, name: str, *, prometh
         verdict = {"status": status, "layer": blocked["name"], "summary": blocked["summary"]}
     elif all(l["status"] == "ok" for l in layers):
         verdict = {"status": "running", "layer": None, "summary": "every layer is healthy"}
+    elif all(l["status"] == "ok" for l in layers[:3]):
+        verdict = {"status": "running", "layer": None,
+                   "summary": f"admitted, placed and assembled; interconnect {layers[3]['summary']}"}
     else:
         verdict = {"status": "unknown", "layer": None,
                    "summary": "nothing found holding the job back; some layers could not be checked"}
@@ -397,36 +505,89 @@ def render_text(doc: dict[str, Any], colour: bool, columns: int = 100) -> str:
 
 # ---- the command ---------------------------------------------------------------------------------
 
-def _build(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
-    from .cluster.collector import build_collector
+def _build(args: argparse.Namespace) -> tuple[ClusterStore, GangIndex, dict[str, Any]]:
+    from .cluster.collector import collector_from_args
     from .exposition import Exposition
-    from .snapshot import gpu_resources
 
-    levels, overrides = topology_from_args(args)
-    exposition = Exposition()
-    store, handlers, gangs = build_collector(
-        exposition, gpu_resources=gpu_resources(args), level_keys=levels.keys if args.topology_levels else (),
-        alias_overrides=overrides, assembly_timeout=args.assembly_timeout)
+    store, handlers, gangs = collector_from_args(Exposition(), args)
     return store, gangs, handlers
 
 
-async def _load_live(args: argparse.Namespace, handlers: dict[str, Any]) -> None:
+# Hostnames per node LIST: a label selector of a few thousand characters stays well within what
+# API servers and proxies accept in a URL.
+NODE_SELECTOR_CHUNK = 100
+
+
+async def _load_live(args: argparse.Namespace, store: ClusterStore, gangs: GangIndex, handlers: dict[str, Any],
+                     namespace: str, name: str) -> None:
+    """Read what the diagnosis of one job needs, and only that, so that a user whose RBAC covers
+    one namespace can use it: the namespace's Workloads, LocalQueues and PodGroups (every API),
+    the cluster's few Topologies and ResourceFlavors (down when forbidden, like any source), then
+    the Nodes the Workload's assignment and unhealthy list name (for the block and rack of each
+    host; without the right to read Nodes the placement shows hosts only), and Kueue's visibility
+    API for a pending Workload's queue position (left out when not served or forbidden)."""
+    from .cluster.queue_positions import DEFAULT_LIMIT, fetch_positions
     from .exposition import Exposition
-    from .kube.client import KubeClient
-    from .kube.resources import COLLECTOR_RESOURCES
+    from .kube.client import ApiError, KubeClient
+    from .kube.discovery import served_version
+    from .kube.resources import COLLECTOR_RESOURCES, NODES, QUEUE_POSITIONS
     from .kube.sources import SourceSet, SourceSpec
 
     client = await KubeClient.create(args.kubeconfig, args.context, args.insecure_skip_tls_verify)
     try:
-        specs = [SourceSpec(r, handlers[r.source]) for r in COLLECTOR_RESOURCES if r.source in handlers]
+        specs = [SourceSpec(r, handlers[r.source], namespace=namespace if r.namespaced else None)
+                 for r in COLLECTOR_RESOURCES if r.source in handlers and r is not NODES]
         sources = SourceSet(client, specs, Exposition(), discovery_interval=args.discovery_interval)
         await sources.start()
         try:
             await sources.wait_ready(timeout=args.sync_timeout)
         finally:
             await sources.stop()
+        try:
+            _, wl, _ = resolve(store, gangs, namespace, name)
+        except UnknownTarget:
+            return
+        if wl is None:
+            return
+        await _load_nodes(client, wl, handlers[NODES.source])
+        if not wl.cluster_queue or wl.state is None or wl.state.pending is None:
+            return
+        try:  # optional: not served or forbidden leaves the position out
+            version = await served_version(client, QUEUE_POSITIONS)
+            found = await fetch_positions(client, version, wl.cluster_queue, DEFAULT_LIMIT, time.time()) if version else None
+        except ApiError:
+            return
+        if found is not None and wl.key in found[0]:
+            store.queue_positions[wl.key] = found[0][wl.key]
     finally:
         await client.close()
+
+
+async def _load_nodes(client: Any, wl: Workload, handler: Any) -> None:
+    """The Nodes of ``wl``'s assignments (by their ``kubernetes.io/hostname`` label, the value
+    Kueue stores) and of its unhealthy list (by name, as Kueue stores them), metadata only."""
+    from .kube.client import ApiError
+    from .kube.informer import PARTIAL_LIST_ACCEPT
+    from .topology import HOSTNAME_LABEL
+
+    hosts = sorted({d.values[a.levels.index(HOSTNAME_LABEL)] for a in wl.last_assignments
+                    if HOSTNAME_LABEL in a.levels for d in a.domains} - {""})
+    queries = [{"labelSelector": f"{HOSTNAME_LABEL} in ({','.join(hosts[i:i + NODE_SELECTOR_CHUNK])})"}
+               for i in range(0, len(hosts), NODE_SELECTOR_CHUNK)]
+    queries += [{"fieldSelector": f"metadata.name={n}"} for n in sorted(set(wl.unhealthy_nodes))]
+    nodes: dict[str, Any] = {}
+    try:
+        for query in queries:
+            page = await client.get_json("/api/v1/nodes", query, accept=PARTIAL_LIST_ACCEPT)
+            for obj in page.get("items") or []:  # "items": null when none matches
+                meta = obj.get("metadata") if isinstance(obj, dict) else None
+                if isinstance(meta, dict) and isinstance(meta.get("name"), str):
+                    nodes[meta["name"]] = obj
+    except ApiError as exc:  # forbidden (a namespace-scoped user) or unreachable: hosts only
+        print(f"gangscope explain: nodes not read ({exc}); placement shows hosts without their topology",
+              file=sys.stderr)
+        return
+    handler.replace(list(nodes.values()))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -439,16 +600,15 @@ def run(args: argparse.Namespace) -> int:
         return 2
     store, gangs, handlers = _build(args)
     if args.from_file is not None:
-        from .loader import load_reporting
-        from .snapshot import feed
+        from .loader import feed, load_reporting
 
         loaded = load_reporting(args.from_file, "gangscope explain")
         if loaded is None:
             return 1
-        feed(store.exposition, handlers, loaded.objects)
+        feed(store.exposition, handlers, loaded.objects, "gangscope explain")
     else:
         try:
-            asyncio.run(_load_live(args, handlers))
+            asyncio.run(_load_live(args, store, gangs, handlers, namespace, name))
         except Exception as exc:
             print(f"gangscope explain: cannot read the cluster: {exc}", file=sys.stderr)
             return 1
@@ -469,7 +629,7 @@ def run(args: argparse.Namespace) -> int:
 EXPLAIN_EXAMPLE = "/debug/explain?namespace=NAMESPACE&name=NAME"
 
 
-def explain_route(store: Any, gangs: Any, prometheus: str | None = None) -> Any:
+def explain_route(store: ClusterStore, gangs: GangIndex, prometheus: str | None = None) -> Any:
     """``GET /debug/explain?namespace=&name=`` for the collector: the same JSON as the command.
 
     It reveals a namespace's Workloads (Kueue's messages, nodes, queues, owners), so with

@@ -25,32 +25,117 @@ class AssignmentError(ValueError):
     """A topologyAssignment that does not follow the API's shape (counted as a parse error)."""
 
 
-def alias_for(label_key: str) -> str:
-    """The Prometheus label name for a node label key (ARCHITECTURE.md, "The topology tag").
+def _label_name(text: str) -> str:
+    """``text`` lower-cased as a Prometheus label name: characters outside ``[a-z0-9_]`` become
+    ``_``; a leading digit gets a ``_`` before it; never the reserved ``__`` prefix."""
+    name = _INVALID.sub("_", text.lower())
+    if not name or name[0].isdigit():
+        name = "_" + name
+    if name.startswith("__"):
+        name = "_" + name.lstrip("_")
+    return name
 
-    The last path segment after ``/``, with anything up to and including the last ``topology-``
-    removed, lower-cased, characters outside ``[a-z0-9_]`` replaced by ``_``;
-    ``kubernetes.io/hostname`` becomes ``host``.
+
+def alias_candidates(label_key: str) -> tuple[str, ...]:
+    """The label names a node label key may get, preferred first (see :func:`assign_aliases`).
+
+    1. short: the last path segment after ``/``, with anything up to and including the last
+       ``topology-`` removed (``cloud.google.com/gce-topology-block`` -> ``block``);
+    2. segment: the whole last path segment (``gce_topology_host``);
+    3. full: the whole key (``cloud_google_com_gce_topology_host``).
+
+    ``kubernetes.io/hostname`` prefers ``host``. Every candidate is made a valid label name by
+    :func:`_label_name`; duplicates are dropped.
     """
-    if label_key == HOSTNAME_LABEL:
-        return "host"
     segment = label_key.rsplit("/", 1)[-1]
     idx = segment.rfind("topology-")
-    if idx >= 0:
-        segment = segment[idx + len("topology-") :]
-    alias = _INVALID.sub("_", segment.lower())
-    if not alias or alias[0].isdigit():
-        alias = "_" + alias
-    return alias
+    short = segment[idx + len("topology-"):] if idx >= 0 else segment
+    first = ("host",) if label_key == HOSTNAME_LABEL else ()
+    return tuple(dict.fromkeys((*first, _label_name(short), _label_name(segment), _label_name(label_key))))
+
+
+def alias_for(label_key: str) -> str:
+    """The preferred label name of a node label key alone (its first candidate)."""
+    return alias_candidates(label_key)[0]
+
+
+def assign_aliases(keys: Sequence[str], overrides: Mapping[str, str] | None = None) -> dict[str, str]:
+    """One distinct label name per node label key, the same for the same set of keys whatever
+    their order (ARCHITECTURE.md, "The topology tag"; README "Topology labels").
+
+    ``--topology-alias`` overrides are taken first (and rejected, naming both keys, when two
+    claim one name). Each other key then takes its first :func:`alias_candidates` name that is
+    neither reserved nor taken, with one tie-break: a name that several keys want in the same
+    round goes to the hostname level if it is one of them (``host``), else to the key first in
+    sort order; the others move to their next candidate. So GKE's standard levels
+    (``cloud.google.com/gce-topology-block``, ``-subblock``, ``-host``, ``kubernetes.io/hostname``)
+    get ``block``, ``subblock``, ``gce_topology_host`` and ``host``, and a second provider's
+    ``rack`` key leaves the first one's label alone when its key sorts after it. Keys whose every
+    candidate collides (``a.b/c`` and ``a-b/c``) end with the full form numbered in key order
+    (``a_b_c``, ``a_b_c_2``).
+    """
+    overrides = overrides or {}
+    out: dict[str, str] = {}
+    owner: dict[str, str] = {}
+    for key in keys:
+        name = overrides.get(key)
+        if name is None:
+            continue
+        check_alias(name, key)
+        if name in owner:
+            raise TopologyError(f"node label keys {owner[name]!r} and {key!r} both map to the label {name!r}; "
+                                f"give one of them another --topology-alias")
+        out[key], owner[name] = name, key
+    pending = sorted({k for k in keys if k not in out})
+    base = {k: alias_candidates(k) for k in pending}
+    step = dict.fromkeys(pending, 0)
+
+    def candidate(key: str) -> str:
+        names, n = base[key], step[key]
+        return names[n] if n < len(names) else f"{names[-1]}_{n - len(names) + 2}"
+
+    while pending:
+        wants: dict[str, list[str]] = {}
+        for key in pending:
+            wants.setdefault(candidate(key), []).append(key)
+        for name, wanting in wants.items():
+            if name in owner or name in RESERVED_LABELS:
+                winner = None
+            elif len(wanting) == 1:
+                winner = wanting[0]
+            elif HOSTNAME_LABEL in wanting:
+                winner = HOSTNAME_LABEL
+            else:
+                winner = wanting[0]  # ``pending`` is sorted: the first key in sort order
+            for key in wanting:
+                if key == winner:
+                    out[key], owner[name] = name, key
+                else:
+                    step[key] += 1
+        pending = [k for k in pending if k not in out]
+    return out
+
+
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def check_alias(name: str, key: str) -> None:
+    """Raise :class:`TopologyError` saying which names are allowed when ``name`` cannot label ``key``."""
+    if not _LABEL_NAME.fullmatch(name) or name.startswith("__") or name in RESERVED_LABELS:
+        why = "is a label gangscope already puts on its series" if name in RESERVED_LABELS else "is not a valid label name"
+        raise TopologyError(
+            f"--topology-alias {key}={name}: {name!r} {why}; allowed: a name matching [a-zA-Z_][a-zA-Z0-9_]* "
+            f"that does not start with __ and is none of: {', '.join(sorted(RESERVED_LABELS))}")
 
 
 def parse_alias_overrides(pairs: Sequence[str]) -> dict[str, str]:
-    """``--topology-alias KEY=NAME`` values into a mapping; NAME must be a valid label name."""
+    """``--topology-alias KEY=NAME`` values into a mapping; NAME must be an allowed label name."""
     out: dict[str, str] = {}
     for pair in pairs:
         key, sep, name = pair.partition("=")
-        if not sep or not key or not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", name):
-            raise TopologyError(f"--topology-alias wants KEY=NAME with NAME a label name, got {pair!r}")
+        if not sep or not key:
+            raise TopologyError(f"--topology-alias wants KEY=NAME, got {pair!r}")
+        check_alias(name, key)
         out[key] = name
     return out
 
@@ -60,7 +145,9 @@ class TopologyLevels:
     """Ordered node label keys (top level first) and their label aliases.
 
     Levels come from Kueue ``Topology`` objects or ``--topology-levels``; the hostname level is
-    always present (added last when missing) so every domain path ends with ``host``.
+    always present (added last when missing) so every domain path ends with ``host``. Aliases
+    come from :func:`assign_aliases`, so the collector and the agent, given the same keys, use
+    the same labels.
     """
 
     keys: tuple[str, ...]
@@ -68,28 +155,10 @@ class TopologyLevels:
 
     @classmethod
     def build(cls, keys: Sequence[str], overrides: Mapping[str, str] | None = None) -> TopologyLevels:
-        overrides = overrides or {}
-        ordered: list[str] = []
-        for key in keys:
-            if key not in ordered:
-                ordered.append(key)
-        if HOSTNAME_LABEL in ordered:
-            ordered.remove(HOSTNAME_LABEL)
+        ordered = [k for k in dict.fromkeys(keys) if k != HOSTNAME_LABEL]
         ordered.append(HOSTNAME_LABEL)
-        aliases: list[str] = []
-        seen: dict[str, str] = {}
-        for key in ordered:
-            alias = overrides.get(key) or alias_for(key)
-            if alias in seen:
-                raise TopologyError(
-                    f"node label keys {seen[alias]!r} and {key!r} both map to the label {alias!r}; "
-                    f"set --topology-alias {key}=NAME"
-                )
-            if alias in RESERVED_LABELS:
-                raise TopologyError(f"node label key {key!r} maps to the reserved label {alias!r}; set --topology-alias")
-            seen[alias] = key
-            aliases.append(alias)
-        return cls(tuple(ordered), tuple(aliases))
+        names = assign_aliases(ordered, overrides)
+        return cls(tuple(ordered), tuple(names[k] for k in ordered))
 
     def alias(self, key: str) -> str | None:
         try:
@@ -116,6 +185,7 @@ RESERVED_LABELS = frozenset(
         "source", "phase", "state", "gpu", "uuid", "pod", "container", "link", "node", "family",
         "job", "instance", "le", "quantile", "device", "port", "interface", "direction", "kind", "name",
         "pci_bus_id", "driver_version", "mig_uuid", "gpu_instance", "join_key", "result",
+        "check", "category", "flavor", "topology", "problem",
     }
 )
 
@@ -240,12 +310,15 @@ class DomainPaths:
     An assignment stores only the levels Kueue kept (only ``kubernetes.io/hostname`` when that is
     the lowest level); the upper levels are filled from the Nodes' labels so each series carries
     the whole path. ``node_labels`` is the live map of node name -> labels kept by the collector.
+    ``fill`` names the levels that may be filled that way: those of the assignment's own
+    flavor's Topology (None: every level); a level outside it stays ``""``.
     """
 
     levels: TopologyLevels
     node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
-    def path(self, assignment_levels: Sequence[str], values: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    def path(self, assignment_levels: Sequence[str], values: Sequence[str],
+             fill: frozenset[str] | None = None) -> tuple[tuple[str, str], ...]:
         known = dict(zip(assignment_levels, values))
         host = known.get(HOSTNAME_LABEL)
         node = self.node_labels.get(host, {}) if host else {}
@@ -253,6 +326,6 @@ class DomainPaths:
         for key, alias in zip(self.levels.keys, self.levels.aliases):
             value = known.get(key)
             if value is None:
-                value = node.get(key, "")
+                value = node.get(key, "") if fill is None or key in fill else ""
             out.append((alias, value))
         return tuple(out)

@@ -18,7 +18,7 @@ def make_collector(kubeconfig: str, *flags: str, discovery_interval: float = 0.2
     add_arguments(parser)
     args = parser.parse_args(["--kubeconfig", kubeconfig, "--listen", "127.0.0.1:0",
                               "--discovery-interval", str(discovery_interval), *flags])
-    return Collector(args, (), {}, backoff=BackoffPolicy(base=0.01, cap=0.05),
+    return Collector(args, backoff=BackoffPolicy(base=0.01, cap=0.05),
                      client_options={**FAST_CLIENT, **client_options})
 
 

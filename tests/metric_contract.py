@@ -23,7 +23,15 @@ GANGSCOPE = frozenset(
         "gangscope_workload_requested_gpus",
         "gangscope_workload_topology_pods",
         "gangscope_workload_unhealthy_node",
+        "gangscope_workload_pending_reason",
+        "gangscope_workload_requeue_count",
+        "gangscope_workload_requeue_at_timestamp_seconds",
+        "gangscope_workload_admission_check",
+        "gangscope_workload_admission_check_transition_timestamp_seconds",
+        "gangscope_workload_queue_position",
+        "gangscope_workload_local_queue_position",
         "gangscope_topology_evictions_total",
+        "gangscope_topology_unresolved_workloads",
         "gangscope_source_up",
         "gangscope_source_last_sync_timestamp_seconds",
         "gangscope_source_errors_total",
@@ -56,6 +64,28 @@ GANGSCOPE = frozenset(
         "gangscope_fabric_port_transmit_bytes_total",
         "gangscope_fabric_port_receive_bytes_total",
         "gangscope_fabric_port_up",
+        "gangscope_nvlink_version",
+        "gangscope_gpu_errors_total",
+        "gangscope_gpu_field_supported",
+        "gangscope_gpu_fabric_info",
+        "gangscope_gpu_fabric_health",
+        "gangscope_gpu_platform_info",
+        "gangscope_pcie_read_interval_seconds",
+        "gangscope_pcie_read_gaps_total",
+        "gangscope_pcie_throughput_bytes_per_second",
+    }
+)
+
+# dcgm-exporter families the join rules and dashboards may name: NVIDIA/dcgm-exporter
+# etc/default-counters.csv @00d6d34 (GPU_UTIL line 23, MEM_COPY_UTIL 24, XID_ERRORS 29,
+# ECC_DBE_VOL_TOTAL 43 (commented out by default: enabled by users who want ECC), remapped rows 63).
+DCGM = frozenset(
+    {
+        "DCGM_FI_DEV_GPU_UTIL",
+        "DCGM_FI_DEV_MEM_COPY_UTIL",
+        "DCGM_FI_DEV_XID_ERRORS",
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
     }
 )
 
@@ -91,7 +121,7 @@ KUEUE = frozenset(_KUEUE_GAUGES_COUNTERS.split()) | frozenset(
 # Series Prometheus itself writes for every target and alert.
 PROMETHEUS = frozenset({"up", "ALERTS", "ALERTS_FOR_STATE"})
 
-KNOWN = GANGSCOPE | KUEUE | PROMETHEUS
+KNOWN = GANGSCOPE | KUEUE | PROMETHEUS | DCGM
 
 _KEYWORDS = frozenset(
     "and or unless by without on ignoring group_left group_right offset bool inf nan".split()

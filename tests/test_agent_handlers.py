@@ -108,7 +108,7 @@ def test_topology_watch_merges_levels_and_relabels_on_change() -> None:
 
 
 def test_topology_watch_counts_bad_objects_and_keeps_levels_on_alias_clash() -> None:
-    w, node, _ = watch()
+    w, node, _ = watch({"other.io/a": "pod_block", "other.io/b": "pod_block"})  # two overrides, one name
     with pytest.raises(ValueError, match="without metadata.name"):
         w.replace([topology("ok", BLOCK, HOST), {"metadata": {}}])
     assert [k for k, _ in node.labels] == ["node", "block", "host"]
@@ -116,7 +116,7 @@ def test_topology_watch_counts_bad_objects_and_keeps_levels_on_alias_clash() -> 
         w.apply("ADDED", {"metadata": {"name": "partial"}, "spec": {"levels": [{}, {"nodeLabel": RACK}]}})
     assert [k for k, _ in node.labels] == ["node", "block", "rack", "host"]  # the good level is used
     with pytest.raises(ValueError, match="rejected"):
-        w.apply("ADDED", topology("clash", "other.io/topology-block"))
+        w.apply("ADDED", topology("clash", "other.io/a", "other.io/b"))
     assert [k for k, _ in node.labels] == ["node", "block", "rack", "host"]
     w.apply("BOOKMARK", {"metadata": {"resourceVersion": "9"}})
     with pytest.raises(ValueError):

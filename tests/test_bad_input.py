@@ -29,15 +29,16 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 from structlog.testing import capture_logs
 
 from exporter import cli
-from exporter.cluster.collector import build_collector
 from exporter.cluster import podgroups as pg
-from exporter.cluster.fields import ParseError
+from exporter.cluster.collector import build_collector
 from exporter.cluster.localqueues import parse_local_queue
 from exporter.cluster.nodes import parse_node
-from exporter.cluster.topologies import parse_resource_flavor, parse_topology
+from exporter.cluster.workload_state import STAGES
 from exporter.cluster.workloads import parse_workload
 from exporter.exposition import Exposition
+from exporter.fields import ParseError
 from exporter.health import SourceHealth
+from exporter.topologies import parse_resource_flavor, parse_topology
 from exporter.sim.apiserver import SimApiServer
 from kueue_objects import BLOCK, HOST, RACK, admitted_conditions, cond, fixture, local_queue, node, topology, workload
 from test_faults_api import StartCollector, converges, scrape, start_collector  # noqa: F401 (fixture)
@@ -413,18 +414,28 @@ async def test_hostile_label_values_round_trip_through_the_running_collector(
 
 @pytest.mark.parametrize("command", [["collector"], ["agent", "--nvml", "sim"], ["snapshot", "--from-file", "x.yaml"]])
 def test_colliding_topology_flags_are_a_startup_error_naming_both_keys(command: list[str], capsys: pytest.CaptureFixture) -> None:
-    code = cli.main([*command, "--topology-levels", "a/topology-rack,b/rack"])
+    code = cli.main([*command, "--topology-levels", "a/topology-rack,b/rack",
+                     "--topology-alias", "a/topology-rack=pod_rack", "--topology-alias", "b/rack=pod_rack"])
     err = capsys.readouterr().err
     assert code == 2
     assert "a/topology-rack" in err and "b/rack" in err and "--topology-alias" in err
 
 
+@pytest.mark.parametrize("command", [["collector"], ["agent", "--nvml", "sim"], ["snapshot", "--from-file", "x.yaml"]])
+def test_reserved_alias_flag_is_a_startup_error_saying_what_is_allowed(command: list[str], capsys: pytest.CaptureFixture) -> None:
+    code = cli.main([*command, "--topology-alias", "a/topology-rack=node"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "'node' is a label gangscope already puts on its series; allowed: a name matching" in err
+
+
 def test_colliding_topologies_at_run_time_keep_the_levels_and_are_counted() -> None:
-    """Decided behaviour: a Topology whose levels would give two keys one label name cannot be
-    applied; the collector keeps the levels it had (series keep their labels), counts a parse
-    error on ``topologies``, logs both keys, and adopts the levels once the Topology is fixed."""
-    c = Collector()
-    c.handlers["topologies"].apply("ADDED", topology())
+    """Decided behaviour: a Topology whose levels would give two keys one label name (only
+    ``--topology-alias`` overrides can: the automatic names never collide) cannot be applied; the
+    collector keeps the levels it had (series keep their labels), counts a parse error on
+    ``topologies``, logs both keys, and adopts the levels once the Topology is fixed."""
+    c = Collector(alias_overrides={"a.example/topology-rack": "pod_rack", RACK: "pod_rack"})
+    c.handlers["topologies"].apply("ADDED", topology(levels=(BLOCK, HOST)))
     c.handlers["nodes"].apply("ADDED", node("h1", "b1", "r1"))
     c.handlers["workloads"].apply("ADDED", workload("w", hosts=["h1"], conditions=admitted_conditions()))
     before = c.exposition.render(False)
@@ -433,7 +444,7 @@ def test_colliding_topologies_at_run_time_keep_the_levels_and_are_counted() -> N
     assert c.parse_errors("topologies") == 1 and not bug_events(logs)
     detail = " ".join(str(e.get("detail")) for e in logs if e.get("event") == "object_parse_problems")
     assert "a.example/topology-rack" in detail and RACK in detail
-    assert c.store.levels.keys == (BLOCK, RACK, HOST)
+    assert c.store.levels.keys == (BLOCK, HOST)
     after = c.exposition.render(False)
     strip = lambda b: b.replace(b"gangscope_parse_errors_total{source=\"topologies\"} 1", b"").replace(  # noqa: E731
         b"gangscope_parse_errors_total{source=\"topologies\"} 0", b"")
@@ -441,7 +452,7 @@ def test_colliding_topologies_at_run_time_keep_the_levels_and_are_counted() -> N
     c.render_both()
     # Fixed: the renamed level is adopted and every series relabelled.
     c.handlers["topologies"].apply("MODIFIED", topology("other", levels=("a.example/topology-zone", RACK, HOST)))
-    assert c.store.levels.aliases == ("block", "zone", "rack", "host")
+    assert c.store.levels.aliases == ("block", "zone", "pod_rack", "host")
     text, _ = c.render_both()
     pods = [s.labels for f in text for s in f.samples if s.name == "gangscope_workload_topology_pods"]
     assert pods and all("zone" in p for p in pods)
@@ -467,12 +478,13 @@ async def test_series_limit_drops_counts_and_warns_once(start_collector: StartCo
     samples = [s for f in parse_text(text) for s in f.samples]
     assert list(parse_openmetrics(om))
     stage = [s for s in samples if s.name == "gangscope_workload_stage"]
-    assert 0 < len(stage) <= 30 and len(stage) % 9 == 0  # whole Workloads dropped, never half of one
+    stages = len(STAGES)
+    assert 0 < len(stage) <= 30 and len(stage) % stages == 0  # whole Workloads dropped, never half of one
     dropped = {s.labels["family"]: s.value for s in samples if s.name == "gangscope_exposition_dropped_series_total"}
-    assert dropped["gangscope_workload_stage"] >= (12 - 3) * 9
+    assert dropped["gangscope_workload_stage"] >= (12 - 30 // stages) * stages
     warnings = [e for e in logs if e.get("event") == "series_limit_reached"]
     assert [e["family"] for e in warnings].count("gangscope_workload_stage") == 1, "warned once, not per event"
     assert all(e["log_level"] == "warning" and e["limit"] == 30 for e in warnings)
     assert len({e["family"] for e in warnings}) == len(warnings)
     # the health series stay complete: each family has its own budget
-    assert len([s for s in samples if s.name == "gangscope_source_up"]) == 10
+    assert len([s for s in samples if s.name == "gangscope_source_up"]) == 11  # 10 watched, queue_positions polled

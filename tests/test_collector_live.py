@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 
-from exporter import snapshot
+from exporter import loader
 from exporter.cluster.main import Collector
 from exporter.exposition import Exposition
 from exporter.kube.resources import LOCAL_QUEUES, NODES, RESOURCE_FLAVORS, TOPOLOGIES, WORKLOADS
@@ -39,7 +39,7 @@ def snapshot_of(sim: SimApiServer) -> dict:
     """What ``gangscope snapshot`` prints for the server's current objects."""
     expo = Exposition()
     _, handlers, _ = build_collector(expo)
-    snapshot.feed(expo, handlers, [("sim", o) for r in SERVED for o in sim.objects(r)])
+    loader.feed(expo, handlers, [("sim", o) for r in SERVED for o in sim.objects(r)], "snapshot")
     return workload_series(expo.render(False).decode())
 
 
@@ -110,7 +110,8 @@ async def test_live_matches_snapshot_and_follows_changes(live: tuple[Collector, 
     sim.delete(workload("pending"))
     await converges(collector, sim)
     s = series(await scrape(collector.port))
-    assert s[sample("gangscope_topology_evictions_total", reason="NodeFailures", block="b1", rack="r1", host="h1")] == 1
+    assert s[sample("gangscope_topology_evictions_total", reason="NodeFailures", underlying_cause="", block="b1",
+                    rack="r1")] == 1
     assert s[sample("gangscope_workload_stage", namespace="team", workload="running", stage="evicting")] == 1
 
     # a Node relabelled: the Workloads on it move rack
@@ -138,4 +139,4 @@ async def test_live_matches_snapshot_and_follows_changes(live: tuple[Collector, 
     assert sim.count("/workloads", watch=False) > lists
     # the eviction counter survives the relist (it counts what was observed, not what is listed)
     assert series(await scrape(collector.port))[sample(
-        "gangscope_topology_evictions_total", reason="NodeFailures", block="b1", rack="r1", host="h1")] == 1
+        "gangscope_topology_evictions_total", reason="NodeFailures", underlying_cause="", block="b1", rack="r1")] == 1

@@ -71,13 +71,22 @@ def test_demo_command_reports_and_exits_clean() -> None:
     out = result.stdout
     collector = re.search(r"^  collector\s+(http://127\.0\.0\.1:\d+/metrics)$", out, re.M)
     assert collector, out
-    assert re.search(r"^  agents\s+16 nodes, e\.g\. gpu-b1-r1-n1: http://127\.0\.0\.1:\d+/metrics$", out, re.M), out
+    assert re.search(r"^  agents\s+21 nodes, e\.g\. gpu-b1-r1-n1: http://127\.0\.0\.1:\d+/metrics$", out, re.M), out
     # The static scenario: no timeline, so the stages are those the scenario builds.
     table = re.search(r"^  workloads by stage:\n((?:    \S+ +\d+\n)+)", out, re.M)
     assert table, out
     stages = {line.split()[0]: int(line.split()[1]) for line in table.group(1).splitlines()}
-    assert stages == {"admission_checks": 1, "assembling": 2, "deactivated": 1, "finished": 1, "inadmissible": 1,
-                      "queued": 2, "running": 2}
+    assert stages == {"admission_checks": 1, "assembling": 2, "backoff": 1, "deactivated": 1, "finished": 1,
+                      "inadmissible": 1, "preempting": 1, "queued": 1, "running": 4}
+    # a job as Kueue shows it without waitForPodsReady, one waiting for preemptions, one held by a check
+    gemma = out.split("$ gangscope explain research/gemma-eval\n", 1)[1]
+    assert gemma.splitlines()[1] == "verdict: running", gemma[:300]
+    assert "Kueue writes no PodsReady here" in gemma
+    qwen = out.split("$ gangscope explain ml-team/qwen-pretrain\n", 1)[1]
+    assert "preempting in gpu-cluster-queue (queue ml-team-queue): waiting for" in " ".join(qwen.split())
+    assert "position 1 of 3 in gpu-cluster-queue" in " ".join(qwen.split())
+    sdxl = out.split("$ gangscope explain research/sd-xl\n", 1)[1]
+    assert "admission check dws-prov is Pending (Provisioning Request was successfully queued.), retried 1x" in " ".join(sdxl.split())
     explain = out.split("$ gangscope explain ml-team/mixtral-sft\n", 1)
     assert len(explain) == 2, out
     assert explain[1].splitlines()[1] == "verdict: held at ASSEMBLY", explain[1][:500]
@@ -195,3 +204,33 @@ async def test_running_demo_serves_joined_series(static_demo: Demo) -> None:
     assert idle[("research", "job-t5-pretrain")] == 16
     assert idle[("ml-team", "job-llama-train")] == 0
     assert idle[("ml-team", "job-mixtral-sft")] == 0
+
+
+@pytest.mark.parametrize("profile", ["a100", "h200", "b200"])
+async def test_demo_runs_every_gpu_generation(profile: str) -> None:
+    """--sim-profile gives blocks 1-2 another generation (h100 and the gb200 rack run in every demo):
+    its agents serve that GPU, its link count and NVLink version, and the pods still join."""
+    from exporter.sim.gpus import PROFILES
+
+    p = PROFILES[profile]
+    demo = Demo(scenario_name="static", sim_profile=profile)
+    try:
+        await demo.start()
+        assert await demo.wait_synced(), "the collector or an agent did not sync"
+        node = "gpu-b1-r1-n1"
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+            deadline = time.monotonic() + 15
+            while True:
+                samples = await scrape(session, demo.agents[node].port)
+                pods = [s for s in samples if s.name == "gangscope_gpu_pod_info" and s.labels["workload"]]
+                if len(pods) == 8 or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.3)
+            gb200 = await scrape(session, demo.agents["gpu-b3-r1-n1"].port)
+        assert {s.labels["name"] for s in samples if s.name == "gangscope_gpu_info"} == {p.product}
+        assert len([s for s in samples if s.name == "gangscope_nvlink_link_up" and s.labels["gpu"] == "0"]) == p.links
+        assert {s.value for s in samples if s.name == "gangscope_nvlink_version"} == {p.nvlink_version}
+        assert len(pods) == 8
+        assert {s.labels["name"] for s in gb200 if s.name == "gangscope_gpu_info"} == {"NVIDIA GB200"}
+    finally:
+        await demo.stop()

@@ -125,7 +125,7 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path) -> None
         names = [wl.name for wl in demo.collector.store.workloads.values()]
         llama, mixtral, t5, vit = (next(n for n in names if n.startswith(f"job-{job}-"))
                                    for job in ("llama-train", "mixtral-sft", "t5-pretrain", "vit-large"))
-        degraded = demo.scenario.node_names()[-5]  # the node the demo gives the "degraded" NVML scenario
+        degraded = demo.scenario.degraded_node  # the node the demo gives the "degraded" NVML scenario
         llama_nodes = [n for n in demo.scenario.node_names() if n.startswith("gpu-b1-r1-")]
 
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
@@ -141,17 +141,19 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path) -> None
             async def loaded() -> list[tuple[str, str]]:
                 return sorted((Path(g["file"]).name, g["name"]) for g in await prom.rules())
 
-            assert await poll(loaded, lambda g: len(g) == 7, 10, "rule groups loaded") == [
+            assert await poll(loaded, lambda g: len(g) == 12, 10, "rule groups loaded") == [
                 ("gangscope-alerts.yaml", "gangscope-admission"), ("gangscope-alerts.yaml", "gangscope-evictions"),
-                ("gangscope-alerts.yaml", "gangscope-gangs"), ("gangscope-alerts.yaml", "gangscope-interconnect"),
-                ("gangscope-alerts.yaml", "gangscope-self"), ("gangscope-rules.yaml", "gangscope-gangs.rules"),
-                ("gangscope-rules.yaml", "gangscope-interconnect.rules")]
+                ("gangscope-alerts.yaml", "gangscope-gangs"), ("gangscope-alerts.yaml", "gangscope-hardware"),
+                ("gangscope-alerts.yaml", "gangscope-interconnect"), ("gangscope-alerts.yaml", "gangscope-self"),
+                ("gangscope-alerts.yaml", "gangscope-stragglers"), ("gangscope-rules.yaml", "gangscope-dcgm.rules"),
+                ("gangscope-rules.yaml", "gangscope-gangs.rules"), ("gangscope-rules.yaml", "gangscope-hardware.rules"),
+                ("gangscope-rules.yaml", "gangscope-interconnect.rules"), ("gangscope-rules.yaml", "gangscope-stragglers.rules")]
 
             # --- recording rules: joined series with topology labels ----------------------
             # What the simulated NVML counts for llama-train's 4 nodes x 8 GPUs x 18 links. Until a
             # series is one rate window old, rate() covers only part of the window and reads low, so
             # poll until the rate settles; the tolerance covers sampling that is not synchronised.
-            expected = {d: 1024 * sum(sim._link_kib_per_second(gpu, link, fid)
+            expected = {d: sum(sim.link_rate(gpu, link, fid)
                                       for sim in (demo.nvml[node] for node in llama_nodes)
                                       for gpu in sim.gpus for link in range(gpu.links))
                         for d, fid in (("transmit", pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX),
@@ -165,10 +167,11 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path) -> None
             assert {(s["metric"]["namespace"], s["metric"]["workload"], s["metric"]["direction"]) for s in nvlink_wl} == {
                 ("ml-team", llama, "transmit"), ("ml-team", llama, "receive")}
 
-            racks = {("block-1", "rack-1-1"), ("block-1", "rack-1-2"), ("block-2", "rack-2-1"), ("block-2", "rack-2-2")}
+            racks = {("block-1", "rack-1-1"), ("block-1", "rack-1-2"), ("block-2", "rack-2-1"), ("block-2", "rack-2-2"),
+                     ("block-3", "rack-3-1")}
             for family in ("nvlink", "pcie"):  # the demo's nodes have no fabric ports in sysfs
                 rack_rates = await poll(lambda: prom.query(f"rack:gangscope_{family}_bytes:rate{RATE}"),
-                                        lambda r: len(r) == 8, 20, f"rack-level {family} rates")
+                                        lambda r: len(r) == 10, 20, f"rack-level {family} rates")
                 assert set(by_labels(rack_rates, "block", "rack", "direction")) == {
                     (*rack, d) for rack in racks for d in ("transmit", "receive")}
                 assert all(float(s["value"][1]) > 0 for s in rack_rates)
@@ -183,22 +186,38 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path) -> None
             assert by_labels(idle_rack, "block", "rack") == {("block-2", "rack-2-1"): 16.0}
 
             stages = await poll(lambda: prom.query("rack:gangscope_workload_stage:count"),
-                                lambda r: len(r) == 4, 20, "workloads by stage per rack")
+                                lambda r: len(r) == 5, 20, "workloads by stage per rack")
             assert by_labels(stages, "block", "rack", "stage") == {
                 ("block-1", "rack-1-1", "running"): 1.0,
                 ("block-1", "rack-1-2", "assembling"): 1.0,
                 ("block-2", "rack-2-1", "assembling"): 1.0,
                 ("block-2", "rack-2-2", "running"): 1.0,
+                ("block-3", "rack-3-1", "running"): 1.0,
             }
+            # The NVL72 rack: its label spans two chassis and cliques (gpu-b3-r1-n5 is mislabelled).
+            hw = await poll(lambda: prom.query("rack:gangscope_gpu_chassis:count > 1 or rack:gangscope_gpu_fabric_cliques:count > 1"),
+                            lambda r: len(r) == 1, 20, "the NVL72 rack label spanning two hardware domains")
+            assert by_labels(hw, "block", "rack") == {("block-3", "rack-3-1"): 2.0}
 
             # --- alerts present from the start ----------------------------------------------
+            gb200 = next(n for n in names if n.startswith("job-llama-gb200-"))
+            straggler_node = next(n for n, hw in demo.scenario.hardware.items() if "straggler" in hw.scenarios)
             alerts = await poll(
                 prom.alerts,
                 lambda a: firing("GangscopeGangStuckAssembling", workload=mixtral)(a)
                 and firing("GangscopeGangIdleGPUs", workload=t5)(a)
-                and firing("GangscopeNVLinkDown", node=degraded)(a),
-                30, "stuck gang, idle GPUs and NVLink down firing",
+                and firing("GangscopeNVLinkDown", node=degraded)(a)
+                and firing("GangscopeTopologyDomainSpansHardware", rack="rack-3-1")(a)
+                and firing("GangscopeWorkloadOnDegradedFabric", workload=gb200)(a)
+                and firing("GangscopeGPUStraggler", workload=llama)(a),
+                45, "stuck gang, idle GPUs, NVLink down, hardware truth, degraded fabric and straggler firing",
             )
+            spans = matching(alerts, "GangscopeTopologyDomainSpansHardware")
+            assert [(a["labels"]["block"], a["labels"]["rack"]) for a in spans] == [("block-3", "rack-3-1")]
+            assert "gpu-b3-r1-n5 (chassis 1821224099871)" in spans[0]["annotations"]["description"]
+            assert [(a["labels"]["node"], a["labels"]["gpu"], a["labels"]["rack"])
+                    for a in matching(alerts, "GangscopeGPUStraggler")] == [(straggler_node, "5", "rack-1-1")]
+            assert [float(a["value"]) for a in matching(alerts, "GangscopeWorkloadOnDegradedFabric")] == [1.0]
             stuck = matching(alerts, "GangscopeGangStuckAssembling", workload=mixtral)
             assert [(a["state"], a["labels"]["namespace"], a["labels"]["podgroup"], a["labels"]["cluster_queue"],
                      a["labels"]["block"], a["labels"]["rack"]) for a in stuck] == [
@@ -235,8 +254,8 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path) -> None
             domain = matching(alerts, "GangscopeDomainNodeFailureEvictions")
             assert [(a["labels"]["block"], a["labels"]["rack"], a["labels"]["severity"]) for a in domain] == [
                 ("block-2", "rack-2-2", "critical")], domain
-            # gangscope_topology_evictions_total counts the eviction once per host of vit-large's
-            # assignment (4 hosts of rack-2-2); the alert counts distinct evicted Workloads: one.
+            # gangscope_topology_evictions_total counts vit-large's eviction once for rack-2-2 (at the
+            # default --eviction-level), although its assignment spans 4 hosts there: one Workload.
             assert float(domain[0]["value"]) == 1
             assert domain[0]["annotations"]["runbook_url"].endswith("#gangscopedomainnodefailureevictions")
             workload = matching(alerts, "GangscopeWorkloadNodeFailureEviction", workload=vit)

@@ -134,7 +134,8 @@ def test_podgroup_name_resolves_to_its_workload(dump: Path, capsys: pytest.Captu
 def test_running_job_without_prometheus_prints_the_query(dump: Path, capsys: pytest.CaptureFixture[str]) -> None:
     doc = run_json(dump, "ml-team/llama-train", capsys)
     assert statuses(doc) == ["ok", "ok", "ok", "unknown"]
-    assert doc["verdict"]["status"] == "unknown"
+    assert doc["verdict"]["status"] == "running"  # admitted, placed, assembled; interconnect not checked
+    assert doc["verdict"]["summary"].startswith("admitted, placed and assembled; interconnect not checked: run with --prometheus")
     q = doc["layers"][3]["evidence"]["queries"]
     assert q["nvlink_now"].startswith('sum(sum by (node, gpu) (rate({__name__=~"gangscope_nvlink_transmit_bytes_total|')
     assert 'gangscope_gpu_pod_info{namespace="ml-team",workload="' in q["nvlink_now"]
@@ -181,10 +182,9 @@ def test_unknown_name_exits_1(dump: Path, capsys: pytest.CaptureFixture[str]) ->
 def _gangs_for(dump: Path) -> tuple[Any, Any]:
     args = parser().parse_args(["x/y", "--from-file", str(dump)])
     store, gangs, handlers = explain._build(args)
-    from exporter.loader import load_path
-    from exporter.snapshot import feed
+    from exporter.loader import feed, load_path
 
-    feed(store.exposition, handlers, load_path(dump).objects)
+    feed(store.exposition, handlers, load_path(dump).objects, "test")
     return store, gangs
 
 

@@ -29,7 +29,7 @@ import aiohttp
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 
-from exporter import snapshot
+from exporter import loader
 from exporter.cluster.collector import build_collector
 from exporter.cluster.main import Collector, tune_gc
 from exporter.exposition import Exposition
@@ -66,7 +66,7 @@ def truth(sim: SimApiServer) -> list[str]:
         with contextlib.suppress(KeyError):  # not served (any more)
             objects += [("sim", o) for o in sim.objects(r)]
     with contextlib.redirect_stderr(io.StringIO()):  # feed's notes on kinds it ignores
-        snapshot.feed(expo, handlers, objects)
+        loader.feed(expo, handlers, objects, "truth")
     return object_lines(expo.render(False).decode())
 
 

@@ -235,6 +235,42 @@ def test_stage_transitions_through_a_gang_life() -> None:
     assert c.stage("ml", "g") == "failed"
 
 
+def wl_stage(c: Cluster, name: str) -> str:
+    current = [dict(k)["stage"] for k, v in c.series("gangscope_workload_stage").items() if v == 1 and dict(k)["workload"] == name]
+    assert len(current) == 1
+    return current[0]
+
+
+def test_workload_without_pods_ready_is_running_unless_its_gang_assembles() -> None:
+    """Kueue without waitForPodsReady writes no PodsReady (kueue jobframework/reconciler.go:558-560):
+    the Workload is running unless a joined gang says its pods are still assembling, whichever
+    of the two objects changes, and whichever arrives first."""
+    c = Cluster()
+    c.add_wl(workload("wl", owner=("Job", "g", "u")))
+    assert wl_stage(c, "wl") == "running"  # nothing joined: nothing says otherwise
+    c.add_pg(podgroup("g", phase="Scheduling"))
+    assert (c.stage("ml", "g"), wl_stage(c, "wl")) == ("assembling", "assembling")
+    c.pgs["podgroups_coscheduling"].apply("MODIFIED", podgroup("g", phase="Scheduling", running=2))
+    assert (c.stage("ml", "g"), wl_stage(c, "wl")) == ("partially_bound", "assembling")
+    c.pgs["podgroups_coscheduling"].apply("MODIFIED", podgroup("g", phase="Running", running=4))
+    assert (c.stage("ml", "g"), wl_stage(c, "wl")) == ("assembled", "running")
+    c.pgs["podgroups_coscheduling"].apply("MODIFIED", podgroup("g", phase="Pending"))
+    assert wl_stage(c, "wl") == "assembling"
+    c.pgs["podgroups_coscheduling"].apply("DELETED", podgroup("g"))
+    assert wl_stage(c, "wl") == "running"
+    # the group first, then the Workload: the Workload's first render already knows
+    d = Cluster()
+    d.add_pg(podgroup("g", phase="Scheduling"))
+    d.add_wl(workload("wl", owner=("Job", "g", "u")))
+    assert wl_stage(d, "wl") == "assembling"
+    # Kueue's own word wins where it speaks: PodsReady True is running whatever the gang says
+    ready = workload("wl", owner=("Job", "g", "u"))
+    ready["status"]["conditions"].append({"type": "PodsReady", "status": "True", "reason": "Started", "message": "",
+                                          "lastTransitionTime": ts(T0 + 30)})
+    d.wl.apply("MODIFIED", ready)
+    assert wl_stage(d, "wl") == "running"
+
+
 def test_default_assembly_timeout_applies_without_schedule_timeout() -> None:
     c = Cluster(now=T0 + 599, timeout=600)
     c.add_wl(workload("wl", owner=("Job", "g", "u")))

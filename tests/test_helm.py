@@ -40,7 +40,8 @@ EVERYTHING: dict[str, Any] = {
                   "maxSeriesPerOwner": 5000, "metricAllowlist": ["gangscope_workload_.*", "gangscope_gang_.*"],
                   "metricDenylist": ["gangscope_workload_condition"], "namespaces": ["ml-team", "research"],
                   "namespacesDenylist": ["kube-system"], "sources": ["workloads", "nodes"], "shard": 1, "totalShards": 3,
-                  "insecureSkipTLSVerify": True, "assemblyTimeout": 900, "gpuResources": ["nvidia.com/gpu", "amd.com/gpu"],
+                  "insecureSkipTLSVerify": True, "assemblyTimeout": 900, "evictionLevel": "example.com/block", "evictionDomainGrace": 600,
+                  "queuePositionInterval": 0, "queuePositionLimit": 200, "gpuResources": ["nvidia.com/gpu", "amd.com/gpu"],
                   "extraArgs": ["--log-level=info"], "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}},
                   "nodeSelector": {"node-role.kubernetes.io/infra": ""}, "tolerations": [{"key": "infra", "operator": "Exists"}],
                   "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
@@ -49,7 +50,7 @@ EVERYTHING: dict[str, Any] = {
     "agent": {"port": 9501, "logLevel": "warning", "maxSeriesPerFamily": 20000, "discoveryInterval": 120,
               "maxSeriesPerOwner": 500, "metricAllowlist": ["gangscope_nvlink_.*"], "metricDenylist": ["gangscope_nic_.*"],
               "insecureSkipTLSVerify": True, "gpuResources": ["nvidia.com/gpu", "nvidia.com/mig-*"], "nvml": "real",
-              "sampleInterval": 2, "nvmlTimeout": 5, "podResourcesInterval": 20,
+              "sampleInterval": 2, "nvmlTimeout": 5, "simProfile": "gb200", "pcieInterval": 0, "podResourcesInterval": 20,
               "podResourcesDir": "/var/snap/microk8s/common/var/lib/kubelet/pod-resources", "hostSysfs": "/host-sys",
               "runtimeClassName": "nvidia", "maxUnavailable": 1, "priorityClass": {"create": True, "value": 2000000},
               "nodeSelector": {"gpu": "h100"}, "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
@@ -93,6 +94,10 @@ COLLECTOR_FLAGS = {
     "--topology-alias": ["--topology-alias=example.com/block=pod", "--topology-alias=example.com/rack=row"],
     "--gpu-resource": ["--gpu-resource=nvidia.com/gpu", "--gpu-resource=amd.com/gpu"],
     "--assembly-timeout": ["--assembly-timeout=900"],
+    "--eviction-level": ["--eviction-level=example.com/block"],
+    "--eviction-domain-grace": ["--eviction-domain-grace=600"],
+    "--queue-position-interval": ["--queue-position-interval=0"],
+    "--queue-position-limit": ["--queue-position-limit=200"],
     "--log-level": ["--log-level=debug"],
 }
 AGENT_FLAGS = {
@@ -113,6 +118,8 @@ AGENT_FLAGS = {
     "--nvml": ["--nvml=real"],
     "--sample-interval": ["--sample-interval=2"],
     "--nvml-timeout": ["--nvml-timeout=5"],
+    "--sim-profile": ["--sim-profile=gb200"],
+    "--pcie-interval": ["--pcie-interval=0"],
     "--pod-resources-socket": ["--pod-resources-socket=/var/snap/microk8s/common/var/lib/kubelet/pod-resources/kubelet.sock"],
     "--pod-resources-interval": ["--pod-resources-interval=20"],
     "--gpu-resource": ["--gpu-resource=nvidia.com/gpu", "--gpu-resource=nvidia.com/mig-*"],

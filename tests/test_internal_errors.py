@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from exporter.cluster.collector import build_collector
-from exporter.cluster.fields import ParseError
+from exporter.fields import ParseError
 from exporter.exposition import Exposition
 from exporter.health import SourceHealth
 from exporter.kube.backoff import BackoffPolicy

@@ -9,7 +9,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.cluster import podgroups as pg
-from exporter.cluster.fields import ParseError
+from exporter.fields import ParseError
 from exporter.cluster.gangs import GangIndex
 from exporter.cluster.store import ClusterStore
 from exporter.exposition import Exposition

@@ -224,21 +224,24 @@ async def test_two_replicas_serve_identical_series(kube_sim: SimApiServer, kube_
     """HA: a replica started later, after changes, serves what the first serves. Excluded: what
     is observed rather than read (documented in docs/deploy.md, "High availability")."""
     serve_cluster(kube_sim, workloads=150)
-    first = await started_collector(kube_sim_kubeconfig)
+    poll = ("--queue-position-interval", "0.3")  # positions are polled (Kueue's visibility API): both have polled
+    first = await started_collector(kube_sim_kubeconfig, *poll)
     try:
         for wl in list(kube_sim.objects(COLLECTOR_RESOURCES[0]))[:20]:
             for c in wl["status"]["conditions"]:
                 if c["type"] == "QuotaReserved" and c["status"] == "False":
                     c["message"] = "couldn't assign flavors: 8 more needed"
             kube_sim.update(wl)
-        second = await started_collector(kube_sim_kubeconfig)
+        second = await started_collector(kube_sim_kubeconfig, *poll)
         try:
             async def comparable(c: Collector) -> Series:
                 return read_series(await scrape(c.port))
 
-            await eventually(lambda: len(first.store.workloads) == len(second.store.workloads))
-            a, b = await comparable(first), await comparable(second)
-            assert a == b and len(a) > 1000
+            async def same() -> bool:
+                return await comparable(first) == await comparable(second)
+
+            await eventually(same, timeout=10, interval=0.2)
+            assert len(await comparable(first)) > 1000
         finally:
             await second.stop()
     finally:

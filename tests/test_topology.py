@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import pytest
 
+import itertools
+
 from exporter.topology import (
-    HOSTNAME_LABEL, AssignmentError, Domain, DomainPaths, TopologyError, TopologyLevels, alias_for, iter_domains,
-    parse_alias_overrides,
+    HOSTNAME_LABEL, RESERVED_LABELS, AssignmentError, Domain, DomainPaths, TopologyError, TopologyLevels, alias_candidates,
+    alias_for, iter_domains, parse_alias_overrides,
 )
 
 BLOCK, RACK = "cloud.provider.com/topology-block", "cloud.provider.com/topology-rack"
@@ -41,19 +43,61 @@ def test_levels_put_hostname_last_and_dedupe() -> None:
     assert TopologyLevels.build([]).aliases == ("host",)
 
 
-def test_alias_collision_names_both_keys_and_override_resolves_it() -> None:
+GKE = ("cloud.google.com/gce-topology-block", "cloud.google.com/gce-topology-subblock",
+       "cloud.google.com/gce-topology-host", HOSTNAME_LABEL)
+
+
+def test_gke_standard_levels_get_distinct_labels_in_any_order() -> None:
+    """The GKE TAS topology (kueue-frag-3494 fixture, the KueuePopulator chart) collides on ``host``
+    under the short rule: the hostname keeps it, gce-topology-host takes its segment form."""
+    for order in itertools.permutations(GKE):
+        levels = TopologyLevels.build(order)
+        assert dict(zip(levels.keys, levels.aliases)) == {
+            GKE[0]: "block", GKE[1]: "subblock", GKE[2]: "gce_topology_host", HOSTNAME_LABEL: "host"}
+
+
+@pytest.mark.parametrize(("keys", "aliases"), [
+    # a short name two keys want goes to the first in sort order; the other takes its next candidate
+    (("a.com/topology-rack", "b.com/rack"), ("rack", "b_com_rack", "host")),
+    (("b.com/rack", "a.com/topology-rack"), ("b_com_rack", "rack", "host")),
+    (("cloud.provider.com/topology-rack", "other.io/topology-rack"), ("rack", "topology_rack", "host")),
+    # a reserved short name moves on to the next candidate
+    (("example.com/namespace",), ("example_com_namespace", "host")),
+    (("example.com/node", "nvidia.com/gpu.clique"), ("example_com_node", "gpu_clique", "host")),
+    (("a.b/c", "a-b/c"), ("a_b_c", "c", "host")),
+    # every candidate collides: the full form, numbered in key order
+    (("x.y/z", "x-y/z", "x_y/z"), ("x_y_z", "z", "x_y_z_2", "host")),
+    # a key whose short name is host: the hostname level keeps host
+    (("example.com/topology-host",), ("topology_host", "host")),
+])
+def test_collisions_resolve_deterministically(keys: tuple[str, ...], aliases: tuple[str, ...]) -> None:
+    levels = TopologyLevels.build(keys)
+    assert levels.aliases == aliases
+    assert len(set(levels.aliases)) == len(levels.aliases) and not set(levels.aliases) & RESERVED_LABELS
+
+
+def test_candidates_of_a_key() -> None:
+    assert alias_candidates("cloud.google.com/gce-topology-host") == (
+        "host", "gce_topology_host", "cloud_google_com_gce_topology_host")
+    assert alias_candidates(HOSTNAME_LABEL) == ("host", "hostname", "kubernetes_io_hostname")
+
+
+def test_overrides_claim_first_and_colliding_overrides_name_both_keys() -> None:
+    levels = TopologyLevels.build(["a.com/topology-rack", "b.com/rack"], {"b.com/rack": "rack"})
+    assert levels.aliases == ("topology_rack", "rack", "host")
     with pytest.raises(TopologyError) as exc:
-        TopologyLevels.build(["a.com/topology-rack", "b.com/rack"])
-    assert "a.com/topology-rack" in str(exc.value) and "b.com/rack" in str(exc.value)
-    levels = TopologyLevels.build(["a.com/topology-rack", "b.com/rack"], {"b.com/rack": "rack2"})
-    assert levels.aliases == ("rack", "rack2", "host")
+        TopologyLevels.build(["a.com/x", "b.com/y"], {"a.com/x": "rack", "b.com/y": "rack"})
+    assert "a.com/x" in str(exc.value) and "b.com/y" in str(exc.value)
 
 
-def test_reserved_alias_rejected_and_overrides_parsed() -> None:
-    with pytest.raises(TopologyError):
-        TopologyLevels.build(["example.com/namespace"])
+def test_reserved_override_says_which_names_are_allowed() -> None:
     assert parse_alias_overrides(["a.com/x=pod_rack"]) == {"a.com/x": "pod_rack"}
-    for bad in ("nokey", "=x", "a=1x", "a=has-dash"):
+    with pytest.raises(TopologyError) as exc:
+        parse_alias_overrides(["a.com/x=node"])
+    message = str(exc.value)
+    assert "'node' is a label gangscope already puts on its series" in message
+    assert "allowed: a name matching [a-zA-Z_][a-zA-Z0-9_]* that does not start with __ and is none of: api," in message
+    for bad in ("nokey", "=x", "a=1x", "a=has-dash", "a=__x"):
         with pytest.raises(TopologyError):
             parse_alias_overrides([bad])
 

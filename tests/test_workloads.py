@@ -7,7 +7,8 @@ import copy
 import pytest
 
 from exporter.cluster.collector import build_collector
-from exporter.cluster.workloads import STAGES, parse_workload
+from exporter.cluster.workload_state import STAGES
+from exporter.cluster.workloads import parse_workload
 from exporter.exposition import Exposition
 from exporter.health import SourceHealth
 from kueue_objects import (
@@ -81,39 +82,40 @@ def test_fixtures_of_both_api_versions_give_the_same_series() -> None:
 
 
 def _stage_of(obj) -> str:
-    return parse_workload(obj).stage
+    _, store, h = collector()
+    h["workloads"].replace([obj])
+    return store.workload(obj["metadata"]["namespace"], obj["metadata"]["name"]).stage
 
 
-@pytest.mark.parametrize(("stage", "obj"), [
-    ("queued", workload(admitted_cq=None, conditions=[])),
-    ("queued", workload(admitted_cq=None, conditions=[cond("QuotaReserved", "False", "PendingEvaluation")])),
-    ("inadmissible", workload(admitted_cq=None, conditions=[cond("QuotaReserved", "False", "Pending")])),
-    ("inadmissible", workload(admitted_cq=None, conditions=[cond("QuotaReserved", "False", "NoMatchingFlavor")])),
-    ("admission_checks", workload(conditions=[cond("QuotaReserved", "True", "QuotaReserved"),
-                                              cond("Admitted", "False", "UnsatisfiedAdmissionChecks")])),
-    ("assembling", workload(conditions=admitted_conditions(ready=False))),
-    ("assembling", workload(conditions=[*admitted_conditions(ready=False), cond("PodsReady", "False", "WaitForStart")])),
-    ("running", workload(conditions=admitted_conditions())),
-    ("recovering", workload(conditions=[*admitted_conditions(ready=False), cond("PodsReady", "False", "WaitForRecovery")])),
-    ("recovering", workload(conditions=admitted_conditions(), unhealthy=["h1"])),
-    ("evicting", workload(conditions=[*admitted_conditions(), cond("Evicted", "True", "Preempted")])),
-    ("queued", workload(admitted_cq=None, conditions=[cond("QuotaReserved", "False", "PendingEvaluation"),
-                                                      cond("Evicted", "True", "NodeFailures")])),
-    ("deactivated", workload(active=False, conditions=admitted_conditions())),
-    ("finished", workload(active=False, conditions=[*admitted_conditions(), cond("Finished", "True", "Succeeded")])),
+@pytest.mark.parametrize(("stage", "reason", "category", "obj"), [
+    ("queued", "PendingEvaluation", "evaluation", workload(admitted_cq=None, conditions=[])),
+    ("inadmissible", "Pending", "capacity", workload(admitted_cq=None, conditions=[cond("QuotaReserved", "False", "Pending")])),
+    ("inadmissible", "NoMatchingFlavor", "configuration",
+     workload(admitted_cq=None, conditions=[cond("QuotaReserved", "False", "NoMatchingFlavor")])),
+    ("preempting", "WaitingForPreemptedWorkloads", "preemption",
+     workload(admitted_cq=None, conditions=[cond("QuotaReserved", "False", "WaitingForPreemptedWorkloads")])),
+    ("held", "AdmissionGated", "policy", workload(admitted_cq=None, conditions=[cond("QuotaReserved", "False", "AdmissionGated")])),
+    ("admission_checks", "UnsatisfiedAdmissionChecks", "admission_check",
+     workload(conditions=[cond("QuotaReserved", "True", "QuotaReserved"), cond("Admitted", "False", "UnsatisfiedAdmissionChecks")])),
+    ("running", None, None, workload(conditions=admitted_conditions(ready=False))),  # no PodsReady: no waitForPodsReady
+    ("assembling", None, None, workload(conditions=[*admitted_conditions(ready=False), cond("PodsReady", "False", "WaitForStart")])),
+    ("deactivated", "Deactivated", "policy", workload(active=False, conditions=admitted_conditions())),
+    ("finished", None, None, workload(active=False, conditions=[*admitted_conditions(), cond("Finished", "True", "Succeeded")])),
 ])
-def test_every_stage(stage: str, obj) -> None:
-    assert _stage_of(obj) == stage
+def test_stage_and_pending_reason_series(stage: str, reason: str | None, category: str | None, obj) -> None:
+    """The stage state set and the pending reason as exported (the rules: test_workload_state.py)."""
     expo, _, h = collector()
     h["workloads"].replace([obj])
     s = series(text(expo))
     assert [st for st in STAGES if s[sample("gangscope_workload_stage", namespace="team", workload="wl", stage=st)] == 1] == [stage]
+    got = [dict(k[1]) for k in s if k[0] == "gangscope_workload_pending_reason"]
+    assert got == ([{"namespace": "team", "workload": "wl", "reason": reason, "category": category}] if reason else [])
 
 
 def test_fixture_node_failure_timeline() -> None:
     base = fixture("workload-v1beta2-admitted-tas.yaml")[0]
     unhealthy, evicted = fixture("workload-v1beta2-tas-node-failure.yaml")
-    assert [_stage_of(o) for o in (base, unhealthy, evicted)] == ["running", "recovering", "queued"]
+    assert [_stage_of(o) for o in (base, unhealthy, evicted)] == ["running", "recovering", "queued"]  # stages alone
     expo, store, h = collector()
     h["topologies"].replace([topology()])
     h["nodes"].replace([node("gke-ml-a3mega-pool-1-5d2f7a1c-jn2q", "b1", "r1")])
@@ -130,39 +132,53 @@ def test_fixture_node_failure_timeline() -> None:
     # the assignment is gone from the object, but its pods are still exported from the cache ...
     assert len([k for k in s if k[0] == "gangscope_workload_topology_pods"]) == 16
     assert store.workload("ml-team", "job-llama-train-f48ba").assignments == []
-    # ... and the NodeFailures eviction lands once on each of its 16 hosts, the failed node with its rack
+    # ... and the NodeFailures eviction lands once in each rack of its 16 hosts: the failed node's rack
+    # (the only Node known), and the unknown racks of the other 15 together
     evictions = {k: v for k, v in s.items() if k[0] == "gangscope_topology_evictions_total"}
-    assert len(evictions) == 16 and set(evictions.values()) == {1}
-    assert evictions[sample("gangscope_topology_evictions_total", reason="NodeFailures", block="b1", rack="r1",
-                            host="gke-ml-a3mega-pool-1-5d2f7a1c-jn2q")] == 1
+    assert evictions == {
+        sample("gangscope_topology_evictions_total", reason="NodeFailures", underlying_cause="", block="b1", rack="r1"): 1,
+        sample("gangscope_topology_evictions_total", reason="NodeFailures", underlying_cause="", block="", rack=""): 1,
+    }
     assert s[sample("gangscope_workload_evictions_total", **nw, reason="NodeFailures", underlying_cause="")] == 1
 
 
+# (Evicted condition reason, schedulingStats reason, underlyingCause) as Kueue writes them together:
+# evict.go:178-185 sets the condition and increments the stats in one patch; a deactivation's
+# condition reason is Deactivated + "DueTo" + cause, its stats entry Deactivated with the cause
+# apart (evict.go:181-182; workload_controller_eviction_test.go:689, 700-703).
 EVICTION_REASONS = [
-    ("Preempted", ""), ("PodsReadyTimeout", "WaitForStart"), ("PodsReadyTimeout", "WaitForRecovery"),
-    ("AdmissionCheck", ""), ("ClusterQueueStopped", ""), ("LocalQueueStopped", ""), ("NodeFailures", ""),
-    ("Deactivated", ""), ("DeactivatedDueToRequeuingLimitExceeded", "RequeuingLimitExceeded"),
-    ("EvictedOnManagerCluster", ""), ("WorkloadSliceReplaced", ""), ("FlavorMigration", ""), ("SomeFutureReason", "x"),
+    ("Preempted", "Preempted", ""), ("PodsReadyTimeout", "PodsReadyTimeout", "WaitForStart"),
+    ("PodsReadyTimeout", "PodsReadyTimeout", "WaitForRecovery"), ("AdmissionCheck", "AdmissionCheck", ""),
+    ("ClusterQueueStopped", "ClusterQueueStopped", ""), ("LocalQueueStopped", "LocalQueueStopped", ""),
+    ("NodeFailures", "NodeFailures", ""), ("Deactivated", "Deactivated", ""),
+    ("DeactivatedDueToRequeuingLimitExceeded", "Deactivated", "RequeuingLimitExceeded"),
+    ("DeactivatedDueToAdmissionCheck", "Deactivated", "AdmissionCheck"),
+    ("DeactivatedDueToMaximumExecutionTimeExceeded", "Deactivated", "MaximumExecutionTimeExceeded"),
+    ("EvictedOnManagerCluster", "EvictedOnManagerCluster", ""), ("WorkloadSliceReplaced", "WorkloadSliceReplaced", ""),
+    ("FlavorMigration", "FlavorMigration", ""), ("SomeFutureReason", "SomeFutureReason", "x"),
 ]
 
 
-@pytest.mark.parametrize(("reason", "cause"), EVICTION_REASONS)
-def test_every_eviction_reason(reason: str, cause: str) -> None:
+@pytest.mark.parametrize(("condition_reason", "reason", "cause"), EVICTION_REASONS)
+def test_every_eviction_reason_counted_once(condition_reason: str, reason: str, cause: str) -> None:
     expo, _, h = collector()
     running = workload(conditions=admitted_conditions())
     h["workloads"].replace([running])
-    evicted = workload(conditions=[*admitted_conditions(), cond("Evicted", "True", reason, "2026-08-20T11:00:00Z")],
+    evicted = workload(conditions=[*admitted_conditions(), cond("Evicted", "True", condition_reason, "2026-08-20T11:00:00Z")],
                        evictions=[{"reason": reason, "underlyingCause": cause, "count": 1}])
     h["workloads"].apply("MODIFIED", evicted)
     s = series(text(expo))
     assert s[sample("gangscope_workload_evictions_total", namespace="team", workload="wl", reason=reason,
                     underlying_cause=cause)] == 1
-    assert s[sample("gangscope_topology_evictions_total", reason=reason, host="h1")] == 1
-    assert s[sample("gangscope_topology_evictions_total", reason=reason, host="h2")] == 1
+    per_domain = {k: v for k, v in s.items() if k[0] == "gangscope_topology_evictions_total"}
+    # without Topologies the hostname is the only level, so the domains are the hosts
+    assert per_domain == {sample("gangscope_topology_evictions_total", reason=reason, underlying_cause=cause, host=h): 1
+                          for h in ("h1", "h2")}
 
 
 def _topology_evictions(expo: Exposition) -> float:
-    return series(text(expo)).get(sample("gangscope_topology_evictions_total", reason="Preempted", host="h1"), 0)
+    return series(text(expo)).get(
+        sample("gangscope_topology_evictions_total", reason="Preempted", underlying_cause="", host="h1"), 0)
 
 
 @pytest.mark.parametrize("order", ["condition_first", "stats_first", "together"])
@@ -253,11 +269,20 @@ def test_several_topologies_merge_in_a_stable_order() -> None:
         assert store.levels.keys == (BLOCK, RACK, HOST)
 
 
-def test_colliding_topology_levels_are_counted_and_keep_the_old_levels() -> None:
-    expo, store, h = collector()
-    h["topologies"].replace([topology("a", ("a.com/topology-rack", "b.com/rack", HOST))])
+def test_colliding_overrides_are_counted_and_keep_the_old_levels() -> None:
+    expo, store, h = collector(alias_overrides={"a.com/x": "rack", "b.com/y": "rack"})
+    h["topologies"].replace([topology("a", ("a.com/x", "b.com/y", HOST))])
     assert store.levels.keys == (HOST,)
     assert parse_errors(expo, "topologies") == 1
+
+
+def test_gke_four_level_topology_is_accepted_with_distinct_labels() -> None:
+    gke = ("cloud.google.com/gce-topology-block", "cloud.google.com/gce-topology-subblock",
+           "cloud.google.com/gce-topology-host", HOST)
+    expo, store, h = collector()
+    h["topologies"].replace([topology("gke-default", gke)])
+    assert store.levels.aliases == ("block", "subblock", "gce_topology_host", "host")
+    assert parse_errors(expo, "topologies") == 0
 
 
 def test_multi_level_assignment_with_two_podsets() -> None:
@@ -430,3 +455,154 @@ def test_handler_never_raises_on_deep_garbage() -> None:
     h["workloads"].apply("MODIFIED", garbage)
     assert 'gangscope_workload_info{namespace="team",workload="wl"' in text(expo)
     assert parse_errors(expo, "workloads") > 0
+
+
+# ---- evictions per domain ----------------------------------------------------------------------
+
+def _evict(h, obj, reason: str = "NodeFailures", count: int = 1) -> None:
+    h["workloads"].apply("MODIFIED", modified(obj, conditions=[*admitted_conditions(), cond("Evicted", "True", reason)],
+                                              schedulingStats={"evictions": [{"reason": reason, "underlyingCause": "", "count": count}]}))
+
+
+def _domain_evictions(expo: Exposition) -> dict:
+    return {tuple(sorted((k, v) for k, v in k[1] if k not in ("reason", "underlying_cause"))): v
+            for k, v in series(text(expo)).items() if k[0] == "gangscope_topology_evictions_total"}
+
+
+@pytest.mark.parametrize(("level", "expected"), [
+    (None, {(("block", "b1"), ("rack", "r1")): 1, (("block", "b1"), ("rack", "r2")): 1}),  # the level above the host
+    ("block", {(("block", "b1"),): 1}),
+    (RACK, {(("block", "b1"), ("rack", "r1")): 1, (("block", "b1"), ("rack", "r2")): 1}),
+    ("host", {(("block", "b1"), ("host", h), ("rack", r)): 1 for h, r in (("h1", "r1"), ("h2", "r1"), ("h3", "r2"))}),
+])
+def test_an_eviction_counts_once_per_domain_at_the_eviction_level(level: str | None, expected: dict) -> None:
+    """A gang on three hosts in two racks: one NodeFailures eviction is one in each rack, not three."""
+    expo, _, h = collector(eviction_level=level)
+    h["topologies"].replace([topology()])
+    h["nodes"].replace([node("h1", "b1", "r1"), node("h2", "b1", "r1"), node("h3", "b1", "r2")])
+    obj = workload(hosts=["h1", "h2", "h3"], conditions=admitted_conditions())
+    h["workloads"].replace([obj])
+    _evict(h, obj)
+    _evict(h, obj)  # the same count again: no new eviction
+    assert _domain_evictions(expo) == expected
+    _evict(h, obj, count=3)  # two more
+    assert _domain_evictions(expo) == {k: 3 for k in expected}
+
+
+def test_domains_without_nodes_are_pruned_after_the_grace_period() -> None:
+    now = [1000.0]
+    expo = Exposition()
+    store, handlers, _ = build_collector(expo, eviction_grace=100.0)
+    store.clock = lambda: now[0]
+    handlers["topologies"].replace([topology()])
+    handlers["nodes"].replace([node("h1", "b1", "r1"), node("h3", "b1", "r2")])
+    obj = workload(hosts=["h1", "h3"], conditions=admitted_conditions())
+    handlers["workloads"].replace([obj])
+    _evict(handlers, obj)
+    assert len(_domain_evictions(expo)) == 2
+    handlers["nodes"].apply("DELETED", node("h3", "b1", "r2"))  # rack r2 loses its last Node at t=1000
+    now[0] = 1099.0
+    store.prune_domains()
+    assert len(_domain_evictions(expo)) == 2, "kept within the grace period"
+    handlers["nodes"].apply("ADDED", node("h4", "b1", "r1"))  # another rack's Node changes nothing for r2
+    now[0] = 1100.0
+    store.prune_domains()
+    assert _domain_evictions(expo) == {(("block", "b1"), ("rack", "r1")): 1}
+    # a Node back in the domain before the grace ends keeps its series
+    _evict(handlers, obj, count=2)
+    handlers["nodes"].apply("DELETED", node("h1", "b1", "r1"))
+    handlers["nodes"].apply("DELETED", node("h4", "b1", "r1"))
+    handlers["nodes"].apply("ADDED", node("h5", "b1", "r1"))
+    now[0] = 5000.0
+    store.prune_domains()
+    assert _domain_evictions(expo)[(("block", "b1"), ("rack", "r1"))] == 2
+
+
+async def test_pruning_and_backoff_end_run_on_timers() -> None:
+    import asyncio
+    import time
+    from datetime import UTC, datetime
+
+    expo, store, h = collector(eviction_grace=0.05)
+    store.start_timers()
+    try:
+        h["topologies"].replace([topology()])
+        h["nodes"].replace([node("h1", "b1", "r1")])
+        obj = workload(hosts=["h1"], conditions=admitted_conditions())
+        h["workloads"].replace([obj])
+        _evict(h, obj)
+        h["nodes"].apply("DELETED", node("h1", "b1", "r1"))
+        at = datetime.fromtimestamp(time.time() + 0.3, UTC).isoformat()
+        backoff = workload("backoff", admitted_cq=None, conditions=[cond("QuotaReserved", "False", "PendingEvaluation"),
+                                                                     cond("Requeued", "False", "PodsReadyTimeout")])
+        backoff["status"]["requeueState"] = {"count": 1, "requeueAt": at}
+        h["workloads"].apply("ADDED", backoff)
+        assert store.workload("team", "backoff").stage == "backoff"
+        await asyncio.sleep(0.6)
+        assert _domain_evictions(expo) == {}
+        assert store.workload("team", "backoff").stage == "queued"
+    finally:
+        store.stop_timers()
+
+
+# ---- each flavor's own Topology -------------------------------------------------------------------
+
+CLIQUE = "nvidia.com/gpu.clique"
+
+
+def _flavor(name: str, topology_name: str | None) -> dict:
+    spec = {"topologyName": topology_name} if topology_name else {}
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": name}, "spec": spec}
+
+
+def _on(name: str, host: str, flavor: str) -> dict:
+    obj = workload(name, hosts=[host], conditions=admitted_conditions())
+    obj["status"]["admission"]["podSetAssignments"][0]["flavors"] = {"nvidia.com/gpu": flavor, "cpu": "default"}
+    return obj
+
+
+def test_each_assignment_is_expanded_with_its_flavors_topology() -> None:
+    """H100 racks and GB200 NVLink domains: two TAS flavors, two Topologies. Each Workload's path
+    fills only its own Topology's levels, although the GB200 node also carries a rack label; an
+    assignment whose Topology cannot be resolved is reported, not guessed."""
+    expo, store, h = collector()
+    h["topologies"].replace([topology("h100", (BLOCK, RACK, HOST)), topology("gb200", (CLIQUE, HOST))])
+    h["resourceflavors"].replace([_flavor("h100-tas", "h100"), _flavor("gb200-tas", "gb200"), _flavor("default", None),
+                                  _flavor("plain", None), _flavor("typo", "gb-200")])
+    h["nodes"].replace([node("h1", "b1", "r1"),
+                        {**node("g1", "", "r5"), "metadata": {"name": "g1", "labels": {CLIQUE: "c1", RACK: "r5", HOST: "g1"}}}])
+    h["workloads"].replace([_on("a", "h1", "h100-tas"), _on("b", "g1", "gb200-tas"), _on("c", "h1", "plain"),
+                            _on("d", "g1", "typo"), _on("e", "g1", "unknown")])
+    assert store.levels.aliases == ("gpu_clique", "block", "rack", "host")
+    pods = {dict(k[1])["workload"]: {a: v for a, v in k[1] if a in ("gpu_clique", "block", "rack", "host")}
+            for k in series(text(expo)) if k[0] == "gangscope_workload_topology_pods"}
+    assert pods == {
+        "a": {"gpu_clique": "", "block": "b1", "rack": "r1", "host": "h1"},
+        "b": {"gpu_clique": "c1", "block": "", "rack": "", "host": "g1"},
+        "c": {"gpu_clique": "", "block": "", "rack": "", "host": "h1"},
+        "d": {"gpu_clique": "", "block": "", "rack": "", "host": "g1"},
+        "e": {"gpu_clique": "", "block": "", "rack": "", "host": "g1"},
+    }
+    unresolved = {tuple(v for _, v in sorted(k[1])): n for k, n in series(text(expo)).items()
+                  if k[0] == "gangscope_topology_unresolved_workloads"}
+    # (flavor, problem, topology) in label-name order
+    assert unresolved == {("default,plain", "no_topology_name", ""): 1, ("typo", "topology_missing", "gb-200"): 1,
+                          ("unknown", "flavor_missing", ""): 1}
+    # fixing the flavor expands the Workload at once, and the report clears
+    h["resourceflavors"].apply("MODIFIED", _flavor("typo", "gb200"))
+    d = [dict(k[1]) for k in series(text(expo)) if k[0] == "gangscope_workload_topology_pods" and dict(k[1])["workload"] == "d"]
+    assert d[0]["gpu_clique"] == "c1"
+    assert not [k for k in series(text(expo)) if k[0] == "gangscope_topology_unresolved_workloads" and ("flavor", "typo") in k[1]]
+
+
+def test_one_topology_is_the_flavors_when_no_flavor_is_known() -> None:
+    """Kueue places by topology only in a flavor that names an existing Topology, so with a single
+    Topology and no ResourceFlavor listed (a dump without them) that Topology is the flavor's."""
+    expo, _, h = collector()
+    h["topologies"].replace([topology()])
+    h["nodes"].replace([node("h1", "b1", "r1")])
+    h["workloads"].replace([_on("a", "h1", "h100-tas")])
+    s = series(text(expo))
+    assert s[sample("gangscope_workload_topology_pods", namespace="team", workload="a", podset="main", block="b1", rack="r1",
+                    host="h1")] == 1
+    assert not [k for k in s if k[0] == "gangscope_topology_unresolved_workloads"]

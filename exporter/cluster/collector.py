@@ -1,29 +1,55 @@
 """Assembly of the collector's state: :func:`build_collector` is the one place that builds the
 store, joins the gang index onto it and returns the handler of every watched resource;
 ``gangscope collector`` feeds it from informers, ``snapshot`` and ``explain`` from a dump, so all
-go through the same parsing and rendering code.
+go through the same parsing and rendering code. :func:`add_collector_arguments` and
+:func:`collector_from_args` give the three commands the same flags for it.
 """
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..config import add_gpu_resource, add_topology, gpu_resources, topology_from_args
 from ..exposition import Exposition
-from .gangs import DEFAULT_ASSEMBLY_TIMEOUT, GangIndex, attach_gangs
-from .store import ClusterStore
+from .gangs import DEFAULT_ASSEMBLY_TIMEOUT, GangIndex, add_gang_arguments, attach_gangs
+from .store import DEFAULT_EVICTION_GRACE, ClusterStore
 
 
 def build_collector(exposition: Exposition, *, gpu_resources: Sequence[str] = ("nvidia.com/gpu",),
                     level_keys: Sequence[str] = (), alias_overrides: Mapping[str, str] | None = None,
-                    assembly_timeout: float = DEFAULT_ASSEMBLY_TIMEOUT,
+                    assembly_timeout: float = DEFAULT_ASSEMBLY_TIMEOUT, eviction_level: str | None = None,
+                    eviction_grace: float = DEFAULT_EVICTION_GRACE,
                     ) -> tuple[ClusterStore, dict[str, Any], GangIndex]:
     """The store, the gang index joined onto it, and every handler keyed by ``Resource.source``
     (see exporter.kube.resources): Kueue objects and Nodes go to the store, the PodGroup
     sources (podgroups_*, workloads_native) to the gang index.
     """
     store = ClusterStore(exposition, gpu_resources=gpu_resources, level_keys=level_keys,
-                         alias_overrides=alias_overrides)
+                         alias_overrides=alias_overrides, eviction_level=eviction_level, eviction_grace=eviction_grace)
     gangs = attach_gangs(store, assembly_timeout=assembly_timeout)
     handlers: dict[str, Any] = {**store.handlers(), **gangs.handlers()}
     return store, handlers, gangs
+
+
+def add_collector_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags that shape the collector's series: topology, GPUs, gangs, eviction domains."""
+    add_topology(p)
+    add_gpu_resource(p)
+    add_gang_arguments(p)
+    p.add_argument("--eviction-level", default=None, metavar="LEVEL",
+                   help="topology level (node label key or its label name) at which "
+                        "gangscope_topology_evictions_total counts evictions (default: the level above the host)")
+    p.add_argument("--eviction-domain-grace", type=float, default=DEFAULT_EVICTION_GRACE, metavar="SECONDS",
+                   help="how long the eviction series of a domain that no Node has any more are kept (default 3600)")
+
+
+def collector_from_args(exposition: Exposition, args: argparse.Namespace) -> tuple[ClusterStore, dict[str, Any], GangIndex]:
+    """:func:`build_collector` with the flags of :func:`add_collector_arguments` (raises
+    :class:`exporter.topology.TopologyError` for topology flags that cannot work)."""
+    levels, overrides = topology_from_args(args)
+    return build_collector(
+        exposition, gpu_resources=gpu_resources(args), level_keys=levels.keys if args.topology_levels else (),
+        alias_overrides=overrides, assembly_timeout=args.assembly_timeout, eviction_level=args.eviction_level,
+        eviction_grace=args.eviction_domain_grace)

@@ -32,8 +32,10 @@ A PodGroup joins the one Workload with the most trusted key (ties: the Workload 
 Workload can have several PodGroups. A change on either side re-resolves only the PodGroups the
 changed object's keys reach, then re-renders those gangs' lines.
 
-The gang's stage refines the Workload's ``assembling`` stage, exported in its own state set
-``gangscope_gang_stage`` (the Workload's own stage is left as Kueue's conditions say):
+The gang's stage is exported in its own state set ``gangscope_gang_stage``, and it answers one
+question for the Workload's stage (:mod:`exporter.cluster.workload_state`): where Kueue writes no
+``PodsReady`` (no ``waitForPodsReady``), an admitted Workload is ``running`` unless a joined gang
+says its pods are still assembling (:meth:`GangIndex.pods_assembling`). The gang stages:
 ``not_admitted`` (the joined Workload is not admitted: an admission problem, not an assembly one),
 ``assembling`` (waiting within the window), ``stuck`` (waiting past ``scheduleTimeoutSeconds`` or
 ``--assembly-timeout``), ``partially_bound`` (some pods bound, the rest cannot be placed:
@@ -54,12 +56,13 @@ from typing import Any, Literal
 import structlog
 
 from ..exposition import Family, format_value
+from ..exposition import escape_label_value as esc
+from ..fields import ParseError
 from ..health import SourceHealth
 from . import podgroups as pg
-from .fields import ParseError
 from .podgroups import PodGroupRecord
 from .store import ClusterStore
-from .workloads import Workload, esc
+from .workloads import Workload
 
 log = structlog.get_logger(__name__)
 
@@ -68,6 +71,10 @@ DEFAULT_ASSEMBLY_TIMEOUT = 600.0
 Via = Literal["template", "owner_uid", "owner_name"]
 _RANK: dict[str, int] = {"template": 0, "owner_uid": 1, "owner_name": 2}
 GANG_STAGES = ("not_admitted", "assembling", "stuck", "partially_bound", "assembled", "finished", "failed", "unreported")
+# What a gang stage says about its Workload's pods: still assembling (True), all placed (False),
+# nothing (absent: not admitted yet, or a 1.35 native group without status).
+PODS_ASSEMBLING = {"assembling": True, "stuck": True, "partially_bound": True,
+                   "assembled": False, "finished": False, "failed": False}
 
 PgKey = tuple[str, str, str]  # (source, namespace, name)
 WlKey = tuple[str, str]  # (namespace, name)
@@ -291,9 +298,12 @@ class GangIndex:
         self._pg_owner_uid = _Multi()  # uid -> pg keys
         self._pg_owner_name = _Multi()  # (ns, name or controllerRef name) -> pg keys
         self._joined_to: _Multi = _Multi()  # wl key -> pg keys joined to it
+        self._resolving = 0  # > 0 while a Workload event re-resolves its gangs
+        self._to_sync: set[WlKey] = set()  # Workloads whose gangs changed since the last sync
         self._timers: dict[PgKey, asyncio.TimerHandle] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         store.on_workload_change.append(self._workload_changed)
+        store.pods_assembling.append(self.pods_assembling)
 
     # ---- wiring
     def handlers(self) -> dict[str, PodGroupHandler]:
@@ -394,11 +404,14 @@ class GangIndex:
             return
         self._unindex_podgroup(rec)
         gang = self.gangs.pop(key, None)
-        if gang is not None and gang.workload is not None:
-            self._joined_to.discard(gang.workload.key, key)
         self._disarm(key)
         self.exposition.delete(("podgroup", *key))
         self.exposition.delete(("gang", *key))
+        if gang is not None and gang.workload is not None:
+            self._joined_to.discard(gang.workload.key, key)
+            self._to_sync.add(gang.workload.key)
+            if not self._resolving:
+                self._sync_workloads()
 
     # ---- Workload side
     def _workload_changed(self, key: WlKey) -> None:
@@ -419,12 +432,18 @@ class GangIndex:
         if wl is not None:
             for k in keys:
                 affected |= self._pg_name.of(k)
-            for uid in ClusterStore._owner_uids(wl):
+            for uid in ClusterStore.owner_uids(wl):
                 affected |= self._pg_owner_uid.of(uid)
             if wl.owner is not None and wl.owner.name:
                 affected |= self._pg_owner_name.of((wl.namespace, wl.owner.name))
-        for pg_key in affected:
-            self._resolve(pg_key)
+        self._resolving += 1
+        try:
+            for pg_key in affected:
+                self._resolve(pg_key)
+        finally:
+            self._resolving -= 1
+        self._to_sync.add(key)
+        self._sync_workloads()
 
     # ---- join + render
     def best_workload(self, rec: PodGroupRecord) -> tuple[Workload | None, Via | None]:
@@ -466,9 +485,35 @@ class GangIndex:
         self._render(key, evaluate(rec, wl, via, self.clock(), self.assembly_timeout))
 
     def _render(self, key: PgKey, gang: Gang) -> None:
+        old = self.gangs.get(key)
         self.gangs[key] = gang
         self.exposition.set(("gang", *key), render_gang(gang))
         self._arm(key, gang)
+        self._to_sync.update(g.workload.key for g in (old, gang) if g is not None and g.workload is not None)
+        if not self._resolving:  # a Workload event syncs once, after all its gangs are resolved
+            self._sync_workloads()
+
+    def pods_assembling(self, wl_key: WlKey) -> bool | None:
+        """The joined gangs' word on the Workload's pods (see :data:`PODS_ASSEMBLING`): True if
+        any gang is still assembling, False if all that say anything are placed, else None."""
+        answer = None
+        for k in self._joined_to.of(wl_key):
+            gang = self.gangs.get(k)
+            said = PODS_ASSEMBLING.get(gang.stage) if gang is not None else None
+            if said:
+                return True
+            if said is False:
+                answer = False
+        return answer
+
+    def _sync_workloads(self) -> None:
+        """Re-render the Workloads whose stage rests on their gangs' word (admitted, no PodsReady)
+        and whose gangs now say something else."""
+        while self._to_sync:
+            wl_key = self._to_sync.pop()
+            state = wl.state if (wl := self.store.workloads.get(wl_key)) is not None else None
+            if state is not None and state.uses_pods_signal and state.pods_assembling != self.pods_assembling(wl_key):
+                self.store.refresh(wl_key)  # its stage now uses the new word: the next check finds them equal
 
     def _arm(self, key: PgKey, gang: Gang) -> None:
         self._disarm(key)

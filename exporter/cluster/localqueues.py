@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .fields import ParseError, Problems, as_dict, as_str
+from ..fields import ParseError, Problems, as_dict, as_str
 
 
 @dataclass(slots=True)

@@ -2,7 +2,8 @@
 
 Wiring only: the store and handlers come from :func:`exporter.cluster.collector.build_collector` (the
 same code ``gangscope snapshot`` runs on a dump), one supervised informer per watched resource
-from :mod:`exporter.kube.sources`, and the shared HTTP endpoint from :mod:`exporter.serving`.
+from :mod:`exporter.kube.sources`, the visibility API poller from
+:mod:`exporter.cluster.queue_positions`, and the shared HTTP endpoint from :mod:`exporter.serving`.
 SIGTERM and SIGINT stop the informers and the server, then the process exits 0.
 """
 
@@ -13,22 +14,21 @@ import asyncio
 import gc
 import os
 import signal
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import structlog
 
-from ..config import add_kube, add_logging, add_serving, add_topology, exposition_from_args, topology_from_args
+from ..config import add_kube, add_logging, add_serving, exposition_from_args
 from ..kube.backoff import BackoffPolicy
 from ..kube.credentials import CredentialsError
-from ..kube.resources import COLLECTOR_RESOURCES, STATEFULSETS
+from ..kube.resources import COLLECTOR_RESOURCES, QUEUE_POSITIONS, STATEFULSETS
 from ..kube.scope import Scope, parse_namespaces
 from ..kube.sharding import StatefulSetWatch, export_shard, resolve_with_retry
 from ..logs import start_logging
-from ..snapshot import add_gpu_resource, gpu_resources
 from ..topology import TopologyError
-from .collector import build_collector
-from .gangs import add_gang_arguments
+from .collector import add_collector_arguments, collector_from_args
+from .queue_positions import DEFAULT_INTERVAL, DEFAULT_LIMIT, QueuePositionPoller
 
 log = structlog.get_logger(__name__)
 
@@ -39,9 +39,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_serving(p, DEFAULT_LISTEN)
     add_kube(p)
     add_scope(p)
-    add_topology(p)
-    add_gpu_resource(p)
-    add_gang_arguments(p)
+    add_collector_arguments(p)
+    p.add_argument("--queue-position-interval", type=float, default=DEFAULT_INTERVAL, metavar="SECONDS",
+                   help="seconds between polls of Kueue's visibility API for pending Workloads' queue positions "
+                        "(0: do not poll; default 30)")
+    p.add_argument("--queue-position-limit", type=int, default=DEFAULT_LIMIT, metavar="N",
+                   help="Workloads asked for per ClusterQueue and poll (Kueue's limit parameter; default 1000)")
     add_logging(p)
 
 
@@ -120,17 +123,15 @@ def run(args: argparse.Namespace) -> int:
     start_logging("collector", args, args.log_level)
     tune_gc()
     try:
-        levels, overrides = topology_from_args(args)
+        collector = Collector(args)
     except TopologyError as exc:
         log.error("bad_topology_flags", error=str(exc))
         return 2
-    try:
-        scope_from_args(args), sources_from_args(args), exposition_from_args(args)
-    except ValueError as exc:
+    except ValueError as exc:  # the scope or the family filter (exporter.config, exporter.kube.scope)
         log.error("bad_flags", error=str(exc))
         return 2
     try:
-        asyncio.run(serve(args, levels.keys if args.topology_levels else (), overrides))
+        asyncio.run(serve(collector))
     except KeyboardInterrupt:  # a second Ctrl-C during shutdown
         return 130
     except CredentialsError as exc:  # no usable kubeconfig or service account: a configuration error
@@ -139,13 +140,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def serve(args: argparse.Namespace, level_keys: tuple[str, ...], overrides: dict[str, str]) -> None:
+async def serve(collector: Collector) -> None:
     """Run until SIGTERM or SIGINT, then stop the informers and the server."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    collector = Collector(args, level_keys, overrides)
     await collector.start()
     try:
         await stop.wait()
@@ -157,8 +157,8 @@ async def serve(args: argparse.Namespace, level_keys: tuple[str, ...], overrides
 class Collector:
     """The running collector: store, informers and HTTP endpoint (tests and the demo start it too)."""
 
-    def __init__(self, args: argparse.Namespace, level_keys: Sequence[str], overrides: Mapping[str, str], *,
-                 backoff: BackoffPolicy | None = None, client_options: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, args: argparse.Namespace, *, backoff: BackoffPolicy | None = None,
+                 client_options: Mapping[str, Any] | None = None) -> None:
         self.args = args
         self.exposition = exposition_from_args(args)
         self.scope = scope_from_args(args)
@@ -167,9 +167,7 @@ class Collector:
         self._shard_problem = "waiting for the shard assignment" if self.autoshard else ""
         self._reshards: list[asyncio.Task[None]] = []
         export_shard(self.exposition, self.scope.shard, self.scope.total_shards)
-        self.store, self.handlers, self.gangs = build_collector(
-            self.exposition, gpu_resources=gpu_resources(args), level_keys=level_keys, alias_overrides=overrides,
-            assembly_timeout=args.assembly_timeout)
+        self.store, self.handlers, self.gangs = collector_from_args(self.exposition, args)
         self._backoff = backoff
         self._client_options = dict(client_options or {})
         self.port = 0
@@ -185,6 +183,10 @@ class Collector:
                                               **self._client_options)
         specs = [SourceSpec(r, self.handlers[r.source]) for r in COLLECTOR_RESOURCES
                  if r.source in self.handlers and r.source in self.selected]
+        self.positions = QueuePositionPoller(self.client, self.store, self.exposition,
+                                             interval=args.queue_position_interval, limit=args.queue_position_limit,
+                                             discovery_interval=args.discovery_interval
+                                             ) if QUEUE_POSITIONS.source in self.selected else None
         self.sources = SourceSet(self.client, specs, self.exposition, discovery_interval=args.discovery_interval,
                                  backoff=self._backoff, scope=self.scope)
         self.shard_sources: SourceSet | None = None
@@ -197,6 +199,7 @@ class Collector:
             title="gangscope collector", links=[(EXPLAIN_EXAMPLE, "why a job is pending or slow, layer by layer (JSON)")],
             sources=self._healths)
         self.gangs.start_timers()
+        self.store.start_timers()
         self.port = self.endpoint.port
         self._gc_task = asyncio.create_task(settle_gc_after_first_sync(self.wait_ready))
         self._shard_task: asyncio.Task[None] | None = None
@@ -204,6 +207,8 @@ class Collector:
             self._shard_task = asyncio.create_task(self._follow_statefulset())
         else:
             await self.sources.start()
+        self._positions_task = (asyncio.create_task(self._poll_positions(), name="source:queue_positions")
+                                if self.positions is not None and args.queue_position_interval > 0 else None)
         log.info("collector_started", listen=args.listen, port=self.port, sources=[s.resource.source for s in specs],
                  scope=self.scope.describe(), automatic_sharding=self.autoshard,
                  gpu_resources=list(self.store.gpu_resources), topology_labels=list(self.store.levels.aliases))
@@ -256,15 +261,24 @@ class Collector:
         log.info("collector_sharded", **self.scope.describe())
         await self.sources.set_scope(self.scope)
 
+    async def _poll_positions(self) -> None:
+        """Queue positions wait for the first sync: the pending ClusterQueues come from the store."""
+        await self.sources.wait_ready()
+        assert self.positions is not None
+        await self.positions.run()
+
     async def stop(self) -> None:
-        self._gc_task.cancel()
-        await asyncio.gather(self._gc_task, return_exceptions=True)
+        tasks = [t for t in (self._gc_task, self._positions_task) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self._shard_task is not None:
             self._shard_task.cancel()
             for task in self._reshards:
                 task.cancel()
             await asyncio.gather(self._shard_task, *self._reshards, return_exceptions=True)
         self.gangs.stop_timers()
+        self.store.stop_timers()
         await self.sources.stop()
         await self.endpoint.close()
         await self.client.close()

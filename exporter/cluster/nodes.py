@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..fields import ParseError, Problems, as_dict, str_map
 from ..topology import HOSTNAME_LABEL
-from .fields import ParseError, Problems, as_dict, str_map
 
 
 @dataclass(slots=True)

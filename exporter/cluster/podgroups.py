@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..exposition import Family, format_value
-from .fields import ParseError, Problems, as_dict, as_int, as_list, as_str, parse_time
-from .workloads import esc
+from ..exposition import escape_label_value as esc
+from ..fields import ParseError, Problems, as_dict, as_int, as_list, as_str, parse_time
 
 Api = Literal["coscheduling", "volcano", "native"]
 GangState = Literal["waiting", "partial", "assembled", "finished", "failed", "unreported"]

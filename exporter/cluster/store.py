@@ -4,13 +4,17 @@ API (for the gang join, explain and the collector main)::
 
     store = ClusterStore(exposition, gpu_resources=("nvidia.com/gpu",),
                          level_keys=(),            # --topology-levels; empty: from Topology objects
-                         alias_overrides={})       # --topology-alias
+                         alias_overrides={},       # --topology-alias
+                         eviction_level=None,      # --eviction-level; None: the level above the host
+                         eviction_grace=3600.0,    # --eviction-domain-grace
+                         clock=time.time)
     handlers = store.handlers()                    # {source name: ResourceHandler}, sources as in
                                                    # exporter.kube.resources (workloads, localqueues,
                                                    # topologies, resourceflavors, nodes)
     handlers["workloads"].replace(objects)         # a full LIST (objects not in it are deleted)
     handlers["workloads"].apply("MODIFIED", obj)   # one watch event: ADDED | MODIFIED | DELETED
     handlers["workloads"].health = SourceHealth(...)   # where parse errors are counted (optional)
+    store.start_timers() / store.stop_timers()     # inside the collector's loop: backoff ends, domain pruning
 
     store.workload(namespace, name) -> Workload | None        # exporter.cluster.workloads.Workload
     store.workloads                                            # dict[(namespace, name), Workload]
@@ -18,37 +22,53 @@ API (for the gang join, explain and the collector main)::
     store.workloads_by_owner_name(namespace, name) -> list[Workload]
     store.local_queues / store.topologies / store.flavors / store.nodes   # dicts of records
     store.levels -> TopologyLevels; store.node_path(node_name) -> Path; store.fragment(path) -> str
+    store.queue_positions                          # (namespace, name) -> QueuePosition (the visibility poller's)
     store.on_workload_change: list[Callable[[tuple[str, str]], None]]   # after a Workload is set,
         # re-rendered or deleted (then store.workload() returns None); key = (namespace, name)
     store.on_topology_change: list[Callable[[], None]]   # after levels or a Node's topology labels change
+    store.pods_assembling: list[PodsAssembling]     # gang (or pod) signals for admitted Workloads
+        # without PodsReady; store.refresh(key) after a signal changes
 
 Every event renders the affected objects' lines into the :class:`Exposition` at once (owner key
-``("workload", namespace, name)``); a scrape never renders. Nothing raised by a malformed object
-leaves a handler: it is counted in ``gangscope_parse_errors_total{source}`` and logged; an exception
-of any other type is a bug, counted in ``gangscope_internal_errors_total{component=<source>}``.
+``("workload", namespace, name)``); a scrape never renders. Each Workload's meaning (stage,
+pending reason) comes from :func:`exporter.cluster.workload_state.workload_state`, computed when
+it is rendered; a backoff that ends re-renders it by a timer. Nothing raised by a malformed
+object leaves a handler: it is counted in ``gangscope_parse_errors_total{source}`` and logged; an
+exception of any other type is a bug, counted in ``gangscope_internal_errors_total{component=<source>}``.
 
 Two things outlive the objects Kueue shows: the last topology assignment of each Workload
 (Kueue clears ``status.admission`` when it evicts), and ``gangscope_topology_evictions_total``,
-which attributes each eviction observed since start to every domain of that last assignment.
+which attributes each eviction (a ``status.schedulingStats.evictions`` count going up) once to
+each domain, at ``eviction_level``, of that last assignment. A domain that no Node has any more
+is dropped ``eviction_grace`` seconds later, so the counter's series do not outlive the cluster.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import structlog
 
-from ..exposition import Exposition
+from ..exposition import Exposition, Family
+from ..exposition import escape_label_value as esc
+from ..fields import ParseError
 from ..health import SourceHealth
+from ..topologies import (
+    FlavorTopology, ResourceFlavor, Topology, merge_levels, parse_resource_flavor, parse_topology, resolve_flavor_topology,
+)
 from ..topology import HOSTNAME_LABEL, DomainPaths, TopologyError, TopologyLevels
-from .fields import ParseError
 from .localqueues import LocalQueue, parse_local_queue
 from .nodes import Node, parse_node
-from .topologies import ResourceFlavor, Topology, merge_levels, parse_resource_flavor, parse_topology
+from .workload_state import PodsAssembling, workload_state
 from .workloads import (
-    FAMILIES, TOPOLOGY_EVICTIONS, Assignment, Path, Workload, esc, parse_workload, render_fragment, render_workload,
+    FAMILIES, TOPOLOGY_EVICTIONS, Assignment, Path, Workload, parse_workload, render_fragment, render_workload,
 )
+
+if TYPE_CHECKING:
+    from .queue_positions import QueuePosition
 
 log = structlog.get_logger(__name__)
 
@@ -56,7 +76,15 @@ WorkloadKey = tuple[str, str]
 R = TypeVar("R")
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 TOPOLOGY_EVICTIONS_OWNER = ("topology_evictions",)
+TOPOLOGY_UNRESOLVED_OWNER = ("topology_unresolved",)
+DEFAULT_EVICTION_GRACE = 3600.0
 
+TOPOLOGY_UNRESOLVED = Family(
+    "gangscope_topology_unresolved_workloads", "gauge",
+    "Workloads whose topology assignment could not be expanded with their flavor's Topology levels, by flavor and "
+    "problem (flavor_missing, no_topology_name, topology_missing); their series carry only the levels Kueue stored.",
+    ("flavor", "topology", "problem"),
+)
 
 class ResourceHandler(Generic[R]):
     """The informer-facing adapter of one resource: ``replace`` a full list, ``apply`` one event.
@@ -166,11 +194,14 @@ class ClusterStore:
     """Records of Workloads, LocalQueues, Topologies, ResourceFlavors and Nodes (see module doc)."""
 
     def __init__(self, exposition: Exposition, *, gpu_resources: Sequence[str] = ("nvidia.com/gpu",),
-                 level_keys: Sequence[str] = (), alias_overrides: Mapping[str, str] | None = None) -> None:
+                 level_keys: Sequence[str] = (), alias_overrides: Mapping[str, str] | None = None,
+                 eviction_level: str | None = None, eviction_grace: float = DEFAULT_EVICTION_GRACE,
+                 clock: Callable[[], float] = time.time) -> None:
         self.exposition = exposition
-        exposition.register(*FAMILIES)
+        exposition.register(*FAMILIES, TOPOLOGY_UNRESOLVED)
         exposition.register(TOPOLOGY_EVICTIONS, aggregate=True)  # one owner, a series per domain and reason
         self.gpu_resources = tuple(gpu_resources)
+        self.clock = clock
         self._fixed_levels = tuple(level_keys)
         self._overrides = dict(alias_overrides or {})
         self.workloads: dict[WorkloadKey, Workload] = {}
@@ -178,8 +209,10 @@ class ClusterStore:
         self.topologies: dict[str, Topology] = {}
         self.flavors: dict[str, ResourceFlavor] = {}
         self.nodes: dict[str, Node] = {}
+        self.queue_positions: dict[WorkloadKey, QueuePosition] = {}
         self.on_workload_change: list[Callable[[WorkloadKey], None]] = []
         self.on_topology_change: list[Callable[[], None]] = []
+        self.pods_assembling: list[PodsAssembling] = []
         self._host_labels: dict[str, dict[str, str]] = {}  # hostname label value -> node labels
         # Workloads by host (hostname value or node name), in two steps: a gang's hosts are
         # indexed once per distinct assignment (its host group), not once per Workload.
@@ -188,14 +221,28 @@ class ClusterStore:
         self._by_owner_uid: dict[str, set[WorkloadKey]] = {}
         self._by_owner_name: dict[tuple[str, str], set[WorkloadKey]] = {}
         self._by_queue: dict[tuple[str, str], set[WorkloadKey]] = {}
-        self._place_cache: dict[tuple[tuple[str, ...], tuple[str, ...], int], tuple[Path, int]] = {}
+        self._place_cache: dict[tuple[Any, ...], tuple[Path, int]] = {}
         self._fragments: dict[Path, str] = {}
-        self._eviction_balance: dict[WorkloadKey, dict[str, int]] = {}
-        self._topology_evictions: dict[tuple[str, Path], int] = {}
+        self._resolutions: dict[tuple[str, ...], FlavorTopology] = {}  # sorted flavor names -> their Topology
+        self._unresolved: dict[WorkloadKey, frozenset[tuple[str, str, str]]] = {}
+        self._unresolved_counts: dict[tuple[str, str, str], int] = {}
+        self._warned_unresolved: set[tuple[str, str, str]] = set()
         self._pending_nodes: set[WorkloadKey] | None = None
         self._deferred: dict[WorkloadKey, None] | None = None  # put during a Node LIST, rendered at its end
+        # Evictions per domain at the eviction level (see module doc)
+        self._eviction_flag = eviction_level
+        self.eviction_grace = eviction_grace
+        self._topology_evictions: dict[tuple[str, str, Path], int] = {}
+        self._node_domain: dict[str, Path] = {}  # node name -> its domain at the eviction level
+        self._domain_nodes: dict[Path, int] = {}  # domain -> nodes in it
+        self._gone_since: dict[Path, float] = {}  # counted domains without a Node, since when
+        # Timers (collector only): backoff ends, domain pruning
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._backoff_timers: dict[WorkloadKey, asyncio.TimerHandle] = {}
+        self._prune_timer: asyncio.TimerHandle | None = None
         self.levels = TopologyLevels.build(self._fixed_levels, self._overrides)
         self._paths = DomainPaths(self.levels, self._host_labels)
+        self.eviction_depth = self._resolve_eviction_depth()
 
     # ---- handlers -------------------------------------------------------------------------
 
@@ -209,10 +256,39 @@ class ClusterStore:
             "topologies": ResourceHandler("topologies", parse_topology, lambda t: t.name, self._put_topology,
                                           self._delete_topology, self.topologies, finish=self._update_levels),
             "resourceflavors": ResourceHandler("resourceflavors", parse_resource_flavor, lambda f: f.name,
-                                               self._put_flavor, self.flavors.pop, self.flavors),
+                                               self._put_flavor, self._delete_flavor, self.flavors,
+                                               finish=self._update_flavor_topologies),
             "nodes": _NodeHandler("nodes", parse_node, lambda n: n.name, self._put_node, self._delete_node,
                                   self.nodes, store=self),
         }
+
+    # ---- timers ---------------------------------------------------------------------------
+
+    def start_timers(self) -> None:
+        """Arm the timers in the running loop: each backoff's end, and pruning of domains whose
+        Nodes are gone (offline users evaluate at one instant and need none)."""
+        self._loop = asyncio.get_running_loop()
+        for wl in self.workloads.values():
+            self._arm_backoff(wl)
+        self._arm_prune()
+
+    def stop_timers(self) -> None:
+        for handle in self._backoff_timers.values():
+            handle.cancel()
+        self._backoff_timers.clear()
+        if self._prune_timer is not None:
+            self._prune_timer.cancel()
+            self._prune_timer = None
+        self._loop = None
+
+    def _arm_backoff(self, wl: Workload) -> None:
+        key = wl.key
+        handle = self._backoff_timers.pop(key, None)
+        if handle is not None:
+            handle.cancel()
+        until = wl.state.backoff_until if wl.state is not None else None
+        if self._loop is not None and until is not None:
+            self._backoff_timers[key] = self._loop.call_later(max(0.0, until - self.clock()), self.refresh, key)
 
     # ---- lookups --------------------------------------------------------------------------
 
@@ -237,20 +313,35 @@ class ClusterStore:
             frag = self._fragments[path] = render_fragment(path)
         return frag
 
+    def flavor_topology(self, assignment: Assignment) -> FlavorTopology:
+        """The Topology whose levels expand ``assignment`` (see :func:`resolve_flavor_topology`)."""
+        names = tuple(sorted(set(assignment.flavors.values())))
+        found = self._resolutions.get(names)
+        if found is None:
+            found = self._resolutions[names] = resolve_flavor_topology(names, self.flavors, self.topologies)
+        return found
+
     def place(self, assignment: Assignment) -> list[tuple[Path, int]]:
         """Full paths (upper levels from Node labels) and pods of each domain of an assignment.
 
-        The ``(path, pods)`` pairs are cached and shared: Workloads on the same hosts hold the
-        same pairs rather than one tuple per domain each (hundreds of thousands in a large
-        cluster; 41 MiB of a realistic 20,000-Workload cluster, bench/caches.py).
+        The levels filled from Node labels are those of the assignment's own flavor's Topology
+        (all levels with ``--topology-levels``; none when the Topology cannot be resolved, which
+        :meth:`_note_unresolved` reports). The ``(path, pods)`` pairs are cached and shared:
+        Workloads on the same hosts hold the same pairs rather than one tuple per domain each
+        (hundreds of thousands in a large cluster; 41 MiB of a realistic 20,000-Workload
+        cluster, bench/caches.py).
         """
+        fill: frozenset[str] | None = None
+        if not self._fixed_levels:
+            assignment.topology = topo = self.flavor_topology(assignment)
+            fill = topo.levels if topo.levels is not None else frozenset()
         levels = assignment.levels
-        cache, out = self._place_cache, []
+        cache, paths, out = self._place_cache, self._paths, []
         for d in assignment.domains:
-            k = (levels, d.values, d.count)
+            k = (levels, d.values, d.count, fill)
             pair = cache.get(k)
             if pair is None:
-                pair = cache[k] = (self._paths.path(levels, d.values), d.count)
+                pair = cache[k] = (paths.path(levels, d.values, fill), d.count)
             out.append(pair)
         return out
 
@@ -266,6 +357,7 @@ class ClusterStore:
         for a in wl.last_assignments:
             if not a.placed and a.domains:
                 a.placed = self.place(a)
+        self._note_unresolved(wl)
         if prev is not None:
             self._count_evictions(prev, wl)
             self._unindex(prev)
@@ -281,10 +373,32 @@ class ClusterStore:
         if prev is None:
             return
         self._unindex(prev)
-        self._eviction_balance.pop(key, None)
+        handle = self._backoff_timers.pop(key, None)
+        if handle is not None:
+            handle.cancel()
+        self._set_unresolved(key, frozenset())
         self.exposition.delete(("workload", *key))
         for cb in self.on_workload_change:
             cb(key)
+
+    def refresh(self, key: WorkloadKey) -> None:
+        """Re-render one Workload whose meaning may have changed without an event of its own
+        (its backoff ended, or its gang's word on the pods changed)."""
+        wl = self.workloads.get(key)
+        if wl is not None:
+            self._render(wl)
+
+    def _assembling(self, key: WorkloadKey) -> bool | None:
+        """The signals' combined word on an admitted Workload's pods: True if any says they are
+        still assembling, else False if any says they are placed, else None."""
+        answer = None
+        for signal in self.pods_assembling:
+            said = signal(key)
+            if said:
+                return True
+            if said is False:
+                answer = False
+        return answer
 
     def _render(self, wl: Workload) -> None:
         """(Re)resolve what depends on other objects, render the lines, notify listeners."""
@@ -294,6 +408,8 @@ class ClusterStore:
             lq = self.local_queues.get((wl.namespace, wl.queue_name))
             wl.cluster_queue = lq.cluster_queue if lq is not None else ""
         wl.unhealthy_paths = [self.node_path(n) for n in wl.unhealthy_nodes]
+        wl.state = workload_state(wl, self.clock(), self._assembling(wl.key) if self.pods_assembling else None)
+        self._arm_backoff(wl)
         self.exposition.set_counted(("workload", wl.namespace, wl.name), render_workload(wl, self.fragment))
         for cb in self.on_workload_change:
             cb(wl.key)
@@ -306,7 +422,44 @@ class ClusterStore:
             if replace_paths:
                 for a in wl.last_assignments:
                     a.placed = self.place(a)
+                self._note_unresolved(wl)
             self._render(wl)
+
+    def _note_unresolved(self, wl: Workload) -> None:
+        """Record which of ``wl``'s assignments could not be expanded with their flavor's
+        Topology although the levels have more to fill than the assignment stores."""
+        found = set()
+        if not self._fixed_levels:
+            keys = self.levels.keys
+            for a in wl.last_assignments:
+                topo = a.topology
+                if topo is not None and topo.levels is None and a.domains and not set(keys) <= set(a.levels):
+                    found.add((topo.flavor, topo.topology, topo.problem))
+        self._set_unresolved(wl.key, frozenset(found))
+
+    def _set_unresolved(self, key: WorkloadKey, found: frozenset[tuple[str, str, str]]) -> None:
+        old = self._unresolved.get(key, frozenset())
+        if found == old:
+            return
+        if found:
+            self._unresolved[key] = found
+        else:
+            self._unresolved.pop(key, None)
+        counts = self._unresolved_counts
+        for item in old - found:
+            counts[item] -= 1
+            if not counts[item]:
+                del counts[item]
+        for item in found - old:
+            counts[item] = counts.get(item, 0) + 1
+            if item not in self._warned_unresolved:
+                self._warned_unresolved.add(item)
+                log.warning("topology_unresolved", flavor=item[0], topology=item[1], problem=item[2],
+                            workload=f"{key[0]}/{key[1]}")
+        self.exposition.set(TOPOLOGY_UNRESOLVED_OWNER, {TOPOLOGY_UNRESOLVED: [
+            f'{TOPOLOGY_UNRESOLVED.name}{{flavor="{esc(f)}",topology="{esc(t)}",problem="{p}"}} {n}\n'
+            for (f, t, p), n in sorted(counts.items())
+        ]})
 
     def _index(self, wl: Workload) -> None:
         key = wl.key
@@ -318,7 +471,7 @@ class ClusterStore:
                 for host in self._group_hosts(group, a):
                     self._by_host.setdefault(host, set()).add(group)
             keys.add(key)
-        for uid in self._owner_uids(wl):
+        for uid in self.owner_uids(wl):
             self._by_owner_uid.setdefault(uid, set()).add(key)
         if wl.owner is not None and wl.owner.name:
             self._by_owner_name.setdefault((wl.namespace, wl.owner.name), set()).add(key)
@@ -335,7 +488,7 @@ class ClusterStore:
                     del by_group[group]
                     for host in self._group_hosts(group, a):
                         _discard(self._by_host, host, group)
-        for uid in self._owner_uids(wl):
+        for uid in self.owner_uids(wl):
             _discard(self._by_owner_uid, uid, key)
         if wl.owner is not None and wl.owner.name:
             _discard(self._by_owner_name, (wl.namespace, wl.owner.name), key)
@@ -364,7 +517,9 @@ class ClusterStore:
         return {d.values[0] for d in a.domains}  # a shape has one level, the hostname
 
     @staticmethod
-    def _owner_uids(wl: Workload) -> set[str]:
+    def owner_uids(wl: Workload) -> set[str]:
+        """The uids a Workload's owner is known by: its controller owner's, and the
+        ``kueue.x-k8s.io/job-uid`` label Kueue sets (the gang join matches PodGroups on them)."""
         uids = {wl.labels.get(JOB_UID_LABEL, "")}
         if wl.owner is not None:
             uids.add(wl.owner.uid)
@@ -373,55 +528,113 @@ class ClusterStore:
 
     # ---- evictions ------------------------------------------------------------------------
 
-    def _count_evictions(self, prev: Workload, wl: Workload) -> None:
-        """Count each eviction once, whether Kueue shows it first as the Evicted condition turning
-        True (new ``lastTransitionTime``) or as a ``schedulingStats`` count going up.
+    def _resolve_eviction_depth(self) -> int:
+        """How many levels (from the top) an eviction domain spans: up to --eviction-level (a
+        node label key or its alias), by default the level above the hostname (the hostname
+        itself when it is the only level)."""
+        flag = self._eviction_flag
+        if flag:
+            for i, (key, alias) in enumerate(zip(self.levels.keys, self.levels.aliases)):
+                if flag in (key, alias):
+                    return i + 1
+            log.warning("eviction_level_unknown", eviction_level=flag, levels=list(self.levels.keys))
+        return max(1, len(self.levels.keys) - 1)
 
-        A per-reason balance remembers evictions seen by one signal and not yet by the other, so
-        the second signal of the same eviction, in this event or a later one, adds nothing.
+    def _count_evictions(self, prev: Workload, wl: Workload) -> None:
+        """Count each eviction Kueue records in ``status.schedulingStats.evictions`` (object
+        state, so two collectors agree), once per domain of the last assignment.
+
+        Kueue increments the count of (reason, underlyingCause) in the same patch that sets the
+        Evicted condition (kueue pkg/workload/evict/evict.go:178-185). A deactivation writes the
+        condition's reason as ``DeactivatedDueTo<Cause>`` but the count as ``Deactivated`` with
+        the cause apart (evict.go:181-182, 185), so counting the stats alone counts it once.
         """
-        found: dict[str, int] = {}
-        balance = self._eviction_balance.setdefault(wl.key, {})
-        before: dict[str, int] = {}
-        for (reason, _), n in prev.evictions.items():
-            before[reason] = before.get(reason, 0) + n
-        after: dict[str, int] = {}
-        for (reason, _), n in wl.evictions.items():
-            after[reason] = after.get(reason, 0) + n
-        for reason, n in after.items():
-            delta = n - before.get(reason, 0)
+        found: dict[tuple[str, str], int] = {}
+        before = prev.evictions
+        for key, n in wl.evictions.items():
+            delta = n - before.get(key, 0)
             if delta > 0:
-                ahead = max(balance.get(reason, 0), 0)  # already counted from the condition
-                if delta > ahead:
-                    found[reason] = delta - ahead
-                balance[reason] = balance.get(reason, 0) - delta
-        new, old = wl.conditions.get("Evicted"), prev.conditions.get("Evicted")
-        if new is not None and new.status == "True" and not (
-            old is not None and old.status == "True" and old.last_transition == new.last_transition
-        ):
-            reason = new.reason
-            if balance.get(reason, 0) < 0:  # the stats already showed it
-                balance[reason] += 1
-            else:
-                balance[reason] = balance.get(reason, 0) + 1
-                found[reason] = found.get(reason, 0) + 1
+                found[key] = delta
         if not found:
             return
-        paths = dict.fromkeys(path for a in wl.last_assignments for path, _ in a.placed)
-        if not paths:
+        depth = self.eviction_depth
+        domains = {path[:depth] for a in wl.last_assignments for path, _ in a.placed}
+        if not domains:
             return
-        for reason, n in found.items():
-            for path in paths:
-                k = (reason, path)
-                self._topology_evictions[k] = self._topology_evictions.get(k, 0) + n
+        counters = self._topology_evictions
+        for (reason, cause), n in found.items():
+            for domain in domains:
+                k = (reason, cause, domain)
+                counters[k] = counters.get(k, 0) + n
+        if self.nodes:
+            now = self.clock()
+            for domain in domains:
+                if not self._domain_nodes.get(domain):
+                    self._gone_since.setdefault(domain, now)
+            self._arm_prune()
         self._render_topology_evictions()
 
     def _render_topology_evictions(self) -> None:
         lines = [
-            f'gangscope_topology_evictions_total{{reason="{esc(reason)}",{self.fragment(path)}}} {n}\n'
-            for (reason, path), n in self._topology_evictions.items()
+            f'gangscope_topology_evictions_total{{reason="{esc(reason)}",underlying_cause="{esc(cause)}",'
+            f'{self.fragment(domain)}}} {n}\n'
+            for (reason, cause, domain), n in self._topology_evictions.items()
         ]
         self.exposition.set(TOPOLOGY_EVICTIONS_OWNER, {TOPOLOGY_EVICTIONS: lines})
+
+    def _node_domain_of(self, node: Node) -> Path:
+        return tuple(self.levels.labels_from_node(node.labels, node.name))[: self.eviction_depth]
+
+    def _track_node_domain(self, name: str, domain: Path | None) -> None:
+        """Move node ``name`` to ``domain`` (None: deleted) in the per-domain node counts."""
+        old = self._node_domain.pop(name, None)
+        if old == domain:
+            if domain is not None:
+                self._node_domain[name] = domain
+            return
+        counts = self._domain_nodes
+        if old is not None:
+            counts[old] -= 1
+            if not counts[old]:
+                del counts[old]
+                if any(k[2] == old for k in self._topology_evictions):
+                    self._gone_since.setdefault(old, self.clock())
+                    self._arm_prune()
+        if domain is not None:
+            self._node_domain[name] = domain
+            counts[domain] = counts.get(domain, 0) + 1
+            self._gone_since.pop(domain, None)
+
+    def _rebuild_node_domains(self) -> None:
+        """Levels or the eviction level changed: domains are new paths, old counts start over."""
+        self.eviction_depth = self._resolve_eviction_depth()
+        self._node_domain.clear()
+        self._domain_nodes.clear()
+        self._gone_since.clear()
+        for node in self.nodes.values():
+            self._track_node_domain(node.name, self._node_domain_of(node))
+        if self._topology_evictions:
+            self._topology_evictions.clear()
+            self._render_topology_evictions()
+
+    def prune_domains(self) -> None:
+        """Drop the eviction series of domains that no Node has had for ``eviction_grace``."""
+        self._prune_timer = None
+        now = self.clock()
+        due = {d for d, since in self._gone_since.items() if now - since >= self.eviction_grace and not self._domain_nodes.get(d)}
+        if due:
+            for d in due:
+                del self._gone_since[d]
+            self._topology_evictions = {k: n for k, n in self._topology_evictions.items() if k[2] not in due}
+            log.info("eviction_domains_pruned", domains=len(due))
+            self._render_topology_evictions()
+        self._arm_prune()
+
+    def _arm_prune(self) -> None:
+        if self._loop is None or self._prune_timer is not None or not self._gone_since:
+            return
+        first = min(self._gone_since.values()) + self.eviction_grace
+        self._prune_timer = self._loop.call_later(max(0.0, first - self.clock()), self.prune_domains)
 
     # ---- local queues ---------------------------------------------------------------------
 
@@ -450,19 +663,41 @@ class ClusterStore:
     def _put_flavor(self, flavor: ResourceFlavor) -> None:
         self.flavors[flavor.name] = flavor
 
+    def _delete_flavor(self, name: str) -> None:
+        self.flavors.pop(name, None)
+
     def _update_levels(self) -> None:
-        """Rebuild the levels after Topology events; re-render everything if they changed."""
+        """Rebuild the levels after Topology events; re-render everything if they changed,
+        else only the Workloads whose flavor's Topology changed."""
         keys = self._fixed_levels or tuple(merge_levels(self.topologies.values()))
         try:
             levels = TopologyLevels.build(keys, self._overrides)
         except TopologyError as exc:
             raise ParseError(f"topology levels rejected, keeping {list(self.levels.keys)}: {exc}") from exc
         if levels == self.levels:
+            self._update_flavor_topologies()
             return
         log.info("topology_levels", levels=list(levels.keys), labels=list(levels.aliases))
         self.levels = levels
         self._paths = DomainPaths(levels, self._host_labels)
+        self._resolutions.clear()
+        self._rebuild_node_domains()
         self._invalidate_paths(list(self.workloads))
+
+    def _update_flavor_topologies(self) -> None:
+        """ResourceFlavors or Topologies changed: place again the Workloads whose assignments
+        now resolve to another Topology (or none)."""
+        old, self._resolutions = self._resolutions, {}
+        if self._fixed_levels or not old:
+            return
+        changed = {names for names, topo in old.items()
+                   if resolve_flavor_topology(names, self.flavors, self.topologies) != topo}
+        if not changed:
+            return
+        affected = [k for k, wl in self.workloads.items()
+                    if any(tuple(sorted(set(a.flavors.values()))) in changed for a in wl.last_assignments if a.domains)]
+        if affected:
+            self._invalidate_paths(affected)
 
     def _invalidate_paths(self, keys: Iterable[WorkloadKey]) -> None:
         self._place_cache.clear()
@@ -485,6 +720,7 @@ class ClusterStore:
             self._host_labels.pop(prev.hostname, None)
         self._host_labels[node.hostname] = node.labels
         if self._node_view(prev) != self._node_view(node):
+            self._track_node_domain(node.name, self._node_domain_of(node))
             self._node_changed(node.name, node.hostname, prev.hostname if prev else None)
 
     def _delete_node(self, name: str) -> None:
@@ -493,6 +729,7 @@ class ClusterStore:
             return
         if self._host_labels.get(prev.hostname) is prev.labels:
             del self._host_labels[prev.hostname]
+        self._track_node_domain(name, None)
         self._node_changed(name, prev.hostname, None)
 
     def _node_changed(self, name: str, hostname: str, old_hostname: str | None) -> None:
@@ -506,7 +743,7 @@ class ClusterStore:
             return
         self._invalidate_paths(affected)
 
-    def _begin_node_batch(self) -> None:
+    def begin_node_batch(self) -> None:
         """A Node LIST starts. Its pages interleave with the Workloads' (both lists start
         together): until it ends, Workloads are stored and placed but their rendering waits
         (``_deferred``), so none is rendered before the Nodes' labels are known and again after."""
@@ -514,7 +751,7 @@ class ClusterStore:
         if self._deferred is None:
             self._deferred = {}
 
-    def _end_node_batch(self) -> None:
+    def end_node_batch(self) -> None:
         pending, self._pending_nodes = self._pending_nodes, None
         deferred, self._deferred = self._deferred or {}, None
         if pending:
@@ -534,14 +771,14 @@ class _NodeHandler(ResourceHandler[Node]):
         self._store = store
 
     def begin_replace(self) -> None:
-        self._store._begin_node_batch()
+        self._store.begin_node_batch()
         super().begin_replace()
 
     def end_replace(self, complete: bool) -> None:
         try:
             super().end_replace(complete)
         finally:
-            self._store._end_node_batch()
+            self._store.end_node_batch()
 
 
 def _discard(index: dict[Any, set[WorkloadKey]], k: Any, key: WorkloadKey) -> None:

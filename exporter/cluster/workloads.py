@@ -1,11 +1,12 @@
-"""Kueue Workloads: the typed record, its pipeline stage, its metric families and their lines.
+"""Kueue Workloads: the typed record, its metric families and their lines.
 
 One module follows a Workload from the decoded JSON (either API version) to its exposition
-lines: :func:`parse_workload` builds a :class:`Workload` record, :func:`workload_stage` places it
-in the admission pipeline, and :func:`render_workload` turns it into sample lines for the
-families declared below. Topology labels come from the store (``placed`` domains and a label
-fragment per path), because they depend on Node labels and Topology objects that change on
-their own.
+lines: :func:`parse_workload` builds a :class:`Workload` record and :func:`render_workload`
+turns it into sample lines for the families declared below. What the conditions mean (the
+stage, why it waits) is :mod:`.workload_state`'s, which the store sets on the record as
+``state`` before rendering; topology labels come from the store too (``placed`` domains and a
+label fragment per path), because they depend on Node labels, Topologies, ResourceFlavors and
+gangs that change on their own.
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..exposition import Family, escape_label_value, format_value
+from ..exposition import Family, format_value
+from ..exposition import escape_label_value as esc
+from ..fields import ParseError, Problems, as_bool, as_dict, as_int, as_list, as_str, parse_quantity, parse_time, str_map
+from ..topologies import FlavorTopology
 from ..topology import AssignmentError, Domain, iter_domains
-from .fields import ParseError, Problems, as_bool, as_dict, as_int, as_list, as_str, parse_quantity, parse_time, str_map
+from .workload_state import CHECK_STATES, STAGES, WorkloadState
 
 _NW = ("namespace", "workload")
 _EMPTY: dict = {}  # an absent object, read-only
@@ -30,6 +34,12 @@ WORKLOAD_INFO = Family(
 WORKLOAD_STAGE = Family(
     "gangscope_workload_stage", "gauge",
     "Pipeline stage of the Workload (1 for the current stage, 0 for the others).", (*_NW, "stage"),
+)
+WORKLOAD_PENDING_REASON = Family(
+    "gangscope_workload_pending_reason", "gauge",
+    "1 while the Workload is not admitted: Kueue's reason and what it means (category capacity, configuration, "
+    "preemption, policy, backoff, evaluation or admission_check).",
+    (*_NW, "reason", "category"),
 )
 WORKLOAD_CONDITION = Family(
     "gangscope_workload_condition", "gauge",
@@ -55,6 +65,23 @@ WORKLOAD_EVICTIONS = Family(
     "Evictions of the Workload by reason and underlying cause, from status.schedulingStats.",
     (*_NW, "reason", "underlying_cause"),
 )
+WORKLOAD_REQUEUE_COUNT = Family(
+    "gangscope_workload_requeue_count", "gauge",
+    "Times Kueue requeued the Workload after an eviction with backoff (status.requeueState.count; reset on reactivation).", _NW,
+)
+WORKLOAD_REQUEUE_AT = Family(
+    "gangscope_workload_requeue_at_timestamp_seconds", "gauge",
+    "When Kueue will requeue the Workload after its backoff (status.requeueState.requeueAt).", _NW,
+)
+WORKLOAD_ADMISSION_CHECK = Family(
+    "gangscope_workload_admission_check", "gauge",
+    "State of each admission check of the Workload (state set over Pending, Ready, Retry, Rejected).",
+    (*_NW, "check", "state"),
+)
+WORKLOAD_ADMISSION_CHECK_TRANSITION = Family(
+    "gangscope_workload_admission_check_transition_timestamp_seconds", "gauge",
+    "When the admission check last changed state (its lastTransitionTime).", (*_NW, "check"),
+)
 WORKLOAD_REQUESTED_GPUS = Family(
     "gangscope_workload_requested_gpus", "gauge",
     "GPUs the Workload requests: pod count times GPUs per pod, summed over pod sets.", _NW,
@@ -70,21 +97,17 @@ WORKLOAD_UNHEALTHY_NODE = Family(
 )
 TOPOLOGY_EVICTIONS = Family(
     "gangscope_topology_evictions_total", "counter",
-    "Workload evictions observed since start, counted once per lowest domain of the evicted Workload's last assignment.",
-    ("reason",), topology=True,
+    "Workload evictions observed since start (status.schedulingStats), counted once per domain at --eviction-level "
+    "(labels of that level and above) of the evicted Workload's last assignment.",
+    ("reason", "underlying_cause"), topology=True,
 )
 
 # Registration (and so exposition) order.
 FAMILIES = (
-    WORKLOAD_INFO, WORKLOAD_STAGE, WORKLOAD_CONDITION, WORKLOAD_CREATED, WORKLOAD_QUOTA_RESERVED,
-    WORKLOAD_ADMITTED, WORKLOAD_PODS_READY, WORKLOAD_EVICTIONS, WORKLOAD_REQUESTED_GPUS,
+    WORKLOAD_INFO, WORKLOAD_STAGE, WORKLOAD_PENDING_REASON, WORKLOAD_CONDITION, WORKLOAD_CREATED,
+    WORKLOAD_QUOTA_RESERVED, WORKLOAD_ADMITTED, WORKLOAD_PODS_READY, WORKLOAD_EVICTIONS, WORKLOAD_REQUEUE_COUNT,
+    WORKLOAD_REQUEUE_AT, WORKLOAD_ADMISSION_CHECK, WORKLOAD_ADMISSION_CHECK_TRANSITION, WORKLOAD_REQUESTED_GPUS,
     WORKLOAD_TOPOLOGY_PODS, WORKLOAD_UNHEALTHY_NODE, TOPOLOGY_EVICTIONS,
-)
-
-# Highest precedence first: the first stage whose rule applies is the Workload's stage.
-STAGES = (
-    "finished", "deactivated", "evicting", "recovering", "running", "assembling",
-    "admission_checks", "inadmissible", "queued",
 )
 
 # Condition types whose True transition time is exported as a timestamp family.
@@ -129,6 +152,26 @@ class Condition:
 
 
 @dataclass(slots=True)
+class AdmissionCheck:
+    """``status.admissionChecks[]``: one check's state, message and retry bookkeeping."""
+
+    name: str
+    state: str  # Pending, Ready, Retry, Rejected (workload_types.go:803-805)
+    message: str
+    last_transition_seconds: float | None
+    requeue_after_seconds: int | None  # set by the check's controller with Retry
+    retry_count: int | None  # incremented by Kueue on every Retry
+
+    @property
+    def next_retry_seconds(self) -> float | None:
+        """When Kueue retries a check in Retry: lastTransitionTime + requeueAfterSeconds
+        (workload_types.go:817-828; pkg/workload/admissionchecks.go GetMaxRetryTime)."""
+        if self.state != "Retry" or self.requeue_after_seconds is None or self.last_transition_seconds is None:
+            return None
+        return self.last_transition_seconds + self.requeue_after_seconds
+
+
+@dataclass(slots=True)
 class Owner:
     """The controller ownerReference (usually the Job, JobSet, RayJob ...)."""
 
@@ -164,8 +207,8 @@ class Assignment:
 
     ``domains`` are the expanded domains as Kueue stores them (often only the hostname level);
     ``placed`` is filled by the store: one ``(full path, pods)`` per domain, upper levels taken
-    from Node labels. ``shape`` identifies the hostname assignment the domains came from
-    (``None`` for other forms).
+    from Node labels for the levels of the flavor's own Topology (``topology``). ``shape``
+    identifies the hostname assignment the domains came from (``None`` for other forms).
     """
 
     name: str
@@ -175,6 +218,7 @@ class Assignment:
     domains: tuple[Domain, ...]
     shape: Shape | None = None
     placed: list[tuple[Path, int]] = field(default_factory=list)
+    topology: FlavorTopology | None = None  # the flavor's Topology the store expanded it with
 
 
 @dataclass(slots=True)
@@ -197,15 +241,17 @@ class Workload:
     conditions: dict[str, Condition]
     requeue_count: int | None
     requeue_at: str
+    requeue_at_seconds: float | None
     evictions: dict[tuple[str, str], int]  # (reason, underlyingCause) -> count
+    admission_checks: list[AdmissionCheck]
     podsets: list[PodSet]
     admitted: bool  # status.admission present
     admission_cluster_queue: str
     assignments: list[Assignment]  # current admission (empty when none)
     unhealthy_nodes: list[str]
-    stage: str
     problems: list[str]
     # Filled by the store:
+    state: WorkloadState | None = None  # what the status means (exporter.cluster.workload_state)
     cluster_queue: str = ""  # admission's, else the LocalQueue's spec.clusterQueue
     last_assignments: list[Assignment] = field(default_factory=list)  # current, else the last seen with topology
     unhealthy_paths: list[Path] = field(default_factory=list)
@@ -213,6 +259,11 @@ class Workload:
     @property
     def key(self) -> tuple[str, str]:
         return (self.namespace, self.name)
+
+    @property
+    def stage(self) -> str:
+        """The stage the store last computed ("" before the store has seen the record)."""
+        return self.state.stage if self.state is not None else ""
 
     def condition_true(self, ctype: str) -> bool:
         c = self.conditions.get(ctype)
@@ -264,6 +315,7 @@ def parse_workload(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",))
     conditions = _conditions(status.get("conditions"), p)
     requeue = status.get("requeueState")
     requeue = _EMPTY if requeue is None else as_dict(requeue, "status.requeueState", p)
+    requeue_at = as_str(requeue.get("requeueAt"), "status.requeueState.requeueAt", p)
     admission = status.get("admission")
     admission_d = admission if admission.__class__ is dict else as_dict(admission, "status.admission", p)
     assignments = _assignments(admission_d.get("podSetAssignments"), p)
@@ -278,7 +330,7 @@ def parse_workload(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",))
     queue, priority, active = spec.get("queueName"), spec.get("priority"), spec.get("active")
     cluster_queue = admission_d.get("clusterQueue")
 
-    wl = Workload(
+    return Workload(
         namespace=_intern(namespace),
         name=name,
         uid=uid if uid.__class__ is str else as_str(uid, "metadata.uid", p),
@@ -294,43 +346,18 @@ def parse_workload(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",))
         created_seconds=_time(created, "metadata.creationTimestamp", p),
         conditions=conditions,
         requeue_count=as_int(requeue.get("count"), "status.requeueState.count", p),
-        requeue_at=as_str(requeue.get("requeueAt"), "status.requeueState.requeueAt", p),
+        requeue_at=requeue_at,
+        requeue_at_seconds=_time(requeue_at, "status.requeueState.requeueAt", p) if requeue_at else None,
         evictions=_evictions(status.get("schedulingStats"), p),
+        admission_checks=_admission_checks(status.get("admissionChecks"), p),
         podsets=_podsets(spec.get("podSets"), gpu_resources, p),
         admitted=isinstance(admission, dict),
         admission_cluster_queue=_intern(
             cluster_queue if cluster_queue.__class__ is str else as_str(cluster_queue, "status.admission.clusterQueue", p)),
         assignments=assignments,
         unhealthy_nodes=unhealthy,
-        stage="",
         problems=p,
     )
-    wl.stage = workload_stage(wl)
-    return wl
-
-
-def workload_stage(wl: Workload) -> str:
-    """The first stage in :data:`STAGES` order whose rule holds (issue 2 defines the rules)."""
-    conds = wl.conditions
-    if wl.condition_true("Finished"):
-        return "finished"
-    if not wl.active:
-        return "deactivated"
-    quota = conds.get("QuotaReserved")
-    if wl.condition_true("Evicted") and (wl.admitted or (quota is not None and quota.status == "True")):
-        return "evicting"
-    ready = conds.get("PodsReady")
-    if wl.unhealthy_nodes or (ready is not None and ready.status == "False" and ready.reason == "WaitForRecovery"):
-        return "recovering"
-    if ready is not None and ready.status == "True":
-        return "running"
-    if wl.condition_true("Admitted"):
-        return "assembling"
-    if quota is not None and quota.status == "True":
-        return "admission_checks"
-    if quota is not None and quota.status == "False" and quota.reason != "PendingEvaluation":
-        return "inadmissible"
-    return "queued"
 
 
 def _conditions(raw: Any, p: Problems) -> dict[str, Condition]:
@@ -380,6 +407,32 @@ def _evictions(raw: Any, p: Problems) -> dict[tuple[str, str], int]:
         count = as_int(e.get("count"), w + ".count", p, 0) or 0
         key = (as_str(e.get("reason"), w + ".reason", p), as_str(e.get("underlyingCause"), w + ".underlyingCause", p))
         out[key] = out.get(key, 0) + count
+    return out
+
+
+def _admission_checks(raw: Any, p: Problems) -> list[AdmissionCheck]:
+    """``status.admissionChecks[]``; a state outside the API's enum is a problem (its check is
+    kept, its state series left out)."""
+    out: list[AdmissionCheck] = []
+    if raw is None:
+        return out
+    for i, c in enumerate(as_list(raw, "status.admissionChecks", p)):
+        w = f"status.admissionChecks[{i}]"
+        c = as_dict(c, w, p)
+        name = as_str(c.get("name"), w + ".name", p)
+        if not name:
+            p.append(f"{w}.name missing")
+            continue
+        state = as_str(c.get("state"), w + ".state", p)
+        if state not in CHECK_STATES:
+            p.append(f"{w}.state: unknown admission check state {state!r}")
+        transition = as_str(c.get("lastTransitionTime"), w + ".lastTransitionTime", p)
+        out.append(AdmissionCheck(
+            name=name, state=state, message=as_str(c.get("message"), w + ".message", p),
+            last_transition_seconds=_time(transition, w + ".lastTransitionTime", p),
+            requeue_after_seconds=as_int(c.get("requeueAfterSeconds"), w + ".requeueAfterSeconds", p),
+            retry_count=as_int(c.get("retryCount"), w + ".retryCount", p),
+        ))
     return out
 
 
@@ -549,13 +602,6 @@ def _host_domains(ta: Any) -> tuple[tuple[Domain, ...], Shape] | None:
     return tuple(out), Shape()
 
 
-def esc(value: str) -> str:
-    """Label value escaping with a fast path for the common clean value."""
-    if "\\" in value or '"' in value or "\n" in value:
-        return escape_label_value(value)
-    return value
-
-
 # Rendering builds each family's lines of one Workload as ``head.join(parts)``, where ``head``
 # is the metric name and the namespace/workload pair, and ``parts`` is ``b""`` followed by a
 # suffix per line (the remaining labels and the value), from a table or a cache: the label
@@ -565,7 +611,11 @@ def esc(value: str) -> str:
 _STAGE_PARTS = {
     current: (b"", *(f',stage="{s}"}} {1 if s == current else 0}\n'.encode() for s in STAGES)) for current in STAGES
 }
+_CHECK_PARTS = {
+    current: tuple(f',state="{s}"}} {1 if s == current else 0}\n'.encode() for s in CHECK_STATES) for current in CHECK_STATES
+}
 _CONDITION_SUFFIXES: dict[tuple[str, str, str], bytes] = {}
+_PENDING_SUFFIXES: dict[tuple[str, str], bytes] = {}
 _POD_SUFFIXES: dict[tuple[Path, int], bytes] = {}
 
 
@@ -578,6 +628,34 @@ def _condition_suffix(c: Condition) -> bytes:
         suffix = _CONDITION_SUFFIXES[key] = (
             f',type="{esc(c.type)}",status="{esc(c.status)}",reason="{esc(c.reason)}"}} 1\n'.encode())
     return suffix
+
+
+def _pending_suffix(reason: str, category: str) -> bytes:
+    key = (reason, category)
+    suffix = _PENDING_SUFFIXES.get(key)
+    if suffix is None:
+        if len(_PENDING_SUFFIXES) >= _SHARED_LIMIT:
+            _PENDING_SUFFIXES.clear()
+        suffix = _PENDING_SUFFIXES[key] = f',reason="{esc(reason)}",category="{category}"}} 1\n'.encode()
+    return suffix
+
+
+def _check_lines(wl: Workload, base: str, out: list[tuple[Family, bytes, int]]) -> None:
+    states, times, n_states, n_times = [], [], 0, 0
+    for c in wl.admission_checks:
+        head = f'{base},check="{esc(c.name)}"'
+        parts = _CHECK_PARTS.get(c.state)
+        if parts is not None:
+            states.append(f"gangscope_workload_admission_check{{{head}".encode().join((b"", *parts)))
+            n_states += len(parts)
+        if c.last_transition_seconds is not None:
+            times.append(f"gangscope_workload_admission_check_transition_timestamp_seconds{{{head}}} "
+                         f"{format_value(c.last_transition_seconds)}\n".encode())
+            n_times += 1
+    if n_states:
+        out.append((WORKLOAD_ADMISSION_CHECK, b"".join(states), n_states))
+    if n_times:
+        out.append((WORKLOAD_ADMISSION_CHECK_TRANSITION, b"".join(times), n_times))
 
 
 def _pod_parts(a: Assignment, fragment: Callable[[Path], str]) -> list[bytes]:
@@ -612,15 +690,22 @@ def render_workload(wl: Workload, fragment: Callable[[Path], str]) -> list[tuple
     base = f'namespace="{esc(wl.namespace)}",workload="{esc(wl.name)}"'
     owner_kind, owner_name = (wl.owner.kind, wl.owner.name) if wl.owner else ("", "")
     conditions = wl.conditions
+    state = wl.state
+    if state is None:
+        raise ValueError(f"workload {wl.namespace}/{wl.name} rendered before its state was set")
     out: list[tuple[Family, bytes, int]] = [
         (WORKLOAD_INFO,
          f'gangscope_workload_info{{{base},cluster_queue="{esc(wl.cluster_queue)}",local_queue="{esc(wl.queue_name)}",'
          f'priority_class="{esc(wl.priority_class)}",owner_kind="{esc(owner_kind)}",owner_name="{esc(owner_name)}"}} 1\n'
          .encode(), 1),
-        (WORKLOAD_STAGE, f"gangscope_workload_stage{{{base}".encode().join(_STAGE_PARTS[wl.stage]), len(STAGES)),
+        (WORKLOAD_STAGE, f"gangscope_workload_stage{{{base}".encode().join(_STAGE_PARTS[state.stage]), len(STAGES)),
         (WORKLOAD_CONDITION, f"gangscope_workload_condition{{{base}".encode().join(
             [b"", *[_condition_suffix(c) for c in conditions.values()]]), len(conditions)),
     ]
+    pending = state.pending
+    if pending is not None:
+        out.append((WORKLOAD_PENDING_REASON, f"gangscope_workload_pending_reason{{{base}".encode()
+                    + _pending_suffix(pending.reason, pending.category), 1))
     if wl.created_seconds is not None:
         out.append((WORKLOAD_CREATED,
                     f"gangscope_workload_created_timestamp_seconds{{{base}}} {format_value(wl.created_seconds)}\n".encode(), 1))
@@ -633,6 +718,13 @@ def render_workload(wl: Workload, fragment: Callable[[Path], str]) -> list[tuple
             f'gangscope_workload_evictions_total{{{base},reason="{esc(r)}",underlying_cause="{esc(u)}"}} {n}\n'
             for (r, u), n in wl.evictions.items()
         ]).encode(), len(wl.evictions)))
+    if wl.requeue_count is not None:
+        out.append((WORKLOAD_REQUEUE_COUNT, f"gangscope_workload_requeue_count{{{base}}} {wl.requeue_count}\n".encode(), 1))
+    if wl.requeue_at_seconds is not None:
+        out.append((WORKLOAD_REQUEUE_AT, f"gangscope_workload_requeue_at_timestamp_seconds{{{base}}} "
+                    f"{format_value(wl.requeue_at_seconds)}\n".encode(), 1))
+    if wl.admission_checks:
+        _check_lines(wl, base, out)
     gpus = sum(ps.count * ps.gpus_per_pod for ps in wl.podsets)
     out.append((WORKLOAD_REQUESTED_GPUS, f"gangscope_workload_requested_gpus{{{base}}} {format_value(gpus)}\n".encode(), 1))
     pods, n = b"", 0

@@ -1,8 +1,9 @@
 """Every Kubernetes resource gangscope reads, as data.
 
-Discovery walks these in order of preference; the informers watch the first version served;
-the RBAC test in ``tests/`` derives the ClusterRoles' rules from this table, so a new watched
-resource without its RBAC fails CI.
+Discovery walks these in order of preference; the informers watch the first version served
+(a resource whose verbs are only ``get`` is polled instead, by its own module); the RBAC test in
+``tests/`` derives the ClusterRoles' rules from this table, so a new resource read without its
+RBAC fails CI.
 """
 
 from __future__ import annotations
@@ -35,10 +36,14 @@ COSCHEDULING_LEGACY_PODGROUPS = Resource("podgroups_coscheduling_legacy", "sched
 VOLCANO_PODGROUPS = Resource("podgroups_volcano", "scheduling.volcano.sh", ("v1beta1",), "podgroups", "PodGroup", True)
 NATIVE_PODGROUPS = Resource("podgroups_native", "scheduling.k8s.io", ("v1beta1", "v1alpha3", "v1alpha2"), "podgroups", "PodGroup", True)
 NATIVE_WORKLOADS = Resource("workloads_native", "scheduling.k8s.io", ("v1alpha1",), "workloads", "Workload", True)
+# Kueue's visibility API: a subresource GET, polled by exporter.cluster.queue_positions.
+QUEUE_POSITIONS = Resource("queue_positions", "visibility.kueue.x-k8s.io", ("v1beta2", "v1beta1"),
+                           "clusterqueues/pendingworkloads", "PendingWorkloadsSummary", False, verbs=("get",))
 
 COLLECTOR_RESOURCES = (
     WORKLOADS, LOCAL_QUEUES, TOPOLOGIES, RESOURCE_FLAVORS, NODES,
     COSCHEDULING_PODGROUPS, COSCHEDULING_LEGACY_PODGROUPS, VOLCANO_PODGROUPS, NATIVE_PODGROUPS, NATIVE_WORKLOADS,
+    QUEUE_POSITIONS,
 )
 
 # Automatic sharding of the collector (--pod/--pod-namespace, exporter.kube.sharding): its own Pod

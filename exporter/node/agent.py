@@ -35,8 +35,8 @@ from .pods import PodIndex
 log = structlog.get_logger(__name__)
 
 
-def nvml_factory(spec: str) -> Callable[[], Any]:
-    """``real`` -> the ``pynvml`` module; ``sim[:SCENARIO,...]`` -> a :class:`SimNvml`."""
+def nvml_factory(spec: str, profile: str | None = None) -> Callable[[], Any]:
+    """``real`` -> the ``pynvml`` module; ``sim[:SCENARIO,...]`` -> a :class:`SimNvml` of ``profile``."""
     if spec == "real":
         import pynvml
 
@@ -50,8 +50,8 @@ def nvml_factory(spec: str) -> Callable[[], Any]:
         from ..sim.nvml import SimNvml, parse_spec
 
         scenarios = parse_spec(spec)
-        SimNvml(scenarios)  # fail at start-up on an unknown scenario name
-        return lambda: SimNvml(scenarios)
+        SimNvml(scenarios, profile=profile)  # fail at start-up on an unknown scenario name
+        return lambda: SimNvml(scenarios, profile=profile)
     raise ValueError(f"--nvml wants real or sim[:SCENARIO,...], got {spec!r}")
 
 
@@ -69,8 +69,9 @@ class Agent:
         self.pods = PodIndex(self.render_pods)
         self.nvml_health = SourceHealth("nvml", self.exposition)
         self.sampler = NvmlSampler(
-            nvml or nvml_factory(args.nvml), self.exposition, self.nvml_health, self.node.base_labels,
-            interval=args.sample_interval, timeout=args.nvml_timeout, on_inventory=self.render_pods,
+            nvml or nvml_factory(args.nvml, args.sim_profile), self.exposition, self.nvml_health, self.node.base_labels,
+            interval=args.sample_interval, timeout=args.nvml_timeout, pcie_interval=args.pcie_interval,
+            on_inventory=self.render_pods,
         )
         self.podres = PodResourcesPoller(
             args.pod_resources_socket, SourceHealth("podresources", self.exposition), self.render_pods,

@@ -41,12 +41,14 @@ GPU_POD_INFO = Family(
 
 NVLINK_TX = Family(
     "gangscope_nvlink_transmit_bytes_total", "counter",
-    "NVLink data bytes transmitted on the link (NVML field 138, KiB converted to bytes).",
+    "NVLink data bytes transmitted on the link: NVML field 138 (KiB converted to bytes), or on NVLink5 GPUs "
+    "without it field 202 (bytes).",
     ("gpu", "link", "node"), topology=True,
 )
 NVLINK_RX = Family(
     "gangscope_nvlink_receive_bytes_total", "counter",
-    "NVLink data bytes received on the link (NVML field 139, KiB converted to bytes).",
+    "NVLink data bytes received on the link: NVML field 139 (KiB converted to bytes), or on NVLink5 GPUs "
+    "without it field 204 (bytes).",
     ("gpu", "link", "node"), topology=True,
 )
 NVLINK_RAW_TX = Family(
@@ -61,7 +63,8 @@ NVLINK_RAW_RX = Family(
 )
 NVLINK_UP = Family(
     "gangscope_nvlink_link_up", "gauge",
-    "Whether the NVLink link is active (1) or inactive or disabled (0).",
+    "Whether the NVLink link is trained: 1 for active or sleep (an idle link in its low-power state, NVML field "
+    "165 state 2), 0 for inactive or disabled.",
     ("gpu", "link", "node"), topology=True,
 )
 NVLINK_VERSION = Family(
@@ -71,19 +74,36 @@ NVLINK_VERSION = Family(
 )
 NVLINK_ERRORS = Family(
     "gangscope_nvlink_errors_total", "counter",
-    "NVLink data-link-layer error counts per link (type replay, recovery, crc_flit, crc_data, ecc).",
+    "NVLink error counts per link. From NVML fields 161-163 (type replay, recovery, crc) where supported, on "
+    "NVLink5 from fields 213-215, 219, 221 (link_recovery_successful, link_recovery_failed, link_recovery, "
+    "effective, symbol), else nvmlDeviceGetNvLinkErrorCounter (replay, recovery, crc_flit, crc_data, ecc).",
     ("gpu", "link", "type", "node"), topology=True,
 )
 
 PCIE_TX = Family(
     "gangscope_pcie_transmit_bytes_total", "counter",
-    "PCIe bytes transmitted by the GPU (NVML field 197; wrap-arounds accumulated). Absent where "
-    "unsupported: see gangscope_pcie_throughput_bytes_per_second.",
+    "PCIe bytes transmitted by the GPU: NVML field 197, read every gangscope_pcie_read_interval_seconds where "
+    "the driver reports it 32-bit (so that no wrap is missed) and with each sample where 64-bit; on GPUs "
+    "without the field (gangscope_gpu_field_supported with family pcie_bytes at 0) the 20 ms "
+    "nvmlDeviceGetPcieThroughput rate integrated over time, an estimate.",
     ("gpu", "node"), topology=True,
 )
 PCIE_RX = Family(
     "gangscope_pcie_receive_bytes_total", "counter",
-    "PCIe bytes received by the GPU (NVML field 198; wrap-arounds accumulated).",
+    "PCIe bytes received by the GPU: NVML field 198, read as field 197 is (see "
+    "gangscope_pcie_transmit_bytes_total), or the integrated nvmlDeviceGetPcieThroughput rate.",
+    ("gpu", "node"), topology=True,
+)
+PCIE_READ_INTERVAL = Family(
+    "gangscope_pcie_read_interval_seconds", "gauge",
+    "How often the GPU's 32-bit PCIe byte counters are read between samples: 3/4 of the time the link's "
+    "maximum rate (generation x width) takes to wrap them. Absent for 64-bit counters, read with each sample.",
+    ("gpu", "node"), topology=True,
+)
+PCIE_GAPS = Family(
+    "gangscope_pcie_read_gaps_total", "counter",
+    "PCIe counter reads further apart than one wrap at the link's maximum rate (a stalled reader, a slow "
+    "driver, or --pcie-interval set too long): the bytes counted across each are a lower bound.",
     ("gpu", "node"), topology=True,
 )
 PCIE_THROUGHPUT = Family(
@@ -101,6 +121,37 @@ PCIE_WIDTH = Family(
     "gangscope_pcie_link_width", "gauge",
     "PCIe link width in lanes (kind current or max).",
     ("gpu", "kind", "node"), topology=True,
+)
+
+FIELD_SUPPORTED = Family(
+    "gangscope_gpu_field_supported", "gauge",
+    "Whether the GPU answers an NVML field family (1) or reports it unsupported (0), decided per device from "
+    "each field's return code. Families: nvlink_throughput (138/139), nvlink_raw_throughput (140/141), "
+    "nvlink5_bytes (202/204), nvlink_state (165), nvlink_version (166), nvlink_errors (161-163), "
+    "nvlink5_errors (213-221), pcie_bytes (197/198), and the calls nvlink_error_counter_api, pcie_throughput, "
+    "pcie_link, fabric (nvmlDeviceGetGpuFabricInfoV), platform (nvmlDeviceGetPlatformInfo).",
+    ("gpu", "family", "node"), topology=True,
+)
+FABRIC_INFO = Family(
+    "gangscope_gpu_fabric_info", "info",
+    "The GPU's NVLink fabric membership from nvmlDeviceGetGpuFabricInfoV (value 1): cluster_uuid and clique_id "
+    "name its multi-node NVLink domain (an NVL72 rack or partition; GPU feature discovery labels the node "
+    "nvidia.com/gpu.clique=<cluster_uuid>.<clique_id>), empty unless state is completed and the GPU is in a "
+    "fabric; state not_started, in_progress, completed or error.",
+    ("gpu", "uuid", "cluster_uuid", "clique_id", "state", "node"), topology=True,
+)
+FABRIC_HEALTH = Family(
+    "gangscope_gpu_fabric_health", "gauge",
+    "NVLink fabric health checks of the GPU from the fabric info's health mask: 1 when the problem is present. "
+    "Checks degraded_bandwidth, route_recovery, route_unhealthy, access_timeout, incorrect_configuration, and "
+    "unhealthy (the driver's summary); only those the GPU supports.",
+    ("gpu", "check", "node"), topology=True,
+)
+PLATFORM_INFO = Family(
+    "gangscope_gpu_platform_info", "info",
+    "Where the GPU sits, from nvmlDeviceGetPlatformInfo (Blackwell and newer; value 1): the chassis (rack) "
+    "serial number, the slot in the chassis, the compute tray index and the host within the slot.",
+    ("gpu", "chassis_serial", "slot", "tray", "host_id", "node"), topology=True,
 )
 
 FABRIC_TX = Family(
@@ -135,10 +186,14 @@ NIC_RX = Family(
 )
 
 GPU_FAMILIES = (
-    GPU_INFO, GPU_UP, GPU_ERRORS, MIG_INFO, GPU_POD_INFO,
+    GPU_INFO, GPU_UP, GPU_ERRORS, MIG_INFO, GPU_POD_INFO, FIELD_SUPPORTED, FABRIC_INFO, FABRIC_HEALTH, PLATFORM_INFO,
     NVLINK_TX, NVLINK_RX, NVLINK_RAW_TX, NVLINK_RAW_RX, NVLINK_UP, NVLINK_VERSION, NVLINK_ERRORS,
-    PCIE_TX, PCIE_RX, PCIE_THROUGHPUT, PCIE_GENERATION, PCIE_WIDTH,
+    PCIE_TX, PCIE_RX, PCIE_READ_INTERVAL, PCIE_GAPS, PCIE_THROUGHPUT, PCIE_GENERATION, PCIE_WIDTH,
 )
+# NVML field id -> the byte counter family its link series belong to
+NVLINK_BYTE_FAMILIES = {
+    138: NVLINK_TX, 139: NVLINK_RX, 202: NVLINK_TX, 204: NVLINK_RX, 140: NVLINK_RAW_TX, 141: NVLINK_RAW_RX,
+}
 FABRIC_FAMILIES = (FABRIC_TX, FABRIC_RX, FABRIC_RATE, FABRIC_UP, NIC_TX, NIC_RX)
 FAMILIES = GPU_FAMILIES + FABRIC_FAMILIES
 

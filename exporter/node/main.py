@@ -23,6 +23,16 @@ from .podresources import DEFAULT_RESOURCES, DEFAULT_SOCKET
 log = structlog.get_logger(__name__)
 
 DEFAULT_LISTEN = "0.0.0.0:9401"
+SIM_PROFILES = ("a100", "h100", "h200", "b200", "gb200")  # exporter.sim.gpus.PROFILES, without importing the simulator
+
+
+def _pcie_interval(value: str) -> float | None:
+    if value == "auto":
+        return None
+    seconds = float(value)
+    if seconds < 0:
+        raise argparse.ArgumentTypeError("must be auto or a number of seconds >= 0")
+    return seconds
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,12 +43,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="this node's name, for its Node object and the pods on it (default $NODE_NAME, else the hostname)")
     p.add_argument("--nvml", default="real", metavar="real|sim[:SCENARIO,...]",
                    help="NVML library: real (libnvidia-ml.so.1) or the simulated one with scenarios "
-                        "(degraded, lost-gpu, unsupported, wrap, hang, mig, nodriver) (default real)")
+                        "(degraded, lost-gpu, unsupported, wrap, hang, mig, straggler, fabric-degraded, latency, "
+                        "latency-idle, nodriver) (default real)")
+    p.add_argument("--sim-profile", default=None, choices=sorted(SIM_PROFILES), metavar="|".join(SIM_PROFILES),
+                   help="GPU generation the simulated NVML answers as, with its links, fields, value types and "
+                        "traffic (default h100; only with --nvml sim)")
     p.add_argument("--sample-interval", type=float, default=1.0,
                    help="seconds between NVML and sysfs samples (default 1: rate() error from sample steps under 2%% "
-                        "over a 1m window, at well under 1%% of a core)")
+                        "over a 1m window, at about 1%% of a core for 8 GPUs besides the fast PCIe reads)")
     p.add_argument("--nvml-timeout", type=float, default=2.0,
-                   help="seconds a GPU's NVML sample may take before the GPU is reported down (default 2)")
+                   help="seconds an NVML call on a GPU may take, from its start, before the GPU is reported down; "
+                        "each GPU has its own thread and deadline (default 2)")
+    p.add_argument("--pcie-interval", type=_pcie_interval, default=None, metavar="auto|SECONDS",
+                   help="seconds between reads of 32-bit PCIe byte counters: auto reads each GPU at 3/4 of the time "
+                        "its link's maximum rate takes to wrap them (50 ms at Gen5 x16), so they are exact at any "
+                        "rate; 0 reads them only with each sample (cheaper, a lower bound above 4 GB per sample); "
+                        "64-bit counters are always read with the sample (default auto)")
     p.add_argument("--pod-resources-socket", default=DEFAULT_SOCKET,
                    help=f"kubelet pod-resources unix socket (default {DEFAULT_SOCKET})")
     p.add_argument("--pod-resources-interval", type=float, default=10.0,
@@ -59,6 +79,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.nvml != "real" and not (args.nvml == "sim" or args.nvml.startswith("sim:")):
         log.error("bad_nvml_flag", value=args.nvml)
+        return 2
+    if args.sim_profile and args.nvml == "real":
+        log.error("bad_sim_profile_flag", reason="--sim-profile needs --nvml sim")
         return 2
     try:
         family_filter(args)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..cluster.topologies import Topology, merge_levels, parse_topology
+from ..topologies import Topology, merge_levels, parse_topology
 from ..topology import TopologyError, TopologyLevels
 
 

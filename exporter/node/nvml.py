@@ -1,23 +1,32 @@
-"""NVML: per-GPU NVLink and PCIe counters, link state and errors, sampled off the scrape path.
+"""NVML: per-GPU NVLink and PCIe counters, link state, errors, fabric and platform, off the scrape path.
 
 Two halves:
 
-- :class:`NvmlReader` runs in a worker thread and is the only code that calls the library
-  (the ``pynvml`` module, or :class:`exporter.sim.nvml.SimNvml` with the same functions). Per GPU
-  and sample it makes **one** ``nvmlDeviceGetFieldValues`` call for every link's data and raw
-  transmit/receive counters (fields 138-141, KiB), link state (165) and version (166), plus the
-  PCIe byte counters (197/198); each field's own ``nvmlReturn`` is checked, and fields a GPU
-  answers ``NOT_SUPPORTED`` for are remembered and never asked for again.
-- :class:`NvmlSampler` runs on the event loop: every ``--sample-interval`` it hands each GPU
-  to the thread pool, waits at most ``--nvml-timeout`` for the round, turns raw counters into
-  monotonic byte counters and renders the GPU's lines into the exposition. A scrape only reads
-  those lines; a hung driver call costs one worker thread and marks its GPU down, nothing else.
+- :class:`NvmlReader` is the only code that calls the library (the ``pynvml`` module, or
+  :class:`exporter.sim.nvml.SimNvml` with the same functions), on the GPU's own thread
+  (:class:`~exporter.node.worker.GpuWorker`) or on the fast PCIe reader's (below), never on the
+  event loop. At first contact it *probes* every field family
+  (:mod:`exporter.node.fields`) on every link in one ``nvmlDeviceGetFieldValues`` call and
+  decides, for that device, from each field's own return code and ``valueType``: which byte
+  counters carry NVLink traffic (138/139, else the NVLink5 202/204), which error counters exist
+  (161-163, else 213-221, else the legacy per-call API), and how PCIe bytes are read: a 64-bit
+  counter with the sample, a 32-bit one also between samples, by one fast-read thread for the
+  node, at a period derived from the link's maximum rate so that no wrap is missed, and no
+  counter at all by integrating the 20 ms ``nvmlDeviceGetPcieThroughput`` rate over time. Each sample is then one field-value call
+  per GPU; a family the device does not support is remembered, logged once and reported in
+  ``gangscope_gpu_field_supported``, never asked for again.
+- :class:`NvmlSampler` runs on the event loop: every ``--sample-interval`` it hands each GPU its
+  sample job and waits for it with a deadline of ``--nvml-timeout`` from when the GPU's current
+  call started. A GPU that misses it is reported down and not asked again until its call
+  returns; the others are rendered as their answers arrive. A scrape only reads rendered lines.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,56 +37,33 @@ import structlog
 from ..exposition import Exposition, format_value
 from ..health import SourceHealth
 from . import families as F
+from . import fields as FF
 from .counters import MonotonicCounter
+from .hardware import FabricInfo, PlatformInfo, read_fabric, read_platform
+from .worker import GpuWorker, TimedLibrary
 
 log = structlog.get_logger(__name__)
 
-FI_TX, FI_RX = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
-FI_RAW_TX, FI_RAW_RX = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX
-FI_STATE, FI_VERSION = pynvml.NVML_FI_DEV_NVLINK_GET_STATE, pynvml.NVML_FI_DEV_NVLINK_GET_VERSION
 FI_LINK_COUNT = pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT
-FI_PCIE_TX, FI_PCIE_RX = pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES
-LINK_FIELDS = (FI_TX, FI_RX, FI_RAW_TX, FI_RAW_RX, FI_STATE, FI_VERSION)
-NVLINK_COUNTER_FAMILIES = {FI_TX: F.NVLINK_TX, FI_RX: F.NVLINK_RX, FI_RAW_TX: F.NVLINK_RAW_TX, FI_RAW_RX: F.NVLINK_RAW_RX}
-PCIE_COUNTER_FAMILIES = {FI_PCIE_TX: F.PCIE_TX, FI_PCIE_RX: F.PCIE_RX}
-ERROR_TYPES = (
-    ("replay", pynvml.NVML_NVLINK_ERROR_DL_REPLAY),
-    ("recovery", pynvml.NVML_NVLINK_ERROR_DL_RECOVERY),
-    ("crc_flit", pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT),
-    ("crc_data", pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA),
-    ("ecc", pynvml.NVML_NVLINK_ERROR_DL_ECC_DATA),
-)
-# Field 165 states that mean "trained and usable" (SLEEP is the L1 low-power state of a good link).
-_LINK_UP_STATES = frozenset({pynvml.NVML_NVLINK_STATE_ACTIVE, pynvml.NVML_NVLINK_STATE_SLEEP})
-_VALUE = {  # valueType -> (union member, counter width for wrap detection)
-    pynvml.NVML_VALUE_TYPE_DOUBLE: ("dVal", 0),
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: ("uiVal", 2**32),
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: ("ulVal", 2**64),
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: ("ullVal", 2**64),
-    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: ("sllVal", 0),
-    pynvml.NVML_VALUE_TYPE_SIGNED_INT: ("siVal", 0),
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: ("usVal", 2**16),
-}
-_SKIP = (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT)
-# NVLink error counters change rarely and cost 5 calls per link: read them every Nth sample
-# (every 10 s at the default interval), which alerts on increase() over minutes cannot notice.
-ERROR_SAMPLE_EVERY = 10
+FI_STATE, FI_VERSION = pynvml.NVML_FI_DEV_NVLINK_GET_STATE, pynvml.NVML_FI_DEV_NVLINK_GET_VERSION
+FI_PCIE_TX, FI_PCIE_RX = FF.PCIE_BYTES.ids
+PCIE_DIRECTIONS = {FI_PCIE_TX: "transmit", FI_PCIE_RX: "receive"}
+FAST_REQUEST = [(FI_PCIE_TX, 0), (FI_PCIE_RX, 0)]
+# NVLink errors change rarely: read them (and the fabric state) every Nth sample, every 10 s at
+# the default interval, which alerts on increase() over minutes cannot notice.
+SLOW_SAMPLE_EVERY = 10
 INIT_RETRY_SECONDS = 60.0
+BOUND_SLACK = 1.05  # the maximum rate is an upper bound; timestamps have microsecond jitter
+BOUND_BYTES = 65536
 
 
 def _text(value: str | bytes) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
-def field_value(fv: Any) -> tuple[float, int]:
-    """A successful ``c_nvmlFieldValue_t``'s value and its counter width (0: not a wrapping counter)."""
-    member, modulus = _VALUE.get(fv.valueType, ("ullVal", 2**64))
-    return getattr(fv.value, member), modulus
-
-
 @dataclass
 class GpuDevice:
-    """What the reader knows about one GPU; only the thread sampling it touches it."""
+    """What the reader knows about one GPU; only the GPU's own thread touches it."""
 
     index: int
     handle: Any = None
@@ -88,64 +74,88 @@ class GpuDevice:
     max_gen: int | None = None
     max_width: int | None = None
     mig: list[tuple[str, int]] = field(default_factory=list)  # (MIG uuid, GPU instance id)
-    unsupported: set[tuple[int, int]] = field(default_factory=set)  # (field id, scope)
-    unsupported_errors: set[tuple[int, int]] = field(default_factory=set)  # (counter, link)
+    platform: PlatformInfo | None = None
+    lost: bool = False  # seen GPU_IS_LOST: its counters restart from zero once it is back
+    # what the device supports, decided by the probe
+    probed: bool = False
+    support: dict[str, bool] = field(default_factory=dict)  # family -> supported
+    unsupported: set[tuple[int, int]] = field(default_factory=set)  # (field id, scope) never asked again
     unsupported_calls: set[str] = field(default_factory=set)
     field_values: bool = True  # False when the GPU rejects nvmlDeviceGetFieldValues outright
-    request: list[tuple[int, int]] | None = None
+    data_ids: tuple[int, ...] = ()  # the NVLink byte counters read: 138/139 or 202/204
+    data_unit: int = 1024
+    error_ids: tuple[int, ...] = ()  # error fields read (161-163 and/or 213-221)
+    error_api: bool = False  # the legacy nvmlDeviceGetNvLinkErrorCounter instead
+    pcie_mode: str = ""  # field: with the sample; fast: also between samples; throughput: integrated rate
+    pcie_modulus: int = 0
+    pcie_period: float | None = None  # seconds between fast reads (None: no fast reads)
+    pcie_max_rate: float = FF.PCIE_FALLBACK_RATE
+    fabric_v3: bool = True
+    fabric: FabricInfo | None = None
+    # monotonic totals, folded on this thread
+    link_counters: dict[tuple[int, int], MonotonicCounter] = field(default_factory=dict)
+    error_counters: dict[tuple[int, str], MonotonicCounter] = field(default_factory=dict)
+    pcie: dict[str, MonotonicCounter] = field(default_factory=dict)  # direction -> bytes
+    pcie_ts: dict[str, float] = field(default_factory=dict)  # direction -> seconds of the last read
+    pcie_bps: dict[str, float] = field(default_factory=dict)  # direction -> bytes/s between the last two reads
+    pcie_rate: tuple[int, int] | None = None  # last nvmlDeviceGetPcieThroughput answer (bytes/s)
+    fast_failures: int = 0
+    requests: dict[bool, list[tuple[int, int]]] = field(default_factory=dict)  # slow? -> field request
+    # Held while the GPU's own worker samples it or the fast reader reads it: their folds never interleave.
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def field_request(self) -> list[tuple[int, int]]:
-        if self.request is None:
-            wanted = [(fid, link) for link in range(self.links) for fid in LINK_FIELDS]
-            wanted += [(FI_PCIE_TX, 0), (FI_PCIE_RX, 0)]
-            self.request = [spec for spec in wanted if spec not in self.unsupported]
-        return self.request
+    def counters(self) -> list[MonotonicCounter]:
+        return [*self.link_counters.values(), *self.error_counters.values(), *self.pcie.values()]
 
 
 @dataclass
 class GpuSample:
-    """One GPU's raw readings from one sample (or why it failed)."""
+    """One GPU's readings from one sample (or why it failed): totals, so late or lost samples lose nothing."""
 
     index: int
     ok: bool = True
     error: str = ""
-    counters: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)  # (fid, link) -> (raw, width)
+    link_bytes: dict[tuple[int, int], int] = field(default_factory=dict)  # (field id, link) -> bytes
     link_up: dict[int, int] = field(default_factory=dict)
     version: dict[int, int] = field(default_factory=dict)
-    nvlink_errors: dict[tuple[int, str], int] | None = None  # None: not read this sample
+    nvlink_errors: dict[tuple[int, str], int] = field(default_factory=dict)
+    pcie: dict[str, int] = field(default_factory=dict)  # direction -> bytes
+    pcie_gaps: int = 0
+    pcie_period: float | None = None
     pcie_rate: tuple[int, int] | None = None  # bytes/s (tx, rx) where the counters are unsupported
     gen: tuple[int | None, int | None] = (None, None)
     width: tuple[int | None, int | None] = (None, None)
+    support: dict[str, bool] = field(default_factory=dict)
+    fabric: FabricInfo | None = None
     failed_calls: int = 0
 
 
 class NvmlReader:
-    """Thread-side NVML access; every method may block in the driver."""
+    """NVML access for one library; every method may block in the driver, so each runs on its GPU's thread."""
 
-    def __init__(self, lib: Any) -> None:
+    def __init__(self, lib: Any, pcie_interval: float | None = None) -> None:
         self.lib = lib
+        # None: per device from valueType and link rate; 0: PCIe counters only with the sample; > 0: fixed
+        self.pcie_interval = pcie_interval
 
-    def start(self) -> tuple[str, list[GpuDevice]]:
-        """``nvmlInit`` and discovery; raises ``pynvml.NVMLError`` when NVML is unusable."""
+    def init(self) -> tuple[str, int]:
+        """``nvmlInit``, the driver version and the GPU count; raises ``pynvml.NVMLError`` when NVML is unusable."""
         self.lib.nvmlInit()
-        driver = _text(self.lib.nvmlSystemGetDriverVersion())
-        devices = [GpuDevice(i) for i in range(self.lib.nvmlDeviceGetCount())]
-        for dev in devices:
-            try:
-                self._open(dev)
-            except pynvml.NVMLError as exc:
-                log.warning("gpu_open_failed", gpu=dev.index, error=str(exc))
-        return driver, devices
+        return _text(self.lib.nvmlSystemGetDriverVersion()), int(self.lib.nvmlDeviceGetCount())
 
-    def _call(self, dev: GpuDevice, name: str, *args: Any, out: GpuSample | None = None) -> Any:
-        """A call besides the field values. NOT_SUPPORTED is remembered (None now and from then
-        on); another failure is counted on ``out`` and gives None; a lost GPU raises."""
+    # ----- discovery ---------------------------------------------------------------------------
+
+    def _call(self, dev: GpuDevice, name: str, *args: Any, out: GpuSample | None = None, family: str = "") -> Any:
+        """A call besides the field values. NOT_SUPPORTED (or a missing symbol) is remembered: None
+        now and from then on; another failure is counted on ``out`` and gives None; a lost GPU raises."""
         if name in dev.unsupported_calls:
             return None
         try:
-            return getattr(self.lib, name)(dev.handle, *args)
-        except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound):
+            result = getattr(self.lib, name)(dev.handle, *args)
+        except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound) as exc:
             dev.unsupported_calls.add(name)
+            if family:
+                self._decide(dev, family, False, str(exc))
             return None
         except pynvml.NVMLError_GpuIsLost:
             raise
@@ -155,18 +165,34 @@ class NvmlReader:
             out.failed_calls += 1
             log.debug("nvml_call_failed", gpu=dev.index, call=name, error=str(exc))
             return None
+        if family:
+            self._decide(dev, family, True)
+        return result
 
-    def _open(self, dev: GpuDevice) -> None:
+    def _decide(self, dev: GpuDevice, family: str, supported: bool, why: str = "") -> None:
+        if dev.support.get(family) == supported:
+            return
+        dev.support[family] = supported
+        if not supported:
+            log.info("nvml_family_unsupported", gpu=dev.index, uuid=dev.uuid, family=family, answer=why)
+
+    def open(self, dev: GpuDevice) -> None:
+        """Handle, identity, links and static facts; after a loss, the counters restart from zero."""
         lib = self.lib
         handle = lib.nvmlDeviceGetHandleByIndex(dev.index)
         dev.uuid = _text(lib.nvmlDeviceGetUUID(handle))
         dev.name = _text(lib.nvmlDeviceGetName(handle))
         dev.pci_bus_id = _text(lib.nvmlDeviceGetPciInfo(handle).busId)
         dev.handle = handle
+        if dev.lost:  # the GPU came back through a reset, which zeroes its counters
+            for counter in dev.counters():
+                counter.restart()
+            dev.lost = False
         dev.links = self._link_count(dev)
-        dev.request = None
+        dev.requests.clear()
         dev.max_gen = self._call(dev, "nvmlDeviceGetMaxPcieLinkGeneration")
         dev.max_width = self._call(dev, "nvmlDeviceGetMaxPcieLinkWidth")
+        dev.pcie_max_rate = FF.pcie_max_rate(dev.max_gen, dev.max_width)
         try:
             dev.mig = self._mig_devices(dev)
         except pynvml.NVMLError_GpuIsLost:
@@ -174,12 +200,13 @@ class NvmlReader:
         except pynvml.NVMLError as exc:  # MIG enumeration failing must not hide the whole GPU
             log.warning("mig_enumeration_failed", gpu=dev.index, error=str(exc))
             dev.mig = []
+        dev.platform = self._platform(dev)
 
     def _link_count(self, dev: GpuDevice) -> int:
         try:
             fv = self.lib.nvmlDeviceGetFieldValues(dev.handle, [FI_LINK_COUNT])[0]
             if fv.nvmlReturn == pynvml.NVML_SUCCESS:
-                return int(field_value(fv)[0])
+                return int(FF.field_value(fv)[0])
         except pynvml.NVMLError_NotSupported:
             pass
         # Older drivers: probe links until one is out of range or NVLink is absent.
@@ -205,105 +232,311 @@ class NvmlReader:
             out.append((_text(self.lib.nvmlDeviceGetUUID(mig)), int(self.lib.nvmlDeviceGetGpuInstanceId(mig))))
         return out
 
-    def sample(self, dev: GpuDevice, read_errors: bool) -> GpuSample:
-        """Read one GPU. Never raises for NVML errors: a failed GPU comes back with ``ok=False``."""
-        out = GpuSample(dev.index)
+    def _platform(self, dev: GpuDevice) -> PlatformInfo | None:
+        """``nvmlDeviceGetPlatformInfo`` with a v2 struct (the version nvidia-ml-py sets); static, read at open."""
+        info = pynvml.c_nvmlPlatformInfo_v2_t()
         try:
-            if dev.handle is None:
-                self._open(dev)
-            self._read_fields(dev, out)
-            self._read_pcie(dev, out)
-            if read_errors:
-                self._read_errors(dev, out)
-        except pynvml.NVMLError as exc:
-            out.ok = False
-            out.error = str(exc)
-            if isinstance(exc, pynvml.NVMLError_GpuIsLost):
-                dev.handle = None  # re-open (and re-check identity) once it is back
-        return out
+            if self._call(dev, "nvmlDeviceGetPlatformInfo", info, family=FF.PLATFORM) is None:
+                return None
+        except pynvml.NVMLError_GpuIsLost:
+            raise
+        except pynvml.NVMLError as exc:  # e.g. ARGUMENT_VERSION_MISMATCH on a driver without v2
+            dev.unsupported_calls.add("nvmlDeviceGetPlatformInfo")
+            self._decide(dev, FF.PLATFORM, False, str(exc))
+            return None
+        return read_platform(info)
 
-    def _read_fields(self, dev: GpuDevice, out: GpuSample) -> None:
-        if not dev.field_values:
-            self._read_link_state(dev, range(dev.links), out)
-            return
-        request = dev.field_request()
+    # ----- the probe: what this device supports ---------------------------------------------------
+
+    def _probe(self, dev: GpuDevice, out: GpuSample) -> None:
+        """Every field family on every link in one call; the answers decide what is read from now on."""
+        request = [(fid, link) for fam in FF.FIELD_FAMILIES if fam.per_link for link in range(dev.links) for fid in fam.ids]
+        request += [(fid, 0) for fid in FF.PCIE_BYTES.ids]
         try:
             values = self.lib.nvmlDeviceGetFieldValues(dev.handle, request)
         except pynvml.NVMLError_NotSupported:
             dev.field_values = False
-            self._read_link_state(dev, range(dev.links), out)
+            values = []
+        answered: dict[str, bool] = {}
+        pcie_modulus: dict[int, int] = {}
+        for key, fv in zip(request, values):
+            fam = FF.FAMILY_OF[key[0]]
+            ret = fv.nvmlReturn
+            if ret == pynvml.NVML_SUCCESS:
+                answered[fam.name] = True
+                if fam is FF.PCIE_BYTES:
+                    pcie_modulus[key[0]] = FF.field_value(fv)[1]
+                continue
+            if ret == pynvml.NVML_ERROR_GPU_IS_LOST:
+                raise pynvml.NVMLError(ret)
+            if FF.unsupported(fam, ret) or ret == pynvml.NVML_ERROR_INVALID_ARGUMENT:
+                if not FF.unsupported(fam, ret):  # not a known quirk: say so, then stop asking
+                    log.warning("nvml_field_invalid_argument", gpu=dev.index, field=key[0], scope=key[1])
+                    out.failed_calls += 1
+                dev.unsupported.add(key)
+                answered.setdefault(fam.name, False)
+            else:  # a transient failure: the family is asked again next time
+                out.failed_calls += 1
+        for fam in FF.FIELD_FAMILIES:
+            if fam.name in answered:
+                self._decide(dev, fam.name, answered[fam.name], "NOT_SUPPORTED or INVALID_ARGUMENT on every link")
+            elif not dev.field_values or (fam.per_link and dev.links == 0):
+                self._decide(dev, fam.name, False, "no field values" if not dev.field_values else "no NVLink")
+        sup = dev.support
+        if sup.get(FF.NVLINK_DATA.name):
+            dev.data_ids, dev.data_unit = FF.NVLINK_DATA.ids, 1024
+        elif sup.get(FF.NVLINK5_BYTES.name):
+            dev.data_ids, dev.data_unit = FF.NVLINK5_BYTES.ids, 1
+        else:
+            dev.data_ids = ()
+        dev.error_ids = tuple(fid for fam in (FF.NVLINK_ERRORS, FF.NVLINK5_ERRORS) if sup.get(fam.name) for fid in fam.ids)
+        dev.error_api = False
+        if not dev.error_ids and dev.links:
+            dev.error_api = self._call(dev, "nvmlDeviceGetNvLinkErrorCounter", 0, pynvml.NVML_NVLINK_ERROR_DL_REPLAY,
+                                       out=out, family=FF.ERROR_COUNTER_API) is not None
+        self._choose_pcie(dev, pcie_modulus, out)
+        dev.probed = True
+        dev.requests.clear()
+
+    def _choose_pcie(self, dev: GpuDevice, moduli: dict[int, int], out: GpuSample) -> None:
+        if len(moduli) < 2:
+            dev.pcie_mode, dev.pcie_period = "throughput", None
+            if self._call(dev, "nvmlDeviceGetPcieThroughput", pynvml.NVML_PCIE_UTIL_TX_BYTES, out=out,
+                          family=FF.PCIE_THROUGHPUT) is None:
+                dev.pcie_mode = ""
             return
-        fallback_state: list[int] = []
-        link_up, version, counters = out.link_up, out.version, out.counters
+        dev.pcie_modulus = min(moduli.values())
+        wraps = 0 < dev.pcie_modulus < 2**64
+        if not wraps or self.pcie_interval == 0:
+            dev.pcie_mode, dev.pcie_period = "field", None
+        else:
+            dev.pcie_mode = "fast"
+            dev.pcie_period = self.pcie_interval or FF.fast_period(dev.pcie_modulus, dev.pcie_max_rate)
+        log.info("nvml_pcie_counters", gpu=dev.index, bits=dev.pcie_modulus.bit_length() - 1, mode=dev.pcie_mode,
+                 period=dev.pcie_period, max_rate=dev.pcie_max_rate)
+
+    # ----- sampling ----------------------------------------------------------------------------
+
+    def _request(self, dev: GpuDevice, slow: bool) -> list[tuple[int, int]]:
+        request = dev.requests.get(slow)
+        if request is None:
+            ids = [*dev.data_ids, *FF.NVLINK_RAW.ids, FI_STATE]
+            if slow:
+                ids += [FI_VERSION, *dev.error_ids]
+            wanted = [(fid, link) for link in range(dev.links) for fid in ids]
+            if dev.pcie_mode == "field":
+                wanted += [(fid, 0) for fid in FF.PCIE_BYTES.ids]
+            request = dev.requests[slow] = [spec for spec in wanted if spec not in dev.unsupported]
+        return request
+
+    def sample(self, dev: GpuDevice, slow: bool) -> GpuSample:
+        """Read one GPU. Never raises for NVML errors: a failed GPU comes back with ``ok=False``."""
+        with dev.lock:
+            return self._sample(dev, slow)
+
+    def _sample(self, dev: GpuDevice, slow: bool) -> GpuSample:
+        out = GpuSample(dev.index)
+        try:
+            if dev.handle is None:
+                self.open(dev)
+            if not dev.probed:
+                self._probe(dev, out)
+            if dev.field_values:
+                self._read_fields(dev, slow, out)
+            self._read_state_fallback(dev, out)
+            if dev.pcie_mode == "fast":  # the sample's totals are as fresh as its other counters
+                self.read_pcie(dev)
+            self._read_pcie(dev, out)
+            if slow:
+                if dev.error_api:
+                    self._read_error_api(dev, out)
+                self._read_fabric(dev, out)
+        except pynvml.NVMLError as exc:
+            out.ok = False
+            out.error = str(exc)
+            if isinstance(exc, pynvml.NVMLError_GpuIsLost):
+                self._lost(dev)
+            return out
+        out.failed_calls += dev.fast_failures
+        dev.fast_failures = 0
+        out.link_bytes = {key: c.total * dev.data_unit for key, c in dev.link_counters.items() if key[0] in dev.data_ids}
+        out.link_bytes.update({key: c.total * 1024 for key, c in dev.link_counters.items() if key[0] in FF.NVLINK_RAW.ids})
+        out.nvlink_errors = {key: c.total for key, c in dev.error_counters.items()}
+        out.pcie = {d: c.total for d, c in dev.pcie.items()}
+        out.pcie_gaps = sum(c.gaps for c in dev.pcie.values())
+        out.pcie_period = dev.pcie_period
+        out.pcie_rate = dev.pcie_rate if dev.pcie_mode == "throughput" else None
+        out.support = dict(dev.support)
+        out.fabric = dev.fabric
+        return out
+
+    def _lost(self, dev: GpuDevice) -> None:
+        dev.handle = None  # re-open (and re-check identity) once it is back
+        dev.lost = True
+        dev.probed = False  # a replaced board or new driver may answer differently
+        dev.pcie_period = None
+
+    def _read_fields(self, dev: GpuDevice, slow: bool, out: GpuSample) -> None:
+        request = self._request(dev, slow)
+        if not request:
+            return
+        try:
+            values = self.lib.nvmlDeviceGetFieldValues(dev.handle, request)
+        except pynvml.NVMLError_NotSupported:
+            dev.field_values = False
+            return
+        now = time.time()
         for key, fv in zip(request, values):  # NVML fills the array in request order
             ret = fv.nvmlReturn
             if ret != pynvml.NVML_SUCCESS:
-                if ret in _SKIP:
-                    dev.unsupported.add(key)
-                    dev.request = None
-                    if key[0] == FI_STATE:
-                        fallback_state.append(key[1])
-                elif ret == pynvml.NVML_ERROR_GPU_IS_LOST:
+                if ret == pynvml.NVML_ERROR_GPU_IS_LOST:
                     raise pynvml.NVMLError(ret)
+                if FF.unsupported(FF.FAMILY_OF[key[0]], ret):  # after the probe: stop asking for this one
+                    dev.unsupported.add(key)
+                    dev.requests.clear()
                 else:
                     out.failed_calls += 1
                 continue
-            fid = key[0]
+            fid, link = key
             if fid == FI_STATE:
-                link_up[key[1]] = 1 if fv.value.uiVal in _LINK_UP_STATES else 0
+                out.link_up[link] = 1 if fv.value.uiVal in FF.LINK_UP_STATES else 0
             elif fid == FI_VERSION:
-                version[key[1]] = int(field_value(fv)[0])
-            elif fv.valueType == pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG:
-                counters[key] = (fv.value.ullVal, 2**64)
+                out.version[link] = int(FF.field_value(fv)[0])
+            elif fid in PCIE_DIRECTIONS:
+                value, modulus = FF.field_value(fv)
+                self._fold_pcie(dev, PCIE_DIRECTIONS[fid], int(value), modulus, fv.timestamp / 1e6 or now)
+            elif fid in FF.ERROR_TYPES:
+                value, modulus = FF.field_value(fv)
+                counter = dev.error_counters.setdefault((link, FF.ERROR_TYPES[fid]), MonotonicCounter())
+                counter.update(int(value), modulus)
             else:
-                value, modulus = field_value(fv)
-                counters[key] = (int(value), modulus)
-        fallback_state += [link for (fid, link) in dev.unsupported if fid == FI_STATE and link not in out.link_up]
-        self._read_link_state(dev, sorted(set(fallback_state)), out)
+                value, modulus = FF.field_value(fv)
+                dev.link_counters.setdefault(key, MonotonicCounter()).update(int(value), modulus)
 
-    def _read_link_state(self, dev: GpuDevice, links: Sequence[int] | range, out: GpuSample) -> None:
-        """``nvmlDeviceGetNvLinkState`` for links whose state field is not supported."""
-        for link in links:
+    def _fold_pcie(self, dev: GpuDevice, direction: str, value: int, modulus: int, ts: float) -> None:
+        """A PCIe byte counter read: wraps are unambiguous while reads are closer than one wrap at
+        the link's maximum rate, judged from NVML's own timestamps (seconds) of the two reads."""
+        last = dev.pcie_ts.get(direction)
+        counter = dev.pcie.get(direction)
+        if counter is None:
+            counter = dev.pcie[direction] = MonotonicCounter()
+        before = counter.total
+        dt = ts - last if last is not None and ts > last else 0.0
+        if 0 < modulus < 2**64 and last is not None:
+            counter.update(value, modulus, dev.pcie_max_rate * dt * BOUND_SLACK + BOUND_BYTES,
+                           dev.pcie_bps.get(direction, 0.0) * dt)
+        else:
+            counter.update(value, modulus)
+        if dt > 0:
+            dev.pcie_bps[direction] = (counter.total - before) / dt
+        dev.pcie_ts[direction] = ts
+
+    def read_pcie(self, dev: GpuDevice) -> None:
+        """A fast read of the 32-bit PCIe counters (the caller holds ``dev.lock``). Failures are
+        counted into the next sample; a lost GPU is left to the next sample to report."""
+        if dev.handle is None or dev.pcie_mode != "fast":
+            return
+        try:
+            values = self.lib.nvmlDeviceGetFieldValues(dev.handle, FAST_REQUEST)
+        except pynvml.NVMLError_GpuIsLost:
+            self._lost(dev)
+            return
+        except pynvml.NVMLError:
+            dev.fast_failures += 1
+            return
+        now = time.time()
+        for fid, ts, ret, value, modulus in FF.unpack_counters(values):
+            if ret == pynvml.NVML_SUCCESS:
+                self._fold_pcie(dev, PCIE_DIRECTIONS[fid], value, modulus, ts / 1e6 or now)
+            else:
+                dev.fast_failures += 1
+
+    def _read_state_fallback(self, dev: GpuDevice, out: GpuSample) -> None:
+        """``nvmlDeviceGetNvLinkState`` for links whose state field is not answered (older drivers)."""
+        if dev.field_values and dev.support.get(FF.NVLINK_STATE.name, True):
+            return
+        for link in range(dev.links):
             try:
                 out.link_up[link] = int(self.lib.nvmlDeviceGetNvLinkState(dev.handle, link) == pynvml.NVML_FEATURE_ENABLED)
             except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_InvalidArgument):
                 continue
 
     def _read_pcie(self, dev: GpuDevice, out: GpuSample) -> None:
-        if (FI_PCIE_TX, 0) in dev.unsupported and (FI_PCIE_RX, 0) in dev.unsupported:
+        if dev.pcie_mode == "throughput":
             tx = self._call(dev, "nvmlDeviceGetPcieThroughput", pynvml.NVML_PCIE_UTIL_TX_BYTES, out=out)
             rx = self._call(dev, "nvmlDeviceGetPcieThroughput", pynvml.NVML_PCIE_UTIL_RX_BYTES, out=out)
+            now = time.monotonic()
             if tx is not None and rx is not None:
-                out.pcie_rate = (int(tx) * 1024, int(rx) * 1024)  # KB/s -> bytes/s
-        out.gen = (self._call(dev, "nvmlDeviceGetCurrPcieLinkGeneration", out=out), dev.max_gen)
+                rate = (int(tx) * 1024, int(rx) * 1024)  # KB/s (1 KB granularity, nvml.h 638) -> bytes/s
+                # Integrate the 20 ms spot rate over the time since the last sample (a step function:
+                # unbiased over many samples, not exact within one).
+                for direction, r in zip(("transmit", "receive"), rate):
+                    last = dev.pcie_ts.get(direction)
+                    counter = dev.pcie.setdefault(direction, MonotonicCounter())
+                    counter.total += 0 if last is None else int(r * (now - last))
+                    dev.pcie_ts[direction] = now
+                dev.pcie_rate = rate
+        out.gen = (self._call(dev, "nvmlDeviceGetCurrPcieLinkGeneration", out=out, family=FF.PCIE_LINK), dev.max_gen)
         out.width = (self._call(dev, "nvmlDeviceGetCurrPcieLinkWidth", out=out), dev.max_width)
 
-    def _read_errors(self, dev: GpuDevice, out: GpuSample) -> None:
-        errors: dict[tuple[int, str], int] = {}
+    def _read_error_api(self, dev: GpuDevice, out: GpuSample) -> None:
         for link in range(dev.links):
-            for name, counter in ERROR_TYPES:
-                if (counter, link) in dev.unsupported_errors:
+            for name, counter_id in FF.LEGACY_ERROR_TYPES:
+                if (-counter_id - 1, link) in dev.unsupported:
                     continue
                 try:
-                    errors[(link, name)] = int(self.lib.nvmlDeviceGetNvLinkErrorCounter(dev.handle, link, counter))
+                    raw = int(self.lib.nvmlDeviceGetNvLinkErrorCounter(dev.handle, link, counter_id))
                 except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_InvalidArgument):
-                    dev.unsupported_errors.add((counter, link))
+                    dev.unsupported.add((-counter_id - 1, link))  # negative ids: legacy counters, not fields
+                    continue
                 except pynvml.NVMLError_GpuIsLost:
                     raise
                 except pynvml.NVMLError:
                     out.failed_calls += 1
-        out.nvlink_errors = errors
+                    continue
+                dev.error_counters.setdefault((link, name), MonotonicCounter()).update(raw, 2**64)
+
+    def _read_fabric(self, dev: GpuDevice, out: GpuSample) -> None:
+        """``nvmlDeviceGetGpuFabricInfoV`` with the newest struct the driver knows (v3, else v2): the
+        caller sets the version and the driver answers ARGUMENT_VERSION_MISMATCH to one it predates
+        (nvml.h 7835-7841; NVIDIA's mock library, bridge/fabric.go, does the same)."""
+        name = "nvmlDeviceGetGpuFabricInfoV"
+        if name in dev.unsupported_calls:
+            return
+        info = pynvml.c_nvmlGpuFabricInfo_v3_t() if dev.fabric_v3 else pynvml.c_nvmlGpuFabricInfoV_t()
+        try:
+            self.lib.nvmlDeviceGetGpuFabricInfoV(dev.handle, info)
+        except pynvml.NVMLError_ArgumentVersionMismatch as exc:
+            if dev.fabric_v3:
+                dev.fabric_v3 = False
+                self._read_fabric(dev, out)
+            else:
+                dev.unsupported_calls.add(name)
+                self._decide(dev, FF.FABRIC, False, str(exc))
+            return
+        except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound) as exc:
+            dev.unsupported_calls.add(name)
+            self._decide(dev, FF.FABRIC, False, str(exc))
+            return
+        except pynvml.NVMLError_GpuIsLost:
+            raise
+        except pynvml.NVMLError as exc:
+            out.failed_calls += 1
+            log.debug("nvml_call_failed", gpu=dev.index, call=name, error=str(exc))
+            return
+        self._decide(dev, FF.FABRIC, True)
+        dev.fabric = read_fabric(info, dev.fabric_v3)
 
 
 @dataclass
 class GpuState:
-    """Loop-side state of one GPU: monotonic totals and the last sample, for re-rendering."""
+    """Loop-side state of one GPU: its worker, last sample and rendered prefixes."""
 
     dev: GpuDevice
+    worker: GpuWorker
+    fast_excluded: bool = False  # hung during a fast read: left out of them until a sample succeeds
     up: bool = False
     errors_total: int = 0
-    counters: dict[tuple[int, int], MonotonicCounter] = field(default_factory=dict)
-    nvlink_errors: dict[tuple[int, str], MonotonicCounter] = field(default_factory=dict)
     last: GpuSample | None = None
     inflight: concurrent.futures.Future | None = None
     prefixes: dict[tuple, str] = field(default_factory=dict)
@@ -312,7 +545,7 @@ class GpuState:
 
 
 class NvmlSampler:
-    """Background sampling of every GPU, rendered into the exposition after each round."""
+    """Background sampling of every GPU, each on its own thread, rendered into the exposition."""
 
     def __init__(
         self,
@@ -322,8 +555,9 @@ class NvmlSampler:
         base_labels: Callable[[], Sequence[tuple[str, str]]],
         interval: float = 1.0,
         timeout: float = 2.0,
-        workers: int = 4,
+        pcie_interval: float | None = None,
         on_inventory: Callable[[], None] | None = None,
+        background_pcie: bool = True,
     ) -> None:
         self._lib_factory = lib_factory
         self.exposition = exposition
@@ -331,12 +565,18 @@ class NvmlSampler:
         self.base_labels = base_labels
         self.interval = interval
         self.timeout = timeout
-        self.executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nvml")
+        self.pcie_interval = pcie_interval
         self.on_inventory = on_inventory
+        # False: no fast-read thread; the caller drives read_pcie_now() (tests with their own clock)
+        self.background_pcie = background_pcie
+        self._fast: GpuWorker | None = None
+        self._fast_generation = 0
+        self._fast_on: GpuState | None = None  # the GPU the fast reader is reading now
         self.reader: NvmlReader | None = None
         self.driver = ""
         self.gpus: dict[int, GpuState] = {}
         self.rounds = 0
+        self._init_pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvml-init")
         exposition.register(*F.GPU_FAMILIES)
 
     # ----- inventory for the pod mapping -------------------------------------------------------
@@ -369,11 +609,13 @@ class NvmlSampler:
             await asyncio.sleep(delay)
 
     async def start(self) -> bool:
+        """``nvmlInit`` and the GPU count (bounded by 5 x the timeout), then one worker thread per GPU.
+        Each GPU is opened and probed on its own thread by its first sample."""
         try:
             lib = self._lib_factory()
-            reader = NvmlReader(lib)
-            fut = self.executor.submit(reader.start)
-            driver, devices = await asyncio.wait_for(asyncio.wrap_future(fut), self.timeout * 5)
+            reader = NvmlReader(TimedLibrary(lib), self.pcie_interval)
+            fut = self._init_pool.submit(reader.init)
+            driver, count = await asyncio.wait_for(asyncio.wrap_future(fut), self.timeout * 5)
         except (pynvml.NVMLError, OSError) as exc:
             log.warning("nvml_unavailable", error=str(exc))
             self.health.down(f"NVML unavailable: {exc}")
@@ -383,60 +625,139 @@ class NvmlSampler:
             self.health.down("nvmlInit timed out")
             return False
         self.reader, self.driver = reader, driver
-        self.gpus = {d.index: GpuState(d, identity=(d.uuid, tuple(d.mig))) for d in devices}
-        log.info("nvml_started", driver=driver, gpus=len(devices), links=[d.links for d in devices])
-        self.health.sync_ok(objects=len(devices))
+        self.gpus = {i: GpuState(GpuDevice(i), GpuWorker(f"nvml-gpu{i}")) for i in range(count)}
+        if self.background_pcie:
+            self._start_fast()
+        log.info("nvml_started", driver=driver, gpus=count)
+        self.health.sync_ok(objects=0)
         # Nothing is rendered before the first sample: gangscope_gpu_up must never say 0 for a
         # GPU that was simply not asked yet. ``run`` samples right after this.
-        if self.on_inventory:
-            self.on_inventory()
         return True
 
     def close(self) -> None:
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        for st in self.gpus.values():
+            st.worker.close()
+        if self._fast is not None:
+            self._fast.close()
+        self._init_pool.shutdown(wait=False, cancel_futures=True)
 
     def stuck(self) -> bool:
         """Whether a driver call is still running (the interpreter would wait for it at exit)."""
-        return any(st.inflight is not None and not st.inflight.done() for st in self.gpus.values())
+        workers = [st.worker for st in self.gpus.values()] + ([self._fast] if self._fast else [])
+        return any(w.stuck for w in workers)
+
+    # ----- the fast PCIe reads -----------------------------------------------------------------
+    #
+    # 32-bit PCIe counters wrap in 67 ms at Gen5 x16, so they are read every ~50 ms between samples.
+    # One thread reads every such GPU at each tick: a thread per GPU woken 20 times a second cost
+    # more CPU than the reads (bench/agent.py measured 1.9% against 0.8% of a core for 8 GPUs). A
+    # GPU that hangs during a fast read is caught by the same deadline as any call: the reader is
+    # replaced by a new thread that leaves that GPU out (the hung one is abandoned, as a hung GPU
+    # worker is), and the others lose at most the reads of that interval, which the counters then
+    # bridge with their recent rate and count in gangscope_pcie_read_gaps_total. The GPU's own
+    # worker reports it down; once a sample of it succeeds, fast reads resume.
+
+    def _start_fast(self) -> None:
+        generation = self._fast_generation = self._fast_generation + 1
+        self._fast = GpuWorker(f"nvml-pcie-{generation}", lambda: self._read_fast(generation), self._fast_period)
+
+    def _fast_period(self) -> float | None:
+        periods = [st.dev.pcie_period for st in self.gpus.values() if st.dev.pcie_period and not st.fast_excluded]
+        return min(periods) if periods else None
+
+    def _read_fast(self, generation: int) -> None:
+        assert self.reader is not None
+        for st in list(self.gpus.values()):
+            if generation != self._fast_generation:
+                return  # replaced while stuck in an earlier GPU's read
+            if st.fast_excluded or st.dev.pcie_mode != "fast" or not st.dev.lock.acquire(blocking=False):
+                continue  # its own worker is sampling it, and reads the counters itself
+            try:
+                self._fast_on = st
+                self.reader.read_pcie(st.dev)
+            finally:
+                self._fast_on = None
+                st.dev.lock.release()
+
+    def _check_fast(self) -> None:
+        """Replace a fast reader stuck in one GPU's call longer than the deadline."""
+        fast, st = self._fast, self._fast_on
+        started = fast.busy_since if fast is not None else None
+        if st is None or started is None or time.monotonic() - started <= self.timeout:
+            return
+        st.fast_excluded = True
+        log.warning("gpu_fast_reads_stopped", gpu=st.dev.index, uuid=st.dev.uuid, stuck_for=round(time.monotonic() - started, 2))
+        assert fast is not None
+        fast.close()
+        self._start_fast()
+
+    @property
+    def fast_ticks(self) -> int:
+        """Rounds of fast PCIe reads done by the current reader thread."""
+        return self._fast.ticks if self._fast is not None else 0
+
+    def read_pcie_now(self) -> None:
+        """Every GPU's fast PCIe read, here and now (tests drive it with their own clock)."""
+        self._read_fast(self._fast_generation)
 
     async def sample_once(self) -> None:
-        """One round: every idle GPU sampled in the pool, the round bounded by ``timeout``."""
+        """One round: every idle GPU sampled on its own thread, each bounded by its own deadline."""
         assert self.reader is not None
-        read_errors = self.rounds % ERROR_SAMPLE_EVERY == 0
+        if self.background_pcie:
+            self._check_fast()
+        slow = self.rounds % SLOW_SAMPLE_EVERY == 0
         self.rounds += 1
-        waiting: dict[asyncio.Future, GpuState] = {}
+        jobs = []
         for st in self.gpus.values():
             if st.inflight is not None and not st.inflight.done():
                 continue  # still stuck in the driver since an earlier round: already reported
-            st.inflight = self.executor.submit(self.reader.sample, st.dev, read_errors)
-            waiting[asyncio.wrap_future(st.inflight)] = st
-        if not waiting:
+            st.inflight = st.worker.submit(self.reader.sample, st.dev, slow)
+            jobs.append(self._collect(st, st.inflight))
+        if not jobs:
             return
-        done, pending = await asyncio.wait(waiting, timeout=self.timeout)
-        identity_changed = False
-        for fut in sorted(done, key=lambda f: waiting[f].dev.index):  # first renders in GPU order
-            st = waiting[fut]
-            if (st.dev.uuid, tuple(st.dev.mig)) != st.identity:
-                st.identity = (st.dev.uuid, tuple(st.dev.mig))
-                st.prefixes.clear()
-                st.fingerprint = None
-                identity_changed = True
-            exc = fut.exception()
-            if exc is not None:  # not an NVMLError (the reader handles those): a bug or a broken binding
-                log.error("gpu_sample_crashed", gpu=st.dev.index, error=repr(exc))
-                self.health.internal_error()
-                self.apply(st, GpuSample(st.dev.index, ok=False, error=repr(exc)))
-            else:
-                self.apply(st, fut.result())
-        for fut in pending:
-            st = waiting[fut]
-            self.apply(st, GpuSample(st.dev.index, ok=False, error=f"NVML call took longer than {self.timeout}s"))
+        periods = self._fast_period()
+        changed = await asyncio.gather(*jobs)
+        if self._fast is not None and self._fast_period() != periods:  # a GPU was probed: start its fast reads now
+            self._fast.wake()
         self.health.sync_ok(objects=sum(1 for st in self.gpus.values() if st.up))
-        if identity_changed and self.on_inventory:
+        if any(changed) and self.on_inventory:
             self.on_inventory()
 
+    async def _collect(self, st: GpuState, fut: concurrent.futures.Future) -> bool:
+        """Wait for one GPU's sample: ``timeout`` from the start of the call its thread is in
+        (a call that returns and another that starts renew it). Returns whether its identity changed."""
+        waiting = asyncio.wrap_future(fut)
+        while True:
+            started = st.worker.busy_since
+            remaining = self.timeout if started is None else started + self.timeout - time.monotonic()
+            if remaining <= 0:
+                break
+            done, _ = await asyncio.wait({waiting}, timeout=remaining)
+            if done:
+                break
+        if not waiting.done():
+            self.apply(st, GpuSample(st.dev.index, ok=False, error=f"NVML call took longer than {self.timeout}s"))
+            return False
+        changed = (st.dev.uuid, tuple(st.dev.mig)) != st.identity
+        if changed:
+            st.identity = (st.dev.uuid, tuple(st.dev.mig))
+            st.prefixes.clear()
+            st.fingerprint = None
+        exc = waiting.exception()
+        if exc is not None:  # not an NVMLError (the reader handles those): a bug or a broken binding
+            log.error("gpu_sample_crashed", gpu=st.dev.index, error=repr(exc))
+            self.health.internal_error()
+            self.apply(st, GpuSample(st.dev.index, ok=False, error=repr(exc)))
+        else:
+            sample = waiting.result()
+            if sample.ok and st.fast_excluded:  # the hung call returned (the sample got the GPU's lock)
+                st.fast_excluded = False
+                log.info("gpu_fast_reads_resumed", gpu=st.dev.index)
+            self.apply(st, sample)
+        return changed
+
     def apply(self, st: GpuState, sample: GpuSample) -> None:
-        """Fold a sample into the GPU's monotonic totals and re-render its lines."""
+        """Take a sample's readings and re-render the GPU's lines."""
         was_up = st.up
         st.up = sample.ok
         st.errors_total += sample.failed_calls + (0 if sample.ok else 1)
@@ -448,17 +769,10 @@ class NvmlSampler:
             return
         if not was_up and self.rounds > 1:
             log.info("gpu_up", gpu=st.dev.index, uuid=st.dev.uuid)
-        for key, (raw, modulus) in sample.counters.items():
-            counter = st.counters.get(key)
-            if counter is None:
-                counter = st.counters[key] = MonotonicCounter()
-            counter.update(raw, modulus)
-        if sample.nvlink_errors is not None:
-            for key, raw in sample.nvlink_errors.items():
-                counter = st.nvlink_errors.get(key)
-                if counter is None:
-                    counter = st.nvlink_errors[key] = MonotonicCounter()
-                counter.update(raw, 2**64)
+        if st.last is not None:  # link state, version and errors are read only now and then: keep the last
+            for attr in ("version", "link_up"):
+                if not getattr(sample, attr):
+                    setattr(sample, attr, getattr(st.last, attr))
         st.last = sample
         self.render(st)
 
@@ -483,15 +797,14 @@ class NvmlSampler:
 
     def render(self, st: GpuState) -> None:
         """Counters every sample (owner ``("gpu_counters", i)``); everything else (identity, up,
-        link state, errors, PCIe link) only when it changed (owner ``("gpu", i)``): after the first
-        sample a round re-renders 74 lines per GPU, not 200."""
+        link state, errors, PCIe link, fabric, support) only when it changed (owner ``("gpu", i)``)."""
         self._render_counters(st)
         sample = st.last
         fingerprint = (
-            st.up, st.errors_total, st.dev.uuid, tuple(st.dev.mig), self.driver,
+            st.up, st.errors_total, st.dev.uuid, tuple(st.dev.mig), self.driver, st.dev.platform,
             None if sample is None else (tuple(sample.link_up.items()), tuple(sample.version.items()),
-                                         sample.pcie_rate, sample.gen, sample.width,
-                                         tuple(c.total for c in st.nvlink_errors.values())),
+                                         sample.pcie_rate, sample.gen, sample.width, tuple(sample.nvlink_errors.items()),
+                                         tuple(sample.support.items()), sample.fabric, sample.pcie_period),
         )
         if fingerprint == st.fingerprint:
             return
@@ -510,18 +823,25 @@ class NvmlSampler:
                 F.MIG_INFO.sample([("gpu", gpu), ("uuid", dev.uuid), ("mig_uuid", m), ("gpu_instance", str(gi)), *base], 1)
                 for m, gi in dev.mig
             ]
+        if dev.platform is not None:
+            p = dev.platform
+            out[F.PLATFORM_INFO] = [F.PLATFORM_INFO.sample(
+                [("gpu", gpu), ("chassis_serial", p.chassis_serial), ("slot", str(p.slot)), ("tray", str(p.tray)),
+                 ("host_id", str(p.host_id)), *base], 1)]
         if sample is not None:
             out[F.NVLINK_UP] = [f"{self._prefix(st, F.NVLINK_UP, ('link', str(l)))}{v}\n" for l, v in sorted(sample.link_up.items())]
             out[F.NVLINK_VERSION] = [f"{self._prefix(st, F.NVLINK_VERSION, ('link', str(l)))}{v}\n" for l, v in sorted(sample.version.items())]
             out[F.NVLINK_ERRORS] = [
-                f"{self._prefix(st, F.NVLINK_ERRORS, ('link', str(l)), ('type', t))}{c.total}\n"
-                for (l, t), c in sorted(st.nvlink_errors.items())
+                f"{self._prefix(st, F.NVLINK_ERRORS, ('link', str(l)), ('type', t))}{v}\n"
+                for (l, t), v in sorted(sample.nvlink_errors.items())
             ]
             if sample.pcie_rate is not None:
                 out[F.PCIE_THROUGHPUT] = [
                     f"{self._prefix(st, F.PCIE_THROUGHPUT, ('direction', d))}{v}\n"
                     for d, v in (("transmit", sample.pcie_rate[0]), ("receive", sample.pcie_rate[1]))
                 ]
+            if sample.pcie_period is not None:
+                out[F.PCIE_READ_INTERVAL] = [f"{self._prefix(st, F.PCIE_READ_INTERVAL)}{format_value(sample.pcie_period)}\n"]
             out[F.PCIE_GENERATION] = [
                 f"{self._prefix(st, F.PCIE_GENERATION, ('kind', k))}{format_value(v)}\n"
                 for k, v in (("current", sample.gen[0]), ("max", sample.gen[1])) if v is not None
@@ -530,18 +850,30 @@ class NvmlSampler:
                 f"{self._prefix(st, F.PCIE_WIDTH, ('kind', k))}{format_value(v)}\n"
                 for k, v in (("current", sample.width[0]), ("max", sample.width[1])) if v is not None
             ]
+            out[F.FIELD_SUPPORTED] = [
+                f"{self._prefix(st, F.FIELD_SUPPORTED, ('family', name))}{int(ok)}\n" for name, ok in sorted(sample.support.items())
+            ]
+            fab = sample.fabric
+            if fab is not None:
+                out[F.FABRIC_INFO] = [F.FABRIC_INFO.sample(
+                    [("gpu", gpu), ("uuid", dev.uuid), ("cluster_uuid", fab.cluster_uuid), ("clique_id", fab.clique_id),
+                     ("state", fab.state), *base], 1)]
+                out[F.FABRIC_HEALTH] = [f"{self._prefix(st, F.FABRIC_HEALTH, ('check', c))}{v}\n" for c, v in fab.health]
         self.exposition.set(("gpu", dev.index), out)
 
     def _render_counters(self, st: GpuState) -> None:
         sample = st.last
         out: dict[F.Family, list[str]] = {}
         if sample is not None:
-            for fid, fam in NVLINK_COUNTER_FAMILIES.items():
-                out[fam] = [
-                    f"{self._prefix(st, fam, ('link', str(link)))}{st.counters[(fid, link)].total * 1024}\n"
-                    for link in range(st.dev.links) if (fid, link) in sample.counters
-                ]
-            for fid, fam in PCIE_COUNTER_FAMILIES.items():
-                if (fid, 0) in sample.counters:
-                    out[fam] = [f"{self._prefix(st, fam)}{st.counters[(fid, 0)].total}\n"]
+            by_family: dict[F.Family, list[str]] = {}
+            for (fid, link), total in sorted(sample.link_bytes.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+                fam = F.NVLINK_BYTE_FAMILIES[fid]
+                by_family.setdefault(fam, []).append(f"{self._prefix(st, fam, ('link', str(link)))}{total}\n")
+            out.update(by_family)
+            for direction, fam in (("transmit", F.PCIE_TX), ("receive", F.PCIE_RX)):
+                total = sample.pcie.get(direction)
+                if total is not None:
+                    out[fam] = [f"{self._prefix(st, fam)}{total}\n"]
+            if sample.pcie:
+                out[F.PCIE_GAPS] = [f"{self._prefix(st, F.PCIE_GAPS)}{sample.pcie_gaps}\n"]
         self.exposition.set(("gpu_counters", st.dev.index), out)

@@ -4,17 +4,30 @@ and Pods, plus a timeline of changes. The demo, the end-to-end test and the benc
 Everything is plain Kubernetes JSON (dicts), exactly what the API server would return, so the
 same objects can be served by the simulated API server or written to a dump for ``snapshot``.
 
-The default scenario is 2 blocks x 2 racks x 4 nodes x 8 GPUs:
+The default scenario is 2 blocks x 2 racks x 4 nodes x 8 H100 GPUs, plus an NVL72 rack:
 
 ========================  ==========================================================
 block-1 / rack-1          ``llama-train``: 4 pods x 8 GPUs, running
 block-1 / rack-2          ``mixtral-sft``: admitted, gang stuck assembling (0 of 4 bound)
-block-2 / rack-1          ``t5-pretrain``: partial gang, 2 of 4 pods running, 16 GPUs idle
+block-2 / rack-1          ``t5-pretrain``: partial gang, 2 of 4 pods running, 16 GPUs idle:
+                          its other 2 pods cannot be placed because ``gemma-eval`` (admitted
+                          without a topology request) holds the rack's other 2 nodes; that
+                          one runs as Kueue shows it without ``waitForPodsReady``: no
+                          ``PodsReady`` condition at all, its gang assembled
 block-2 / rack-2          ``vit-large``: running, then a node fails and Kueue evicts it
                           with ``NodeFailures`` (the timeline below)
-elsewhere                 queued, inadmissible (quota), admission checks pending,
-                          PodsReadyTimeout-evicted, finished and deactivated Workloads
+elsewhere                 queued, inadmissible (quota, a Kueue 0.14-style ``Pending``),
+                          waiting for preemptions, blocked by a ProvisioningRequest admission
+                          check, in backoff after a PodsReadyTimeout eviction, finished and
+                          deactivated Workloads
+block-3 / rack-3-1        an NVL72 rack: 4 GB200 nodes (4 GPUs each) in one chassis and NVLink
+                          clique running ``llama-gb200``, one of them with a degraded fabric,
+                          and a fifth node labelled into the rack whose GPUs report another
+                          chassis and clique (the hardware-truth alerts)
 ========================  ==========================================================
+
+Conditions, reasons and messages are the ones Kueue writes (exporter/cluster/workload_state.py
+cites where); the running gangs other than ``gemma-eval`` show Kueue with ``waitForPodsReady``.
 """
 
 from __future__ import annotations
@@ -27,6 +40,7 @@ from typing import Any
 Obj = dict[str, Any]
 
 BLOCK_LABEL = "cloud.provider.com/topology-block"
+CLIQUE_LABEL = "nvidia.com/gpu.clique"  # GPU feature discovery: <fabric cluster UUID>.<clique id>
 RACK_LABEL = "cloud.provider.com/topology-rack"
 HOST_LABEL = "kubernetes.io/hostname"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -68,6 +82,21 @@ class Placement:
     pods: list[tuple[str, list[int]]]
 
 
+@dataclass(frozen=True)
+class NodeHardware:
+    """What a node's simulated NVML is: a GPU generation (exporter.sim.gpus; empty: the demo's
+    --sim-profile), NVML scenarios, and for NVL72 nodes the fabric cluster, clique and chassis
+    position its GPUs report."""
+
+    profile: str = ""
+    scenarios: tuple[str, ...] = ()
+    cluster_uuid: str = ""
+    clique_id: int = 0
+    chassis_serial: str = ""
+    slot: int = 0
+    tray: int = 0
+
+
 @dataclass
 class Scenario:
     """Initial objects by resource, and a timeline of (seconds after start, event type, object)."""
@@ -82,6 +111,8 @@ class Scenario:
     pods: list[Obj] = field(default_factory=list)
     placements: list[Placement] = field(default_factory=list)
     timeline: list[tuple[float, str, Obj]] = field(default_factory=list)
+    hardware: dict[str, NodeHardware] = field(default_factory=dict)  # node -> its GPUs (default: 8 H100)
+    degraded_node: str = ""  # the node whose NVML has a link down and a PCIe link down-trained
 
     def all_objects(self) -> list[Obj]:
         return [
@@ -189,31 +220,32 @@ def _workload(
     }
 
 
-def _admit(wl: Obj, cq: str, hosts: list[str], at: datetime, gpus_per_pod: int) -> None:
-    """Reserve quota and admit with a v1beta2 hostname-only assignment (one pod per host)."""
+def _admit(wl: Obj, cq: str, hosts: list[str], at: datetime, gpus_per_pod: int, tas: bool = True,
+           flavor: str = "") -> None:
+    """Reserve quota and admit with a v1beta2 hostname-only assignment (one pod per host); without
+    ``tas``, in a flavor without a topology, so with no topology assignment; ``flavor`` overrides
+    the flavor's name."""
     count = wl["spec"]["podSets"][0]["count"]
     prefix = _common_prefix(hosts)
-    wl["status"]["admission"] = {
-        "clusterQueue": cq,
-        "podSetAssignments": [
-            {
-                "name": "main",
-                "count": count,
-                "flavors": {GPU_RESOURCE: "h100-tas", "cpu": "h100-tas", "memory": "h100-tas"},
-                "resourceUsage": {GPU_RESOURCE: str(count * gpus_per_pod)},
-                "topologyAssignment": {
-                    "levels": [HOST_LABEL],
-                    "slices": [
-                        {
-                            "domainCount": len(hosts),
-                            "valuesPerLevel": [{"individual": {"prefix": prefix, "roots": [h[len(prefix):] for h in hosts]}}],
-                            "podCounts": {"universal": count // len(hosts)},
-                        }
-                    ],
-                },
-            }
-        ],
+    flavor = flavor or ("h100-tas" if tas else "h100")
+    assignment: Obj = {
+        "name": "main",
+        "count": count,
+        "flavors": {GPU_RESOURCE: flavor, "cpu": flavor, "memory": flavor},
+        "resourceUsage": {GPU_RESOURCE: str(count * gpus_per_pod)},
     }
+    if tas:
+        assignment["topologyAssignment"] = {
+            "levels": [HOST_LABEL],
+            "slices": [
+                {
+                    "domainCount": len(hosts),
+                    "valuesPerLevel": [{"individual": {"prefix": prefix, "roots": [h[len(prefix):] for h in hosts]}}],
+                    "podCounts": {"universal": count // len(hosts)},
+                }
+            ],
+        }
+    wl["status"]["admission"] = {"clusterQueue": cq, "podSetAssignments": [assignment]}
     wl["status"].setdefault("conditions", []).extend(
         [
             _cond("QuotaReserved", "True", "QuotaReserved", f"Quota reserved in ClusterQueue {cq}", at),
@@ -323,15 +355,20 @@ def build_default(now: datetime | None = None, blocks: int = 2, racks: int = 2, 
         )
 
     def running_gang(name: str, ns: str, queue: str, cq: str, rack: tuple[int, int], created: datetime, running: int,
-                     phase: str, min_member: int = 4, pods_ready: bool = True, timeout: int | None = None) -> Obj:
+                     phase: str, min_member: int = 4, pods_ready: bool | None = True, timeout: int | None = None,
+                     first_node: int = 0, tas: bool = True) -> Obj:
+        """``pods_ready`` None: Kueue without waitForPodsReady writes no PodsReady condition."""
         wl = _workload(name, ns, queue, min_member, GPUS_PER_NODE, created, podgroup=name)
-        nodes = hosts[rack][:min_member]
-        _admit(wl, cq, nodes, created + timedelta(minutes=2), GPUS_PER_NODE)
+        nodes = hosts[rack][first_node:first_node + min_member]
+        _admit(wl, cq, nodes, created + timedelta(minutes=2), GPUS_PER_NODE, tas=tas)
+        if not tas:
+            wl["spec"]["podSets"][0].pop("topologyRequest")
+            wl["spec"]["podSets"][0]["template"]["metadata"]["annotations"].pop("kueue.x-k8s.io/podset-required-topology")
         if pods_ready:
             wl["status"]["conditions"].append(
                 _cond("PodsReady", "True", "Started", "All pods reached readiness and the workload is running", created + timedelta(minutes=4))
             )
-        else:
+        elif pods_ready is False:
             wl["status"]["conditions"].append(
                 _cond("PodsReady", "False", "WaitForStart", "Not all pods are ready or succeeded", created + timedelta(minutes=2))
             )
@@ -354,21 +391,39 @@ def build_default(now: datetime | None = None, blocks: int = 2, racks: int = 2, 
     running_gang("t5-pretrain", "research", "research-queue", "research-cq", (2, 1), now - timedelta(minutes=40), 2, "Scheduling",
                  pods_ready=False)
     vit = running_gang("vit-large", "research", "research-queue", "research-cq", (2, 2), now - timedelta(hours=1), 4, "Running")
+    running_gang("gemma-eval", "research", "research-queue", "research-cq", (2, 1), now - timedelta(minutes=50), 2, "Running",
+                 min_member=2, pods_ready=None, first_node=2, tas=False)
 
     queued = _workload("bert-finetune", "ml-team", "ml-team-queue", 2, 8, now - timedelta(minutes=3))
     _set_cond(queued, _cond("QuotaReserved", "False", "PendingEvaluation", "Workload is waiting to be evaluated by the scheduler", now - timedelta(minutes=3)))
+    # Kueue 0.14-0.18 without the UnadmittedWorkloadsObservability gate: the deprecated Pending with
+    # the scheduler's message (kueue pkg/scheduler/scheduler.go:1188)
     inadmissible = _workload("gpt-pretrain", "ml-team", "ml-team-queue", 16, 8, now - timedelta(hours=2))
     _set_cond(inadmissible, _cond(
         "QuotaReserved", "False", "Pending",
         "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor h100-tas, 64 more needed",
         now - timedelta(hours=2)))
+    # preemptions issued, waiting for the victims to release their quota (scheduler.go:294, 495)
+    preempting = _workload("qwen-pretrain", "ml-team", "ml-team-queue", 4, 8, now - timedelta(minutes=4), priority="training-urgent")
+    preempting["spec"]["priority"] = 100000
+    _set_cond(preempting, _cond(
+        "QuotaReserved", "False", "WaitingForPreemptedWorkloads",
+        "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor h100-tas, 32 more "
+        "needed. Pending the preemption of 1 workload(s)", now - timedelta(minutes=1)))
+    # quota reserved, a ProvisioningRequest admission check pending after one retry (kueue#8089's shape)
     checks = _workload("sd-xl", "research", "research-queue", 2, 8, now - timedelta(minutes=10))
     _set_cond(checks, _cond("QuotaReserved", "True", "QuotaReserved", "Quota reserved in ClusterQueue research-cq", now - timedelta(minutes=8)))
-    _set_cond(checks, _cond("Admitted", "False", "UnsatisfiedAdmissionChecks", "The workload has not all admission checks", now - timedelta(minutes=8)))
+    _set_cond(checks, _cond("Admitted", "False", "UnsatisfiedAdmissionChecks", "The workload has not all checks ready", now - timedelta(minutes=8)))
+    checks["status"]["admissionChecks"] = [{
+        "name": "dws-prov", "state": "Pending", "message": "Provisioning Request was successfully queued.",
+        "lastTransitionTime": _ts(now - timedelta(minutes=3)), "requeueAfterSeconds": 60, "retryCount": 1,
+    }]
+    # evicted for PodsReadyTimeout, in backoff until requeueAt (workload_controller.go:579-590): the
+    # job reconciler writes Requeued=False with the eviction reason (jobframework/reconciler.go:604-612)
     timed_out = _workload("whisper-asr", "research", "research-queue", 4, 8, now - timedelta(hours=1, minutes=30), podgroup="whisper-asr")
-    _set_cond(timed_out, _cond("QuotaReserved", "False", "PendingEvaluation", "Workload is waiting to be evaluated", now - timedelta(minutes=20)))
+    _set_cond(timed_out, _cond("QuotaReserved", "False", "PendingEvaluation", "Exceeded the PodsReady timeout research/whisper-asr", now - timedelta(minutes=20)))
     _set_cond(timed_out, _cond("Evicted", "True", "PodsReadyTimeout", "Exceeded the PodsReady timeout research/whisper-asr", now - timedelta(minutes=20)))
-    _set_cond(timed_out, _cond("Requeued", "True", "PodsReadyTimeout", "Exceeded the PodsReady timeout research/whisper-asr", now - timedelta(minutes=20)))
+    _set_cond(timed_out, _cond("Requeued", "False", "PodsReadyTimeout", "Exceeded the PodsReady timeout research/whisper-asr", now - timedelta(minutes=20)))
     timed_out["status"]["requeueState"] = {"count": 1, "requeueAt": _ts(now + timedelta(minutes=5))}
     timed_out["status"]["schedulingStats"] = {"evictions": [{"reason": "PodsReadyTimeout", "underlyingCause": "WaitForStart", "count": 1}]}
     sc.podgroups.append(_podgroup("whisper-asr", "research", timed_out["metadata"]["ownerReferences"][0]["uid"], 4, "Pending", 0,
@@ -376,12 +431,63 @@ def build_default(now: datetime | None = None, blocks: int = 2, racks: int = 2, 
     finished = _workload("resnet-eval", "ml-team", "ml-team-queue", 1, 8, now - timedelta(hours=5))
     _set_cond(finished, _cond("Finished", "True", "Succeeded", "Job finished successfully", now - timedelta(hours=4)))
     deactivated = _workload("llama-ablation", "ml-team", "ml-team-queue", 2, 8, now - timedelta(hours=6))
-    deactivated["spec"]["active"] = False
-    _set_cond(deactivated, _cond("QuotaReserved", "False", "Inadmissible", "The workload is deactivated", now - timedelta(hours=5)))
-    sc.workloads.extend([queued, inadmissible, checks, timed_out, finished, deactivated])
+    deactivated["spec"]["active"] = False  # as kueue#8387 prints a deactivated Workload
+    _set_cond(deactivated, _cond("QuotaReserved", "False", "Pending", "The workload is deactivated", now - timedelta(hours=5)))
+    _set_cond(deactivated, _cond("Evicted", "True", "Deactivated", "The workload is deactivated", now - timedelta(hours=5)))
+    _set_cond(deactivated, _cond("Requeued", "False", "Deactivated", "The workload is deactivated", now - timedelta(hours=5)))
+    deactivated["status"]["schedulingStats"] = {"evictions": [{"reason": "Deactivated", "underlyingCause": "", "count": 1}]}
+    sc.workloads.extend([queued, inadmissible, preempting, checks, timed_out, finished, deactivated])
 
     _node_failure_timeline(sc, vit, hosts[(2, 2)][1], now)
+    sc.degraded_node = hosts[(2, 1)][-1]
+    sc.hardware[sc.degraded_node] = NodeHardware(scenarios=("degraded",))
+    sc.hardware[hosts[(1, 1)][1]] = NodeHardware(scenarios=("straggler",))  # one of llama-train's GPUs lags
+    _nvl72_rack(sc, now, blocks + 1)
     return sc
+
+
+NVL72_CLUSTER = "7b968a6d-c8aa-45e1-9e07-e1e51be99c31"  # the fabric cluster UUID of GPU feature discovery's example
+
+
+def _nvl72_rack(sc: Scenario, now: datetime, block: int) -> None:
+    """An NVL72 rack of GB200 compute trays (4 GPUs each), and a node mislabelled into it.
+
+    Nodes n1-n4 are trays of one chassis and one NVLink clique, labelled with the rack and with
+    nvidia.com/gpu.clique as GPU feature discovery sets it; ``llama-gb200`` runs on them and n2's
+    fabric reports degraded bandwidth. n5 carries the same rack and clique labels, but its GPUs
+    report another chassis and clique: a node moved or miscabled, which only the hardware shows.
+    """
+    gpus = 4
+    rack = f"rack-{block}-1"
+    names = [f"gpu-b{block}-r1-n{n}" for n in range(1, 6)]
+    for i, name in enumerate(names):
+        node = _node(name, f"block-{block}", rack)
+        labels = node["metadata"]["labels"]
+        labels["nvidia.com/gpu.product"] = "NVIDIA-GB200"
+        labels[CLIQUE_LABEL] = f"{NVL72_CLUSTER}.1"
+        node["status"] = {"capacity": {GPU_RESOURCE: str(gpus)}, "allocatable": {GPU_RESOURCE: str(gpus)}}
+        sc.nodes.append(node)
+        odd = i == 4
+        sc.hardware[name] = NodeHardware(
+            "gb200", ("fabric-degraded",) if i == 1 else (), NVL72_CLUSTER, 2 if odd else 1,
+            "1821224099871" if odd else "1821224012345", slot=(3 if odd else 10 + i), tray=(0 if odd else i))
+    sc.resource_flavors.append({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "gb200-tas", "uid": _uid("rf-gb200")},
+        "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-GB200"}, "topologyName": "gpu-topology"},
+    })
+    created = now - timedelta(hours=2)
+    wl = _workload("llama-gb200", "ml-team", "ml-team-queue", 4, gpus, created, podgroup="llama-gb200")
+    _admit(wl, "gpu-cluster-queue", names[:4], created + timedelta(minutes=2), gpus, flavor="gb200-tas")
+    wl["status"]["conditions"].append(
+        _cond("PodsReady", "True", "Started", "All pods reached readiness and the workload is running", created + timedelta(minutes=4)))
+    sc.workloads.append(wl)
+    sc.podgroups.append(_podgroup("llama-gb200", "ml-team", wl["metadata"]["ownerReferences"][0]["uid"], 4, "Running", 4,
+                                  created + timedelta(minutes=2)))
+    bound = []
+    for i, name in enumerate(names[:4]):
+        sc.pods.append(_pod(wl, i, name, list(range(gpus)), "Running"))
+        bound.append((name, list(range(gpus))))
+    sc.placements.append(Placement(wl["metadata"]["name"], "ml-team", "llama-gb200", bound))
 
 
 def _node_failure_timeline(sc: Scenario, wl: Obj, failed_node: str, now: datetime) -> None:

@@ -3,12 +3,15 @@
 A ``Topology`` lists node label keys from the top level down (``spec.levels[].nodeLabel``); a
 ``ResourceFlavor`` points at one through ``spec.topologyName``. gangscope exports one set of
 topology labels for every series, so several Topologies are merged into one ordered list by
-:func:`merge_levels`.
+:func:`merge_levels`, and each assignment is expanded with the levels of its own flavor's
+Topology (:func:`resolve_flavor_topology`). Both the collector and the agent read Topologies, so
+this lives beside :mod:`exporter.topology`, outside ``exporter.cluster`` (which the agent must
+not import).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,3 +84,49 @@ def merge_levels(topologies: Iterable[Topology]) -> list[str]:
                     break
             merged.insert(pos, key)
     return merged
+
+
+# Why an assignment's upper levels could not be taken from its own flavor's Topology.
+FLAVOR_MISSING = "flavor_missing"  # no ResourceFlavor of that name is known
+NO_TOPOLOGY_NAME = "no_topology_name"  # the ResourceFlavor sets no spec.topologyName
+TOPOLOGY_MISSING = "topology_missing"  # spec.topologyName names a Topology that is not known
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorTopology:
+    """The Topology whose levels expand an assignment of ``flavor`` (``levels`` None when it
+    could not be resolved; ``problem`` then says why)."""
+
+    flavor: str
+    topology: str
+    levels: frozenset[str] | None
+    problem: str = ""
+
+
+def resolve_flavor_topology(flavor_names: Iterable[str], flavors: Mapping[str, ResourceFlavor],
+                            topologies: Mapping[str, Topology]) -> FlavorTopology:
+    """The Topology of an assignment's flavors (``podSetAssignments[].flavors`` values).
+
+    Kueue places a pod set by topology only in a TAS flavor, one whose ResourceFlavor sets
+    ``spec.topologyName`` (kueue apis/kueue/v1beta2/resourceflavor_types.go:104-109;
+    pkg/cache/scheduler/cache.go:1062), so the first such flavor (by name) is the assignment's.
+    When the known flavors name none, an unknown one (or, in a dump that left ``flavors`` out,
+    the unrecorded one) must be the TAS flavor: with a single known Topology that is the only one
+    it can name. Otherwise the result names the flavors in
+    question (comma-separated: the unknown ones, else all) and the problem, and the caller fills
+    nothing it cannot read from the assignment itself.
+    """
+    names = sorted(set(flavor_names))
+    for rf in (flavors[n] for n in names if n in flavors):
+        if rf.topology_name:
+            topo = topologies.get(rf.topology_name)
+            if topo is None:
+                return FlavorTopology(rf.name, rf.topology_name, None, TOPOLOGY_MISSING)
+            return FlavorTopology(rf.name, topo.name, frozenset(topo.levels))
+    unknown = [n for n in names if n not in flavors]
+    if (unknown or not names) and len(topologies) == 1:
+        (topo,) = topologies.values()
+        return FlavorTopology(",".join(unknown), topo.name, frozenset(topo.levels))
+    if unknown or not names:
+        return FlavorTopology(",".join(unknown), "", None, FLAVOR_MISSING)
+    return FlavorTopology(",".join(names), "", None, NO_TOPOLOGY_NAME)

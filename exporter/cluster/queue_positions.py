@@ -1,0 +1,200 @@
+"""Queue positions from Kueue's visibility API, polled off the scrape path.
+
+Kueue serves the pending Workloads of a ClusterQueue, in the order it will consider them, as a
+subresource of an aggregated API: ``GET /apis/visibility.kueue.x-k8s.io/<v>/clusterqueues/<cq>/
+pendingworkloads?limit=&offset=`` answers a ``PendingWorkloadsSummary`` whose items carry
+``positionInClusterQueue`` and ``positionInLocalQueue``, both counted from 0 (kueue
+apis/visibility/v1beta2/types.go:66-80, PendingWorkload; pkg/visibility/storage/
+pending_workloads_cq.go:64-91 walks ``PendingWorkloadsInfo``, the queue's heap and inadmissible
+Workloads in order, and answers 404 for a ClusterQueue Kueue does not know (:73); the default
+limit is 1000, pkg/constants/constants.go:43). It is a GET, not a watch, so a :class:`QueuePositionPoller` asks
+every ``interval`` seconds, only for the ClusterQueues that hold Workloads waiting for quota.
+
+Where the API is not served (``v1beta2``, else ``v1beta1``) or forbidden, the source
+``queue_positions`` is down and everything else works; discovery is retried every
+``discovery_interval``. Positions of a Workload that gets admitted or deleted are dropped at
+once, the rest are replaced by the next poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from ..exposition import Exposition, Family
+from ..exposition import escape_label_value as esc
+from ..health import SourceHealth
+from ..kube.client import ApiError, Forbidden, KubeClient, NotFound
+from ..kube.discovery import served_version
+from ..kube.resources import QUEUE_POSITIONS
+from .store import ClusterStore, WorkloadKey
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_INTERVAL = 30.0
+DEFAULT_LIMIT = 1000  # Kueue's own default (pkg/constants/constants.go:43)
+# Stages of Workloads that wait in a ClusterQueue's queue (the others are admitted, held by
+# quota already, deactivated or finished, and Kueue does not list them).
+QUEUED_STAGES = frozenset({"queued", "inadmissible", "preempting", "held", "backoff"})
+
+QUEUE_POSITION = Family(
+    "gangscope_workload_queue_position", "gauge",
+    "Position of the pending Workload in its ClusterQueue, from Kueue's visibility API (0: considered next).",
+    ("namespace", "workload", "cluster_queue"),
+)
+LOCAL_QUEUE_POSITION = Family(
+    "gangscope_workload_local_queue_position", "gauge",
+    "Position of the pending Workload among its LocalQueue's Workloads in the ClusterQueue (0: first), from Kueue's "
+    "visibility API.",
+    ("namespace", "workload", "local_queue"),
+)
+FAMILIES = (QUEUE_POSITION, LOCAL_QUEUE_POSITION)
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePosition:
+    """Where a Workload stands in its ClusterQueue (positions from 0, as Kueue counts them)."""
+
+    cluster_queue: str
+    position: int
+    listed: int  # Workloads in the answer: all of the queue when ``complete``
+    complete: bool  # False when the answer stopped at the limit
+    local_queue: str
+    local_position: int
+    polled_at: float
+
+
+def pending_path(version: str, cluster_queue: str) -> str:
+    return f"/apis/{QUEUE_POSITIONS.group}/{version}/clusterqueues/{cluster_queue}/pendingworkloads"
+
+
+async def fetch_positions(client: KubeClient, version: str, cluster_queue: str, limit: int,
+                          now: float) -> tuple[dict[WorkloadKey, QueuePosition], int] | None:
+    """The positions Kueue lists for one ClusterQueue and the number of unusable items; None
+    when Kueue does not know the ClusterQueue (404). Other errors are raised."""
+    try:
+        body: Any = await client.get_json(pending_path(version, cluster_queue), {"limit": str(limit)})
+    except NotFound:
+        return None
+    items = body.get("items") if isinstance(body, dict) else None
+    if not isinstance(items, list):
+        raise ApiError(200, "BadResponse", f"pendingworkloads of {cluster_queue}: no items list")
+    out: dict[WorkloadKey, QueuePosition] = {}
+    bad = 0
+    complete = len(items) < limit
+    for item in items:
+        meta = item.get("metadata") if isinstance(item, dict) else None
+        ns, name = (meta.get("namespace"), meta.get("name")) if isinstance(meta, dict) else (None, None)
+        pos, lpos, lq = (item.get("positionInClusterQueue"), item.get("positionInLocalQueue"),
+                         item.get("localQueueName")) if isinstance(item, dict) else (None, None, None)
+        if not (isinstance(ns, str) and isinstance(name, str) and type(pos) is int and type(lpos) is int
+                and isinstance(lq, str)):
+            bad += 1
+            continue
+        out[(ns, name)] = QueuePosition(cluster_queue, pos, len(items), complete, lq, lpos, now)
+    return out, bad
+
+
+class QueuePositionPoller:
+    """Polls the visibility API for the store's pending ClusterQueues and renders the positions."""
+
+    def __init__(self, client: KubeClient, store: ClusterStore, exposition: Exposition, *,
+                 interval: float = DEFAULT_INTERVAL, limit: int = DEFAULT_LIMIT, discovery_interval: float = 60.0,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.client, self.store, self.exposition = client, store, exposition
+        self.interval, self.limit, self.discovery_interval, self.clock = interval, limit, discovery_interval, clock
+        exposition.register(*FAMILIES)
+        self.health = SourceHealth(QUEUE_POSITIONS.source, exposition)
+        self.version: str | None = None
+        self._queues: set[str] = set()  # ClusterQueues whose lines are in the exposition
+        store.on_workload_change.append(self._workload_changed)
+
+    def pending_cluster_queues(self) -> set[str]:
+        """ClusterQueues that hold a Workload waiting for quota."""
+        return {wl.cluster_queue for wl in self.store.workloads.values()
+                if wl.cluster_queue and wl.state is not None and wl.state.stage in QUEUED_STAGES}
+
+    async def run(self) -> None:
+        """Discover, poll every ``interval``, mark the source down when it is not served or
+        forbidden; never returns (cancel it)."""
+        while True:
+            try:
+                self.version = await served_version(self.client, QUEUE_POSITIONS)
+            except ApiError as e:
+                self.health.down(f"discovery: {e}")
+                await asyncio.sleep(self.discovery_interval)
+                continue
+            if self.version is None:
+                self._set({})
+                self.health.down(f"not served (looked for {QUEUE_POSITIONS.plural}.{QUEUE_POSITIONS.group} "
+                                 f"{'/'.join(QUEUE_POSITIONS.versions)})", error=False)
+                await asyncio.sleep(self.discovery_interval)
+                continue
+            try:
+                await self.poll_once()
+            except Forbidden as e:
+                self._set({})
+                log.warning("kube_source_forbidden", source=self.health.name, error=str(e))
+                self.health.down(f"forbidden: {e.message}")
+                await asyncio.sleep(self.discovery_interval)
+                continue
+            except ApiError as e:  # keep the last positions; retry at the next interval
+                log.warning("queue_positions_failed", error=str(e))
+                self.health.error(str(e))
+            await asyncio.sleep(self.interval)
+
+    async def poll_once(self) -> None:
+        """One round over the pending ClusterQueues (``self.version`` must be set)."""
+        assert self.version is not None
+        positions: dict[WorkloadKey, QueuePosition] = {}
+        bad = 0
+        now = self.clock()
+        for cq in sorted(self.pending_cluster_queues()):
+            found = await fetch_positions(self.client, self.version, cq, self.limit, now)
+            if found is not None:
+                positions.update(found[0])
+                bad += found[1]
+        if bad:
+            self.health.parse_error(bad)
+        # A Workload admitted while the round ran is no longer waiting: drop what Kueue listed before.
+        self._set({k: p for k, p in positions.items() if self._waiting(k)})
+        self.health.sync_ok(objects=len(positions))
+
+    def _waiting(self, key: WorkloadKey) -> bool:
+        wl = self.store.workloads.get(key)
+        return wl is not None and wl.state is not None and wl.state.stage in QUEUED_STAGES
+
+    def _set(self, positions: dict[WorkloadKey, QueuePosition]) -> None:
+        self.store.queue_positions = positions
+        queues = {p.cluster_queue for p in positions.values()}
+        for cq in self._queues - queues:
+            self.exposition.delete(("queue_positions", cq))
+        self._queues = queues
+        self._render(queues)
+
+    def _render(self, queues: Iterable[str]) -> None:
+        by_queue: dict[str, list[tuple[WorkloadKey, QueuePosition]]] = {}
+        for key, p in self.store.queue_positions.items():
+            if p.cluster_queue in queues:
+                by_queue.setdefault(p.cluster_queue, []).append((key, p))
+        for cq in queues:
+            entries = sorted(by_queue.get(cq, ()), key=lambda e: e[1].position)
+            self.exposition.set(("queue_positions", cq), {
+                QUEUE_POSITION: [f'{QUEUE_POSITION.name}{{namespace="{esc(ns)}",workload="{esc(name)}",'
+                                 f'cluster_queue="{esc(cq)}"}} {p.position}\n' for (ns, name), p in entries],
+                LOCAL_QUEUE_POSITION: [f'{LOCAL_QUEUE_POSITION.name}{{namespace="{esc(ns)}",workload="{esc(name)}",'
+                                       f'local_queue="{esc(p.local_queue)}"}} {p.local_position}\n'
+                                       for (ns, name), p in entries],
+            })
+
+    def _workload_changed(self, key: WorkloadKey) -> None:
+        """The store's hook: a Workload that stopped waiting loses its position at once."""
+        p = self.store.queue_positions.get(key)
+        if p is not None and not self._waiting(key):
+            del self.store.queue_positions[key]
+            self._render((p.cluster_queue,))
