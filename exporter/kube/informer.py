@@ -25,7 +25,10 @@ Requests follow client-go's reflector (tools/cache/reflector.go at kubernetes/cl
 from their watch cache rather than with a quorum read of etcd (``relistResourceVersion``: "For
 performance reasons, initial list performed by reflector uses "0""); a relist after ``410
 Gone`` asks for ``resourceVersion=""``, the consistent read, because the cache may be behind
-what was already seen (``isLastSyncResourceVersionUnavailable``). Each watch asks for a
+what was already seen (``isLastSyncResourceVersionUnavailable``). A watch cache that cannot
+page (kube-apiserver 1.20 in tests/test_realapi_informer.py) answers the first LIST whole,
+ignoring ``limit``, as it does client-go's: the page handoff below then holds that one page.
+Each watch asks for a
 ``timeoutSeconds`` drawn from ``[watch_timeout, 2 * watch_timeout]`` (reflector.go ``watch``:
 "random in [minWatchTimeout, 2*minWatchTimeout]", 5 minutes by default), so a fleet of
 collectors restarted together does not reconnect in step.
