@@ -154,7 +154,7 @@ async def run(args: argparse.Namespace) -> None:
     tune_gc()
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    collector = Collector(parser.parse_args(["--kubeconfig", str(tmp / "kubeconfig"), "--listen", "127.0.0.1:0"]), (), {})
+    collector = Collector(parser.parse_args(["--kubeconfig", str(tmp / "kubeconfig"), "--listen", "127.0.0.1:0"]))
     latencies: list[float] = []
     for source in ("workloads", "podgroups_coscheduling"):
         collector.handlers[source] = Timed(collector.handlers[source], latencies)
