@@ -299,9 +299,19 @@ def _pod(wl: Obj, index: int, node: str | None, gpus: list[int], phase: str) -> 
         **tmpl.get("annotations", {}),
     }
     labels = {**tmpl.get("labels", {}), "kueue.x-k8s.io/podset": "main", "batch.kubernetes.io/job-completion-index": str(index)}
-    spec: Obj = {"containers": [{"name": "trainer", "image": "registry.example.com/ml/trainer:2026.11"}]}
+    per_pod = wl["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"]["limits"][GPU_RESOURCE]
+    spec: Obj = {"containers": [{"name": "trainer", "image": "registry.example.com/ml/trainer:2026.11",
+                                 "resources": {"limits": {GPU_RESOURCE: per_pod}, "requests": {GPU_RESOURCE: per_pod}}}],
+                 "schedulerName": "scheduler-plugins-scheduler"}
+    status: Obj = {"phase": phase}
     if node:
         spec["nodeName"] = node
+        ready = phase == "Running"
+        status["conditions"] = [{"type": "PodScheduled", "status": "True"},
+                                {"type": "Ready", "status": "True" if ready else "False"}]
+    else:
+        status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                 "message": "0/21 nodes are available: 21 Insufficient nvidia.com/gpu."}]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -314,7 +324,7 @@ def _pod(wl: Obj, index: int, node: str | None, gpus: list[int], phase: str) -> 
             "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": md["labels"]["kueue.x-k8s.io/job-uid"], "controller": True}],
         },
         "spec": spec,
-        "status": {"phase": phase},
+        "status": status,
     }
 
 
