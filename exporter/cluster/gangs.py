@@ -38,7 +38,7 @@ controller calls that ``Running`` (scheduler-plugins 903da7df
 pkg/controllers/podgroup_controller.go:125-127), but its status can lag: the legacy controller
 moved ``Scheduling`` on only once its ``scheduled`` counter reached minMember
 (pkg/controller/podgroup.go:251-257 at 56e2398e^), which is how kubernetes-sigs/scheduler-plugins#446
-printed ``phase: Scheduling`` with ``running: 3`` of 3 (tests/fixtures/podgroups/real). From
+printed ``phase: Scheduling`` with ``running: 3`` of 3 (tests/fixtures/gangs/real). From
 counters, the rest of that controller's order holds: ``Finished`` when succeeded reach the
 minimum, ``Failed`` when a member failed and failed+running+succeeded reach it (:121-135). From
 pods, a failed pod left over from an earlier attempt does not fail a gang whose running pods
@@ -61,7 +61,7 @@ unless its own pods do (fewer running or succeeded than its pod sets count). The
 ``assembled``, ``finished``, ``failed``, ``unreported`` (no status and no pods to judge by: 1.35
 native groups, a KAI group the scheduler has not written) and ``empty`` (its pods are watched and
 none exists, and no admitted Workload waits for it: a hand-made group nothing joined, as on the
-real KAI cluster of tests/fixtures/kai/kai-05). The window counts from the group's creation, the
+real KAI cluster of tests/fixtures/gangs/real/kai-05). The window counts from the group's creation, the
 Workload's admission, or the moment the gang fell back below its minimum, whichever is latest.
 Being stuck depends on the clock, so each waiting gang gets a timer at its deadline instead of
 re-evaluating on scrape.

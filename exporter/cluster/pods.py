@@ -21,7 +21,7 @@ How a pod names its gang, by API (first match wins):
   like the gang records of :func:`exporter.cluster.podgroups.parse_native_workload`;
 * KAI: annotation ``pod-group-name`` (KAI-Scheduler d5bc503a pkg/common/constants/constants.go:54,
   read by the scheduler in pkg/scheduler/api/pod_info/pod_info.go:395-401; labels are inert, as
-  the real cluster of tests/fixtures/kai/kai-05 shows), sub-group by label
+  the real cluster of tests/fixtures/gangs/real/kai-05 shows), sub-group by label
   ``kai.scheduler/subgroup-name`` (constants.go:79);
 * Volcano: annotation ``scheduling.k8s.io/group-name``;
 * Coscheduling: label ``scheduling.x-k8s.io/pod-group`` (scheduler-plugins 903da7df
