@@ -302,6 +302,8 @@ def _phase_lags(g: Gang) -> str:
     rec = g.podgroup
     if rec.phase is None or g.members is None or g.members.evidence == "phase":
         return ""
+    if rec.api in ("native", "kai") and rec.phase == "Pending":
+        return ""  # no status written at all (a 1.37 CompositePodGroup's stays empty): nothing lags
     said = rec.gang_state
     if said in ("waiting", "partial") and g.stage in ("assembled", "finished"):
         return f"; its phase still says {rec.phase}"
