@@ -416,6 +416,12 @@ def render_gang(g: Gang) -> dict[Family, list[str]]:
     return out
 
 
+def _same_lines(a: Gang, b: Gang) -> bool:
+    """Whether two evaluations of a gang render the same lines (and hold the same idle GPUs)."""
+    return (a.podgroup is b.podgroup and a.workload is b.workload and a.via == b.via and a.stage == b.stage
+            and a.stuck == b.stuck and a.deadline == b.deadline and a.idle_gpus == b.idle_gpus and a.members == b.members)
+
+
 class _Multi(dict):
     """key -> set of keys, with removal that drops empty sets."""
 
@@ -790,8 +796,9 @@ class GangIndex:
     def _render(self, key: PgKey, gang: Gang) -> None:
         old = self.gangs.get(key)
         self.gangs[key] = gang
-        self.exposition.set(("gang", *key), render_gang(gang))
-        self._set_idle(key, gang)
+        if old is None or not _same_lines(old, gang):  # most pod events change no count the gang exports
+            self.exposition.set(("gang", *key), render_gang(gang))
+            self._set_idle(key, gang)
         self._arm(key, gang)
         self._to_sync.update(g.workload.key for g in (old, gang) if g is not None and g.workload is not None)
         if old is not None and old.stage != gang.stage and gang.podgroup.parent:

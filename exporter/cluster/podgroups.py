@@ -85,12 +85,14 @@ SinceSource = Literal["condition", "created", "observed"]
 
 PODGROUP_PHASE = Family(
     "gangscope_podgroup_phase", "gauge",
-    "PodGroup phase as a state set over its API's phases (native: derived from the PodGroupScheduled condition).",
+    "PodGroup phase as a state set over its API's phases (native and KAI, which have none: derived from their "
+    "scheduling conditions).",
     ("namespace", "podgroup", "api", "phase"),
 )
 PODGROUP_MIN_MEMBER = Family(
     "gangscope_podgroup_min_member", "gauge",
-    "Pods the gang needs bound together (minMember, or gang minCount for native groups).",
+    "Pods the gang needs bound together (minMember, gang minCount for native groups, child groups (minGroupCount) for a "
+    "CompositePodGroup, the fewest pods that satisfy a KAI group's sub-groups).",
     ("namespace", "podgroup", "api"),
 )
 PODGROUP_PODS = Family(
