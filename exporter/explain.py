@@ -426,7 +426,8 @@ def job_layer(wl: Workload | None, store: ClusterStore, jobs: JobIndex | None, n
                             f"{restarting.reason}: {restarting.message})".replace("; : )", ")"))
         elif rec.progress is not None and rec.running and rec.progress < 1 and rec.progress_changed is not None \
                 and now - rec.progress_changed >= stale_after:
-            last = f", last report {_ts(rec.progress_updated)}" if rec.progress_updated is not None else ""
+            last = f", last report {_ts(rec.progress_updated)}" \
+                if rec.progress_updated is not None and rec.progress_updated != rec.progress_changed else ""
             kinds.append("progress_stale")
             problems.append(f"{rec.kind} {rec.name} progress stale for {_duration(now - rec.progress_changed)} "
                             f"({rec.progress:.0%} since {_ts(rec.progress_changed)}{last})")
@@ -611,7 +612,7 @@ def render_text(doc: dict[str, Any], colour: bool, columns: int = 100) -> str:
         owner = f", {wl['owner_kind']} {wl['owner_name']}" if wl["owner_kind"] else ""
         head += f"  (Workload {wl['name']}{owner}; stage {wl['stage']})"
     v = doc["verdict"]
-    verdict = {"held": f"held at {str(v['layer']).upper()}", "slow": "running but SLOW (interconnect)",
+    verdict = {"held": f"held at {str(v['layer']).upper()}", "slow": f"running but SLOW ({v['layer']})",
                "running": "running", "finished": "finished", "unknown": "nothing found holding it back"}[v["status"]]
     lines = [head, f"verdict: {paint(verdict, '31;1' if v['status'] in ('held', 'slow') else '32')}", ""]
     width = max(len(n) for n in LAYERS) + 2

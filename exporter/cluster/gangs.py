@@ -373,10 +373,12 @@ def evaluate(rec: PodGroupRecord, wl: Workload | None, via: Via | None, now: flo
     if state in ("waiting", "partial") and not not_admitted:
         deadline = wait_start + timeout if wait_start is not None else None
         stuck = deadline is not None and now >= deadline
-    if state in ("assembled", "finished", "failed", "unreported", "empty"):
+    if state in ("assembled", "finished", "failed", "unreported"):
         stage = state
     elif not_admitted:
         stage = "not_admitted"
+    elif state == "empty":
+        stage = state
     elif state == "partial":
         stage = "partially_bound"
     else:
