@@ -11,7 +11,7 @@ With ``--prometheus`` it also runs Debian's Prometheus on the demo's processes w
 project's own rules, shortened for the demo (``alerts/generate.py`` writes them from
 ``alerts/config.yaml`` into the simulators' package, ``exporter/sim/rules/``), and prints each
 alert when it first fires: within two minutes, the inadmissible Workload, the stuck gang, the
-partial gang's idle GPUs, the NVLink link down and the NodeFailures eviction.
+partial gang's idle GPUs, the stalled TrainJob, the NVLink link down and the NodeFailures eviction.
 
 The simulators are a separate distribution (``gangscope-sim``, the ``gangscope[sim]`` extra), not
 part of the runtime image: without them the demo says how to install them and exits 2.
@@ -48,7 +48,7 @@ SIM_MISSING = ("gangscope demo needs the simulators, which the runtime image doe
                "pip install 'gangscope[sim]' (from a checkout: pip install . ./exporter/sim, or scripts/setup-env "
                "for an editable install with them)")
 # Labels that identify what an alert is about, in the order the demo prints them.
-ALERT_SUBJECT = ("namespace", "workload", "podgroup", "cluster_queue", "block", "rack", "node", "gpu", "link")
+ALERT_SUBJECT = ("namespace", "workload", "kind", "name", "podgroup", "cluster_queue", "block", "rack", "node", "gpu", "link")
 
 
 def simulators_installed() -> bool:

@@ -114,7 +114,8 @@ def test_demo_command_reports_and_exits_clean() -> None:
 
 # What the demo promises a newcomer: these fire within two minutes of its start.
 PROMISED = ("GangscopeWorkloadInadmissible", "GangscopeGangStuckAssembling", "GangscopeGangIdleGPUs",
-            "GangscopeNVLinkDown", "GangscopeDomainNodeFailureEvictions", "GangscopeWorkloadNodeFailureEviction")
+            "GangscopeNVLinkDown", "GangscopeDomainNodeFailureEvictions", "GangscopeWorkloadNodeFailureEviction",
+            "GangscopeJobProgressStalled")
 FIRED = re.compile(r"^  \+ *(\d+) s  FIRING  (\w+)  (.*)$")
 
 

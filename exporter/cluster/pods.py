@@ -167,9 +167,9 @@ def parse_pod(obj: Any, gpu_resources: Sequence[str]) -> Pod:
     rv = meta.get("resourceVersion")
     return Pod(
         namespace=_intern(ns), name=meta["name"], uid=uid or f"{ns}/{meta['name']}", node=node, phase=_intern(phase),
-        ready=ready, gpus=gpus, gang=_gang(spec, labels, annotations), workload=_str(annotations.get(WORKLOAD_ANNOTATION)),
+        ready=ready, gpus=gpus, gang=_gang(spec, labels, annotations), workload=_value(annotations, WORKLOAD_ANNOTATION),
         owner=_owner(meta.get("ownerReferences")), job=_job(labels, annotations),
-        jobset_uid=_str(labels.get(JOBSET_UID_LABEL)), rv=int(rv) if rv.__class__ is str and rv.isdigit() else 0,
+        jobset_uid=_value(labels, JOBSET_UID_LABEL), rv=int(rv) if rv.__class__ is str and rv.isdigit() else 0,
     )
 
 
@@ -181,23 +181,34 @@ def _str(value: Any) -> str:
     return value
 
 
+def _value(mapping: dict, key: str) -> str:
+    """A label or annotation value ("" when absent); any other type than a string is a parse error."""
+    value = mapping.get(key)
+    return "" if value is None else _str(value)
+
+
 def _gang(spec: dict, labels: dict, annotations: dict) -> GangRef | None:
     group = spec.get("schedulingGroup")
-    if group.__class__ is dict and group.get("podGroupName"):
-        return _share(("native", _str(group["podGroupName"]), ""))  # type: ignore[return-value]
-    name = annotations.get(KAI_ANNOTATION)
-    if name:
-        return _share(("kai", _str(name), _str(labels.get(KAI_SUBGROUP_LABEL))))  # type: ignore[return-value]
-    name = annotations.get(VOLCANO_ANNOTATION)
-    if name:
-        return _share(("volcano", _str(name), ""))  # type: ignore[return-value]
-    for key in COSCHEDULING_LABELS:
-        name = labels.get(key)
+    if group is not None:
+        name = _value(_map(group, "spec.schedulingGroup"), "podGroupName")
         if name:
-            return _share(("coscheduling", _str(name), ""))  # type: ignore[return-value]
+            return _share(("native", name, ""))  # type: ignore[return-value]
+    name = _value(annotations, KAI_ANNOTATION)
+    if name:
+        return _share(("kai", name, _value(labels, KAI_SUBGROUP_LABEL)))  # type: ignore[return-value]
+    name = _value(annotations, VOLCANO_ANNOTATION)
+    if name:
+        return _share(("volcano", name, ""))  # type: ignore[return-value]
+    for key in COSCHEDULING_LABELS:
+        name = _value(labels, key)
+        if name:
+            return _share(("coscheduling", name, ""))  # type: ignore[return-value]
     ref = spec.get("workloadRef")
-    if ref.__class__ is dict and ref.get("name") and ref.get("podGroup"):
-        return _share(("native", f"{_str(ref['name'])}/{_str(ref['podGroup'])}", ""))  # type: ignore[return-value]
+    if ref is not None:
+        ref = _map(ref, "spec.workloadRef")
+        workload, group_name = _value(ref, "name"), _value(ref, "podGroup")
+        if workload and group_name:
+            return _share(("native", f"{workload}/{group_name}", ""))  # type: ignore[return-value]
     return None
 
 
@@ -211,14 +222,14 @@ def _owner(refs: Any) -> Owner | None:
 
 
 def _job(labels: dict, annotations: dict) -> JobRef | None:
-    name = labels.get(LWS_NAME_LABEL)
+    name = _value(labels, LWS_NAME_LABEL)
     if name:
-        size = _str(annotations.get(LWS_SIZE_ANNOTATION))
-        return _share(("LeaderWorkerSet", _str(name), _str(labels.get(LWS_GROUP_LABEL)),  # type: ignore[return-value]
+        size = _value(annotations, LWS_SIZE_ANNOTATION)
+        return _share(("LeaderWorkerSet", name, _value(labels, LWS_GROUP_LABEL),  # type: ignore[return-value]
                        int(size) if size.isdigit() else 0))
-    name = labels.get(JOBSET_NAME_LABEL)
+    name = _value(labels, JOBSET_NAME_LABEL)
     if name:
-        return _share(("JobSet", _str(name), "", 0))  # type: ignore[return-value]
+        return _share(("JobSet", name, "", 0))  # type: ignore[return-value]
     return None
 
 
