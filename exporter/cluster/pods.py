@@ -306,10 +306,10 @@ class PodStore:
         self._bits = {s: 1 << i for i, s in enumerate(sources)}
         self._handlers = {s: PodHandler(self, s) for s in sources}
         self._listed: set[str] = set()
-        self._by_gang: dict[tuple[str, str, str], set[str]] = {}
-        self._by_workload: dict[tuple[str, str], set[str]] = {}
-        self._by_owner: dict[str, set[str]] = {}
-        self._by_job: dict[tuple[str, str, str], set[str]] = {}
+        self._by_gang: dict[tuple[str, str, str], list[str]] = {}
+        self._by_workload: dict[tuple[str, str], list[str]] = {}
+        self._by_owner: dict[str, list[str]] = {}
+        self._by_job: dict[tuple[str, str, str], list[str]] = {}
         self._node_gpus: dict[str, float] = {}
         self._pending: PodChanges | None = None  # collected during a LIST, announced at its end
         self._lists = 0
@@ -340,7 +340,7 @@ class PodStore:
     def of_job(self, namespace: str, kind: str, name: str) -> list[Pod]:
         return self._of(self._by_job.get((namespace, kind, name)))
 
-    def _of(self, uids: set[str] | None) -> list[Pod]:
+    def _of(self, uids: list[str] | None) -> list[Pod]:
         pods = self.pods
         return [pods[u] for u in uids] if uids else []
 
@@ -363,7 +363,7 @@ class PodStore:
 
     def _index(self, p: Pod, add: bool, changes: PodChanges) -> None:
         uid, ns = p.uid, p.namespace
-        keys: list[tuple[dict[Any, set[str]], Any]] = []
+        keys: list[tuple[dict[Any, list[str]], Any]] = []
         if p.gang is not None:
             keys.append((self._by_gang, (ns, p.gang[0], p.gang[1])))
         if p.workload:
@@ -374,13 +374,19 @@ class PodStore:
             keys.append((self._by_owner, p.jobset_uid))
         if p.job is not None:
             keys.append((self._by_job, (ns, p.job[0], p.job[1])))
+        # Lists, not sets: a gang's pods are a handful to a few thousand, and a list of 8 uids
+        # takes a sixth of a set's memory (bench/pods.py); removal scans one gang's list.
         for index, key in keys:
             if add:
-                index.setdefault(key, set()).add(uid)
+                members = index.get(key)
+                if members is None:
+                    index[key] = [uid]
+                else:  # put() unindexes a pod's old state before it indexes the new: no duplicates
+                    members.append(uid)
             else:
                 members = index.get(key)
-                if members is not None:
-                    members.discard(uid)
+                if members is not None and uid in members:
+                    members.remove(uid)
                     if not members:
                         del index[key]
         if p.bound and p.gpus:
