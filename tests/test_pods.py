@@ -170,3 +170,41 @@ async def test_scheduler_name_flags_choose_the_pods(kube_sim: SimApiServer, kube
         await eventually(lambda: {p.name for p in collector.gangs.pods.pods.values()} == {"mine"})
     finally:
         await collector.stop()
+
+
+async def test_live_gangs_follow_their_pods_and_missing_apis_are_sources_down(kube_sim: SimApiServer, kube_sim_kubeconfig: str) -> None:
+    """The whole chain over HTTP: discovery finds the KAI and native (v1beta1) PodGroup APIs, the
+    pods' watches deliver a KAI gang's and a native gang's members, the gangs follow them; the
+    APIs this cluster does not serve (Volcano, JobSet, TrainJob, LeaderWorkerSet, the composite
+    and v1alpha1 native kinds) are sources down, not errors."""
+    from exporter.kube.resources import KAI_PODGROUPS, NATIVE_PODGROUPS
+    from test_gang_evidence import kai01, native_pg, native_pods
+
+    kube_sim.serve(POD_RESOURCES[0])
+    kube_sim.serve(KAI_PODGROUPS)
+    kube_sim.serve(NATIVE_PODGROUPS, versions=["v1beta1"])
+    kube_sim.create(kai01())
+    kube_sim.create(native_pg("workers-0", 2))
+    ns = "gang-scheduling-test"
+    kai_pods = [pod(f"gang-worker-{i}", ns, annotations={"pod-group-name": "gang-test-group"}, gpus=1,
+                    spec={"schedulerName": "kai-scheduler"}, node=f"n{i}") for i in range(2)]
+    for p in [*kai_pods, *native_pods("workers-0", 2)]:
+        kube_sim.create(p)
+    collector = await started_collector(kube_sim_kubeconfig)
+    try:
+        def stage(name: str) -> str | None:
+            found = [g.stage for k, g in collector.gangs.gangs.items() if k[2] == name]
+            return found[0] if found else None
+
+        await eventually(lambda: stage("gang-test-group") == "assembled" and stage("workers-0") == "assembled")
+        kube_sim.delete(kai_pods[1])
+        await eventually(lambda: stage("gang-test-group") == "partially_bound")
+        states = {name: (s.state, s.health.errors) for name, s in collector.sources.sources.items()}
+        for name in ("podgroups_volcano", "jobsets", "trainjobs", "leaderworkersets", "compositepodgroups_native",
+                     "workloads_native"):
+            assert states[name] == ("not_served", 0), (name, states[name])
+        assert states["podgroups_kai"][0] == states["podgroups_native"][0] == "synced"
+        assert collector.sources.sources["podgroups_native"].version == "v1beta1"
+        assert collector.sources.ready()[0]
+    finally:
+        await collector.stop()
