@@ -54,7 +54,7 @@ import structlog
 
 from ..exposition import Family, format_value
 from ..exposition import escape_label_value as esc
-from ..fields import ParseError, Problems, as_dict, as_int, as_list, as_str, parse_time
+from ..fields import ParseError, Problems, as_dict, as_int, as_list, as_str, named_metadata, parse_time
 from ..health import SourceHealth
 from .podgroups import Condition, owner_refs, parse_conditions
 from .pods import PodChanges, PodStore
@@ -190,15 +190,17 @@ class JobRecord:
         return not any(c.status == "True" and c.type in (*DONE_CONDITIONS, "Suspended") for c in self.conditions)
 
 
-def _meta(kind: str, obj: Any, problems: Problems) -> JobRecord:
-    if not isinstance(obj, dict):
-        raise ParseError("not an object")
-    meta = obj.get("metadata")
-    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
-        raise ParseError("object has no metadata.name")
+def _start(kind: str, obj: Any) -> tuple[JobRecord, dict, dict, Problems]:
+    """The record of an object's metadata and conditions, its spec and status, and the problem list."""
+    problems: Problems = []
+    meta = named_metadata(obj)
     uids, names = owner_refs(meta, problems)
-    return JobRecord(kind, as_str(meta.get("namespace"), "metadata.namespace", problems), meta["name"],
-                     as_str(meta.get("uid"), "metadata.uid", problems), uids, names)
+    rec = JobRecord(kind, as_str(meta.get("namespace"), "metadata.namespace", problems), meta["name"],
+                    as_str(meta.get("uid"), "metadata.uid", problems), uids, names)
+    spec, status = as_dict(obj.get("spec"), "spec", problems), as_dict(obj.get("status"), "status", problems)
+    rec.conditions = parse_conditions(status, problems)
+    rec.suspend = spec.get("suspend") is True
+    return rec, spec, status, problems
 
 
 def _child(raw: Any, where: str, problems: Problems, restarts_key: str | None) -> ChildJobs | None:
@@ -215,11 +217,7 @@ def _child(raw: Any, where: str, problems: Problems, restarts_key: str | None) -
 
 
 def parse_jobset(obj: Any) -> JobRecord:
-    problems: Problems = []
-    rec = _meta("JobSet", obj, problems)
-    spec, status = as_dict(obj.get("spec"), "spec", problems), as_dict(obj.get("status"), "status", problems)
-    rec.suspend = spec.get("suspend") is True
-    rec.conditions = parse_conditions(status, problems)
+    rec, _, status, problems = _start("JobSet", obj)
     children = []
     for i, raw in enumerate(as_list(status.get("replicatedJobsStatus"), "status.replicatedJobsStatus", problems)):
         child = _child(raw, f"status.replicatedJobsStatus[{i}]", problems, "jobRestarts")
@@ -236,11 +234,7 @@ def parse_jobset(obj: Any) -> JobRecord:
 
 
 def parse_trainjob(obj: Any) -> JobRecord:
-    problems: Problems = []
-    rec = _meta("TrainJob", obj, problems)
-    spec, status = as_dict(obj.get("spec"), "spec", problems), as_dict(obj.get("status"), "status", problems)
-    rec.suspend = spec.get("suspend") is True
-    rec.conditions = parse_conditions(status, problems)
+    rec, _, status, problems = _start("TrainJob", obj)
     rec.children = tuple(c for i, raw in enumerate(as_list(status.get("jobsStatus"), "status.jobsStatus", problems))
                          if (c := _child(raw, f"status.jobsStatus[{i}]", problems, None)) is not None)
     trainer = status.get("trainerStatus")
@@ -264,14 +258,11 @@ def parse_trainjob(obj: Any) -> JobRecord:
 
 
 def parse_leaderworkerset(obj: Any) -> JobRecord:
-    problems: Problems = []
-    rec = _meta("LeaderWorkerSet", obj, problems)
-    spec, status = as_dict(obj.get("spec"), "spec", problems), as_dict(obj.get("status"), "status", problems)
+    rec, spec, status, problems = _start("LeaderWorkerSet", obj)
     rec.replicas = as_int(spec.get("replicas"), "spec.replicas", problems, 1)  # defaulted to 1 (leaderworkerset_types.go:124)
     rec.size = as_int(as_dict(spec.get("leaderWorkerTemplate"), "spec.leaderWorkerTemplate", problems).get("size"),
                       "spec.leaderWorkerTemplate.size", problems, 1)
     rec.ready_replicas = as_int(status.get("readyReplicas"), "status.readyReplicas", problems, 0)
-    rec.conditions = parse_conditions(status, problems)
     rec.errors = problems
     return rec
 

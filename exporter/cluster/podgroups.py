@@ -48,7 +48,7 @@ from typing import Any, Literal
 
 from ..exposition import Family, format_value
 from ..exposition import escape_label_value as esc
-from ..fields import ParseError, Problems, as_dict, as_int, as_list, as_str, parse_quantity, parse_time
+from ..fields import ParseError, Problems, as_dict, as_int, as_list, as_str, named_metadata, parse_quantity, parse_time
 
 Api = Literal["coscheduling", "volcano", "native", "kai"]
 GangState = Literal["waiting", "partial", "assembled", "finished", "failed", "unreported"]
@@ -236,11 +236,7 @@ def owner_refs(meta: dict, problems: Problems) -> tuple[tuple[str, ...], tuple[t
 
 
 def _metadata(source: str, api: Api, obj: Any, problems: Problems) -> PodGroupRecord:
-    if not isinstance(obj, dict):
-        raise ParseError("not an object")
-    meta = obj.get("metadata")
-    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
-        raise ParseError("object has no metadata.name")
+    meta = named_metadata(obj)
     uids, names = owner_refs(meta, problems)
     created = as_str(meta.get("creationTimestamp"), "metadata.creationTimestamp", problems)
     return PodGroupRecord(
@@ -323,20 +319,22 @@ def parse_native(source: str, obj: Any) -> PodGroupRecord:
     spec, status = as_dict(obj.get("spec"), "spec", problems), as_dict(obj.get("status"), "status", problems)
     policy = as_dict(spec.get("schedulingPolicy"), "spec.schedulingPolicy", problems)
     rec.min_member = _gang_min_count(policy, "spec.schedulingPolicy", problems)
-    # v1beta1 spec.workloadRef{workloadName}; v1alpha2/3 spec.podGroupTemplateRef.workload{workloadName}.
-    ref = as_dict(spec.get("workloadRef"), "spec.workloadRef", problems)
-    if not ref:
-        tref = as_dict(spec.get("podGroupTemplateRef"), "spec.podGroupTemplateRef", problems)
-        ref = as_dict(tref.get("workload"), "spec.podGroupTemplateRef.workload", problems)
-    rec.workload_ref = as_str(ref.get("workloadName"), "workloadName", problems)
-    rec.template = as_str(ref.get("templateName", ref.get("podGroupTemplateName")), "templateName", problems)
-    _native_common(rec, spec, status, problems)
+    _native_common(rec, spec, status, problems, "podGroupTemplateRef", "podGroupTemplateName")
     rec.errors = problems
     return rec
 
 
-def _native_common(rec: PodGroupRecord, spec: dict, status: dict, problems: Problems) -> None:
-    """What PodGroups and CompositePodGroups share: parent, topology constraint, condition, phase."""
+def _native_common(rec: PodGroupRecord, spec: dict, status: dict, problems: Problems, older_ref: str,
+                   older_template: str) -> None:
+    """What PodGroups and CompositePodGroups share: the Workload template they come from (1.37
+    ``spec.workloadRef{workloadName, templateName}``; 1.36 ``spec.<older_ref>.workload{workloadName,
+    <older_template>}``), parent, topology constraint, condition, phase."""
+    ref = as_dict(spec.get("workloadRef"), "spec.workloadRef", problems)
+    if not ref:
+        tref = as_dict(spec.get(older_ref), f"spec.{older_ref}", problems)
+        ref = as_dict(tref.get("workload"), f"spec.{older_ref}.workload", problems)
+    rec.workload_ref = as_str(ref.get("workloadName"), "workloadName", problems)
+    rec.template = as_str(ref.get("templateName", ref.get(older_template)), "templateName", problems)
     rec.parent = as_str(spec.get("parentCompositePodGroupName"), "spec.parentCompositePodGroupName", problems)
     if not rec.parent:  # an intermediate v1alpha2 shape (testdata golden becb2094): spec.parentRef
         parent_ref = as_dict(spec.get("parentRef"), "spec.parentRef", problems)
@@ -374,13 +372,8 @@ def parse_native_composite(source: str, obj: Any) -> PodGroupRecord:
     if gang is not None:
         rec.min_member = as_int(as_dict(gang, "spec.schedulingPolicy.gang", problems).get("minGroupCount"),
                                 "spec.schedulingPolicy.gang.minGroupCount", problems)
-    ref = as_dict(spec.get("workloadRef"), "spec.workloadRef", problems)
-    if not ref:  # intermediate v1alpha2: compositePodGroupTemplateReference.workload
-        tref = as_dict(spec.get("compositePodGroupTemplateReference"), "spec.compositePodGroupTemplateReference", problems)
-        ref = as_dict(tref.get("workload"), "spec.compositePodGroupTemplateReference.workload", problems)
-    rec.workload_ref = as_str(ref.get("workloadName"), "workloadName", problems)
-    rec.template = as_str(ref.get("templateName", ref.get("compositePodGroupTemplateName")), "templateName", problems)
-    _native_common(rec, spec, status, problems)
+    # an intermediate v1alpha2 (golden becb2094) named its template in compositePodGroupTemplateReference
+    _native_common(rec, spec, status, problems, "compositePodGroupTemplateReference", "compositePodGroupTemplateName")
     rec.errors = problems
     return rec
 
