@@ -15,8 +15,11 @@ controller owner is the job; a TrainJob's JobSet is owned by the TrainJob).
   (:101-116); the controller sets ``RestartingJobSet=True`` with reason ``FailurePolicy_<rule>`` or
   ``DefaultFailurePolicy`` when it recreates all Jobs (pkg/controllers/failure_policy.go:244-258,
   pkg/constants/constants.go:86-94) and False with ``JobsReady`` etc. once they are up.
-  ``gangscope_job_restarts_total`` is ``restarts`` plus every ``jobRestarts`` entry: object state,
-  so every collector agrees and a restart reads as a counter increase.
+  ``gangscope_job_restarts_total`` is ``restarts`` plus every ``jobRestarts`` entry, the way the
+  controller's own ``totalRestartsCountTowardsMax`` sums its counters (failure_policy.go:546-550):
+  object state, so every collector agrees and a restart reads as a counter increase. (A
+  ``status.totalRestarts`` field lived briefly on jobset's main branch and was removed by 4781968d,
+  2026-03-10, before any release carried it.)
 * TrainJob ``trainer.kubeflow.org/v1alpha1`` (kubeflow/trainer 8c0f5059
   pkg/apis/trainer/v1alpha1/trainjob_types.go): conditions Suspended, Complete, Failed (:58-64),
   ``jobsStatus[]`` (Trainer 2.1+, :513, :527-560), and ``trainerStatus`` (Trainer 2.2+ with the
