@@ -253,8 +253,7 @@ async def test_live_against_the_simulated_api_server(scenario: Any, tmp_path: Pa
     await sim.start()
     try:
         for r in COLLECTOR_RESOURCES:
-            if r.source != "workloads_native":
-                sim.serve(r)
+            sim.serve(r)
         sim.bulk_load([o for o in scenario.all_objects() if o["kind"] != "Pod"])
         kubeconfig = sim.write_kubeconfig(str(tmp_path / "kubeconfig"))
         results = {}
