@@ -38,6 +38,7 @@ EVERYTHING: dict[str, Any] = {
     "collector": {"port": 9500, "logLevel": "debug", "maxSeriesPerFamily": 50000, "discoveryInterval": 30,
                   "insecureSkipTLSVerify": True, "assemblyTimeout": 900, "evictionLevel": "example.com/block", "evictionDomainGrace": 600,
                   "queuePositionInterval": 0, "queuePositionLimit": 200, "gpuResources": ["nvidia.com/gpu", "amd.com/gpu"],
+                  "watchPods": False, "kaiSchedulerName": "kai", "volcanoSchedulerName": "volcano-v2", "progressStaleAfter": 3600,
                   "extraArgs": ["--log-level=info"], "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}},
                   "nodeSelector": {"node-role.kubernetes.io/infra": ""}, "tolerations": [{"key": "infra", "operator": "Exists"}],
                   "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
@@ -82,6 +83,10 @@ COLLECTOR_FLAGS = {
     "--eviction-domain-grace": ["--eviction-domain-grace=600"],
     "--queue-position-interval": ["--queue-position-interval=0"],
     "--queue-position-limit": ["--queue-position-limit=200"],
+    "--no-pods": ["--no-pods"],
+    "--kai-scheduler-name": ["--kai-scheduler-name=kai"],
+    "--volcano-scheduler-name": ["--volcano-scheduler-name=volcano-v2"],
+    "--progress-stale-after": ["--progress-stale-after=3600"],
     "--log-level": ["--log-level=debug"],
 }
 AGENT_FLAGS = {

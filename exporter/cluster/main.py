@@ -22,10 +22,9 @@ from ..config import add_kube, add_logging, add_serving
 from ..exposition import Exposition
 from ..kube.backoff import BackoffPolicy
 from ..kube.credentials import CredentialsError
-from ..kube.resources import COLLECTOR_RESOURCES
 from ..logs import start_logging
 from ..topology import TopologyError
-from .collector import add_collector_arguments, collector_from_args
+from .collector import add_collector_arguments, collector_from_args, source_specs
 from .queue_positions import DEFAULT_INTERVAL, DEFAULT_LIMIT, QueuePositionPoller
 
 log = structlog.get_logger(__name__)
@@ -127,12 +126,12 @@ class Collector:
         from .. import serving
 
         from ..kube.client import KubeClient
-        from ..kube.sources import SourceSet, SourceSpec
+        from ..kube.sources import SourceSet
 
         args = self.args
         self.client = await KubeClient.create(args.kubeconfig, args.context, args.insecure_skip_tls_verify,
                                               **self._client_options)
-        specs = [SourceSpec(r, self.handlers[r.source]) for r in COLLECTOR_RESOURCES if r.source in self.handlers]
+        specs = source_specs(args, self.handlers)
         self.positions = QueuePositionPoller(self.client, self.store, self.exposition,
                                              interval=args.queue_position_interval, limit=args.queue_position_limit,
                                              discovery_interval=args.discovery_interval)
