@@ -42,6 +42,7 @@ EVERYTHING: dict[str, Any] = {
                   "namespacesDenylist": ["kube-system"], "sources": ["workloads", "nodes"], "shard": 1, "totalShards": 3,
                   "insecureSkipTLSVerify": True, "assemblyTimeout": 900, "evictionLevel": "example.com/block", "evictionDomainGrace": 600,
                   "queuePositionInterval": 0, "queuePositionLimit": 200, "gpuResources": ["nvidia.com/gpu", "amd.com/gpu"],
+                  "watchPods": False, "kaiSchedulerName": "kai", "volcanoSchedulerName": "volcano-v2", "progressStaleAfter": 3600,
                   "extraArgs": ["--log-level=info"], "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}},
                   "nodeSelector": {"node-role.kubernetes.io/infra": ""}, "tolerations": [{"key": "infra", "operator": "Exists"}],
                   "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
@@ -98,6 +99,10 @@ COLLECTOR_FLAGS = {
     "--eviction-domain-grace": ["--eviction-domain-grace=600"],
     "--queue-position-interval": ["--queue-position-interval=0"],
     "--queue-position-limit": ["--queue-position-limit=200"],
+    "--no-pods": ["--no-pods"],
+    "--kai-scheduler-name": ["--kai-scheduler-name=kai"],
+    "--volcano-scheduler-name": ["--volcano-scheduler-name=volcano-v2"],
+    "--progress-stale-after": ["--progress-stale-after=3600"],
     "--log-level": ["--log-level=debug"],
 }
 AGENT_FLAGS = {

@@ -27,7 +27,7 @@ from ..kube.scope import Scope, parse_namespaces
 from ..kube.sharding import StatefulSetWatch, export_shard, resolve_with_retry
 from ..logs import start_logging
 from ..topology import TopologyError
-from .collector import add_collector_arguments, collector_from_args
+from .collector import add_collector_arguments, collector_from_args, source_specs
 from .queue_positions import DEFAULT_INTERVAL, DEFAULT_LIMIT, QueuePositionPoller
 
 log = structlog.get_logger(__name__)
@@ -176,13 +176,12 @@ class Collector:
         from .. import serving
 
         from ..kube.client import KubeClient
-        from ..kube.sources import SourceSet, SourceSpec
+        from ..kube.sources import SourceSet
 
         args = self.args
         self.client = await KubeClient.create(args.kubeconfig, args.context, args.insecure_skip_tls_verify,
                                               **self._client_options)
-        specs = [SourceSpec(r, self.handlers[r.source]) for r in COLLECTOR_RESOURCES
-                 if r.source in self.handlers and r.source in self.selected]
+        specs = [spec for spec in source_specs(args, self.handlers) if spec.resource.source in self.selected]
         self.positions = QueuePositionPoller(self.client, self.store, self.exposition,
                                              interval=args.queue_position_interval, limit=args.queue_position_limit,
                                              discovery_interval=args.discovery_interval
