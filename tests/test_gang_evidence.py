@@ -161,7 +161,10 @@ def test_zero_watched_pods_of_a_covered_api_is_empty_unless_kueue_admitted_it() 
     assert c.stage("pg1") == "empty"
     assert c.value("gangscope_gang_assembly_stuck", "pg1") is None
     c.add("workloads", workload("wl", owner=("Job", "pg1", "u1")))
-    assert c.stage("pg1") == "assembling"  # admitted: its pods are due, and the window counts
+    # Admitted: its pods are due, and the window counts from the admission (T0, 60 s ago) with
+    # the group's scheduleTimeoutSeconds of 10, whatever order the objects arrived in.
+    assert c.stage("pg1") == "stuck"
+    assert c.value("gangscope_gang_assembly_deadline_timestamp_seconds", "pg1") == T0 + 10
 
 
 def test_deadline_does_not_depend_on_the_order_objects_arrive_in() -> None:
