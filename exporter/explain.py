@@ -28,9 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from .cluster.workload_state import WAITING_STAGES
 from .config import add_kube, add_logging
 
 if TYPE_CHECKING:
+    from .cluster.capacity import PodSetFit
     from .cluster.gangs import Gang, GangIndex
     from .cluster.queue_positions import QueuePosition
     from .cluster.store import ClusterStore
@@ -50,8 +52,7 @@ INTERCONNECT_SERIES = {
     "nvlink": 'gangscope_nvlink_transmit_bytes_total|gangscope_nvlink_receive_bytes_total',
     "pcie": 'gangscope_pcie_transmit_bytes_total|gangscope_pcie_receive_bytes_total',
 }
-# Stages the admission layer holds the job at, and the placement layer's own QuotaReserved reason.
-WAITING_STAGES = ("queued", "inadmissible", "preempting", "held", "backoff")
+# The placement layer's own QuotaReserved reason.
 PLACEMENT_REASON = "TopologyPlacementFailed"
 DELAYED_TOPOLOGY = "PendingDelayedTopologyRequests"
 
@@ -153,7 +154,25 @@ def _position_text(p: QueuePosition | None) -> str:
     return f"; position {p.position + 1} of {of} in {p.cluster_queue} ({p.local_position + 1} in queue {p.local_queue})"
 
 
-def admission_layer(wl: Workload | None, position: QueuePosition | None = None) -> dict[str, Any]:
+def _fit(f: PodSetFit) -> dict[str, Any]:
+    from .cluster.capacity import fit_text
+
+    best = f.fit
+    return {
+        "podset": f.podset, "mode": f.mode, "level": f.level or None, "pods": f.pods, "gpus_per_pod": f.gpus_per_pod,
+        "slice_level": f.slice_level if f.slice_size > 1 else None, "slice_size": f.slice_size, "needed": f.needed,
+        "flavor": best.flavor or None if best is not None else None,
+        "largest_domain": {"path": dict(best.best_domain), "fits": best.best} if best is not None else None,
+        "cluster_fits": best.total if best is not None else 0,
+        "free_gpus": best.free_gpus if best is not None else 0,
+        "domains_with_free_gpus": best.domains_with_free if best is not None else 0,
+        "fits_in_one_domain": f.domain_fit, "fits_in_cluster": f.cluster_fit, "fragmented": f.fragmented,
+        "summary": fit_text(f),
+    }
+
+
+def admission_layer(wl: Workload | None, position: QueuePosition | None = None,
+                    fits: Sequence[PodSetFit] = ()) -> dict[str, Any]:
     if wl is None or wl.state is None:
         return _layer("admission", "unknown", "no Kueue Workload joined to this PodGroup (not admitted by Kueue)")
     conds = wl.conditions
@@ -194,7 +213,12 @@ def admission_layer(wl: Workload | None, position: QueuePosition | None = None) 
             summary += f"; requeued {wl.requeue_count}x" + (f", next retry {wl.requeue_at}" if wl.requeue_at else "")
         if check is not None:
             summary += "; " + _check_text(check)
-        return _layer("admission", "blocking", summary + _position_text(position), evidence)
+        summary += _position_text(position)
+        if pending.category == "capacity" and fits:  # would the free GPUs take it, once quota allows?
+            from .cluster.capacity import fit_text
+
+            summary += ". Topology now: " + "; ".join(fit_text(f) for f in fits)
+        return _layer("admission", "blocking", summary, evidence)
     if pending is not None and pending.reason == PLACEMENT_REASON:
         return _layer("admission", "ok", f"quota available in {cq} (queue {wl.queue_name}), but no topology domain fits: "
                       "see placement", evidence)
@@ -226,12 +250,14 @@ def _by_level(placed: Sequence[tuple[tuple[tuple[str, str], ...], int]]) -> dict
     return out
 
 
-def placement_layer(wl: Workload | None) -> dict[str, Any]:
+def placement_layer(wl: Workload | None, fits: Sequence[PodSetFit] = ()) -> dict[str, Any]:
     if wl is None or wl.state is None:
         return _layer("placement", "unknown", "no Kueue Workload: no topology assignment to show")
     requests = []
     for ps in wl.podsets:
-        req = {k: ps.annotations[a] for k, a in TOPOLOGY_ANNOTATIONS if ps.annotations.get(a)}
+        req = _request(ps.topology) if ps.topology is not None else {}
+        if not req:  # a dump whose Workloads predate spec.podSets[].topologyRequest: the annotations
+            req = {k: ps.annotations[a] for k, a in TOPOLOGY_ANNOTATIONS if ps.annotations.get(a)}
         if req:
             requests.append({"podset": ps.name, **req})
     assignments = []
@@ -249,9 +275,13 @@ def placement_layer(wl: Workload | None) -> dict[str, Any]:
             unresolved.append(f"{a.name}: flavor {topo.flavor or '?'} {_UNRESOLVED[topo.problem](topo.topology)}")
     unhealthy = [{"node": n, "path": dict(p)} for n, p in zip(wl.unhealthy_nodes, wl.unhealthy_paths)]
     evidence = {"topology_request": requests, "assignment_current": wl.admitted and bool(wl.assignments),
-                "assignments": assignments, "unhealthy_nodes": unhealthy}
+                "assignments": assignments, "unhealthy_nodes": unhealthy, "fit": [_fit(f) for f in fits]}
     qr, adm, ev = (_cond(wl.conditions.get(t)) for t in ("QuotaReserved", "Admitted", "Evicted"))
     if qr and qr["status"] == "False" and qr["reason"] == PLACEMENT_REASON:
+        if fits:
+            from .cluster.capacity import fit_text
+
+            return _layer("placement", "blocking", "; ".join(fit_text(f) for f in fits) + f". Kueue: {qr['message']}", evidence)
         return _layer("placement", "blocking", f"no topology domain fits: {qr['message']}", evidence)
     if adm and adm["status"] == "False" and adm["reason"] == DELAYED_TOPOLOGY:
         return _layer("placement", "blocking", f"topology assignment delayed: {adm['message']}", evidence)
@@ -273,6 +303,21 @@ def placement_layer(wl: Workload | None) -> dict[str, Any]:
     if unresolved:
         summary += "; upper levels unknown: " + "; ".join(unresolved)
     return _layer("placement", "ok", summary, evidence)
+
+
+def _request(tr: Any) -> dict[str, Any]:
+    """``spec.podSets[].topologyRequest`` as explain's JSON (node label keys, as Kueue names them)."""
+    out: dict[str, Any] = {}
+    if tr.required:
+        out["required"] = tr.required
+    if tr.preferred:
+        out["preferred"] = tr.preferred
+    if tr.unconstrained:
+        out["unconstrained"] = "true"
+    if tr.slices:
+        out["slice_required"] = tr.slices[0][0]
+        out["slice_size"] = tr.slices[0][1]
+    return out
 
 
 _UNRESOLVED = {
@@ -419,6 +464,7 @@ async def diagnose(store: ClusterStore, gangs: GangIndex, namespace: str, name: 
     how, wl, wl_gangs = resolve(store, gangs, namespace, name)
     position = store.queue_positions.get(wl.key) if wl is not None else None
     finished = wl is not None and wl.stage == "finished"
+    fits = store.capacity.workload_fit(wl) if wl is not None and wl.stage in WAITING_STAGES else []
     layers: list[dict[str, Any]] = []
     blocked: dict[str, Any] | None = None
     for layer_name in LAYERS:
@@ -427,9 +473,9 @@ async def diagnose(store: ClusterStore, gangs: GangIndex, namespace: str, name: 
             layers.append(_layer(layer_name, "not_reached", why))
             continue
         if layer_name == "admission":
-            layer = admission_layer(wl, position)
+            layer = admission_layer(wl, position, fits)
         elif layer_name == "placement":
-            layer = placement_layer(wl)
+            layer = placement_layer(wl, fits)
         elif layer_name == "assembly":
             layer = assembly_layer(wl, wl_gangs, now)
         else:

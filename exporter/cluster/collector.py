@@ -13,6 +13,7 @@ from typing import Any
 
 from ..config import add_gpu_resource, add_topology, gpu_resources, topology_from_args
 from ..exposition import Exposition
+from .capacity import DEFAULT_PLACEMENT_SIZES, parse_sizes
 from .gangs import DEFAULT_ASSEMBLY_TIMEOUT, GangIndex, add_gang_arguments, attach_gangs
 from .store import DEFAULT_EVICTION_GRACE, ClusterStore
 
@@ -21,13 +22,17 @@ def build_collector(exposition: Exposition, *, gpu_resources: Sequence[str] = ("
                     level_keys: Sequence[str] = (), alias_overrides: Mapping[str, str] | None = None,
                     assembly_timeout: float = DEFAULT_ASSEMBLY_TIMEOUT, eviction_level: str | None = None,
                     eviction_grace: float = DEFAULT_EVICTION_GRACE,
+                    placement_sizes: Sequence[int] = DEFAULT_PLACEMENT_SIZES, shard: int = 0, total_shards: int = 1,
                     ) -> tuple[ClusterStore, dict[str, Any], GangIndex]:
     """The store, the gang index joined onto it, and every handler keyed by ``Resource.source``
     (see exporter.kube.resources): Kueue objects and Nodes go to the store, the PodGroup
-    sources (podgroups_*, workloads_native) to the gang index.
+    sources (podgroups_*, workloads_native) to the gang index. ``shard``/``total_shards`` say
+    which part of the Workloads this collector sees (sharding sets them; the per-domain series
+    follow, see exporter.cluster.capacity; ``store.capacity.set_shards`` when they change).
     """
     store = ClusterStore(exposition, gpu_resources=gpu_resources, level_keys=level_keys,
-                         alias_overrides=alias_overrides, eviction_level=eviction_level, eviction_grace=eviction_grace)
+                         alias_overrides=alias_overrides, eviction_level=eviction_level, eviction_grace=eviction_grace,
+                         placement_sizes=placement_sizes, shard=shard, total_shards=total_shards)
     gangs = attach_gangs(store, assembly_timeout=assembly_timeout)
     handlers: dict[str, Any] = {**store.handlers(), **gangs.handlers()}
     return store, handlers, gangs
@@ -43,6 +48,16 @@ def add_collector_arguments(p: argparse.ArgumentParser) -> None:
                         "gangscope_topology_evictions_total counts evictions (default: the level above the host)")
     p.add_argument("--eviction-domain-grace", type=float, default=DEFAULT_EVICTION_GRACE, metavar="SECONDS",
                    help="how long the eviction series of a domain that no Node has any more are kept (default 3600)")
+    p.add_argument("--placement-sizes", type=_sizes, default=DEFAULT_PLACEMENT_SIZES, metavar="GPUS,...",
+                   help="pod sizes in GPUs for which gangscope_domain_placeable_pods counts the pods each domain can "
+                        "take now (default " + ",".join(map(str, DEFAULT_PLACEMENT_SIZES)) + ")")
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        return parse_sizes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def collector_from_args(exposition: Exposition, args: argparse.Namespace) -> tuple[ClusterStore, dict[str, Any], GangIndex]:
@@ -52,4 +67,4 @@ def collector_from_args(exposition: Exposition, args: argparse.Namespace) -> tup
     return build_collector(
         exposition, gpu_resources=gpu_resources(args), level_keys=levels.keys if args.topology_levels else (),
         alias_overrides=overrides, assembly_timeout=args.assembly_timeout, eviction_level=args.eviction_level,
-        eviction_grace=args.eviction_domain_grace)
+        eviction_grace=args.eviction_domain_grace, placement_sizes=args.placement_sizes)

@@ -19,6 +19,7 @@ from typing import Any
 from ..exposition import Family, format_value
 from ..exposition import escape_label_value as esc
 from ..fields import ParseError, Problems, as_bool, as_dict, as_int, as_list, as_str, parse_quantity, parse_time, str_map
+from ..taints import Toleration, parse_tolerations
 from ..topologies import FlavorTopology
 from ..topology import AssignmentError, Domain, iter_domains
 from .workload_state import CHECK_STATES, STAGES, WorkloadState
@@ -95,6 +96,26 @@ WORKLOAD_UNHEALTHY_NODE = Family(
     "gangscope_workload_unhealthy_node", "gauge",
     "Nodes Kueue lists in status.unhealthyNodes of the Workload (1 per node).", _NW, topology=True,
 )
+WORKLOAD_TOPOLOGY_REQUEST = Family(
+    "gangscope_workload_topology_request", "gauge",
+    "The topology request of each pod set (spec.podSets[].topologyRequest): mode required, preferred or unconstrained "
+    "with the level's label name (value 1), and slice_required per slice layer with the pods per slice as the value.",
+    (*_NW, "podset", "mode", "level"),
+)
+WORKLOAD_DOMAINS_SPANNED = Family(
+    "gangscope_workload_domains_spanned", "gauge",
+    "Topology domains of each level above the host that the admitted pod set's pods occupy.", (*_NW, "podset", "level"),
+)
+WORKLOAD_LOCALITY_RATIO = Family(
+    "gangscope_workload_locality_ratio", "gauge",
+    "The largest share of the admitted pod set's pods in one domain of the level (1: all in one).", (*_NW, "podset", "level"),
+)
+WORKLOAD_PAST_EXECUTION = Family(
+    "gangscope_workload_past_execution_seconds", "gauge",
+    "Seconds the Workload was admitted in earlier admit-evict cycles (Kueue's status.accumulatedPastExecutionTimeSeconds): "
+    "the run time that evictions interrupted; add the current run from gangscope_workload_admitted_timestamp_seconds.",
+    _NW,
+)
 TOPOLOGY_EVICTIONS = Family(
     "gangscope_topology_evictions_total", "counter",
     "Workload evictions observed since start (status.schedulingStats), counted once per domain at --eviction-level "
@@ -107,7 +128,8 @@ FAMILIES = (
     WORKLOAD_INFO, WORKLOAD_STAGE, WORKLOAD_PENDING_REASON, WORKLOAD_CONDITION, WORKLOAD_CREATED,
     WORKLOAD_QUOTA_RESERVED, WORKLOAD_ADMITTED, WORKLOAD_PODS_READY, WORKLOAD_EVICTIONS, WORKLOAD_REQUEUE_COUNT,
     WORKLOAD_REQUEUE_AT, WORKLOAD_ADMISSION_CHECK, WORKLOAD_ADMISSION_CHECK_TRANSITION, WORKLOAD_REQUESTED_GPUS,
-    WORKLOAD_TOPOLOGY_PODS, WORKLOAD_UNHEALTHY_NODE, TOPOLOGY_EVICTIONS,
+    WORKLOAD_TOPOLOGY_PODS, WORKLOAD_UNHEALTHY_NODE, TOPOLOGY_EVICTIONS, WORKLOAD_TOPOLOGY_REQUEST,
+    WORKLOAD_DOMAINS_SPANNED, WORKLOAD_LOCALITY_RATIO, WORKLOAD_PAST_EXECUTION,
 )
 
 # Condition types whose True transition time is exported as a timestamp family.
@@ -181,6 +203,40 @@ class Owner:
     uid: str
 
 
+@dataclass(frozen=True, slots=True)
+class TopologyRequest:
+    """``spec.podSets[].topologyRequest`` (apis/kueue/v1beta2/workload_types.go:165-251; v1beta1
+    has the same fields but the slice constraints list), as the node label keys Kueue names.
+
+    ``slices`` are the slice layers outermost first, (level key, pods per slice): the
+    ``podsetSliceRequiredTopologyConstraints`` list, else ``podSetSliceRequiredTopology`` with
+    ``podSetSliceSize`` (0 when unset), as Kueue reads them (pkg/util/tas/tas.go:141-158).
+    """
+
+    required: str = ""
+    preferred: str = ""
+    unconstrained: bool = False
+    slices: tuple[tuple[str, int], ...] = ()
+    group: str = ""  # podSetGroupName: pod sets placed together
+
+    @property
+    def mode(self) -> str:
+        """required, preferred or unconstrained (Kueue's precedence, tas_flavor_snapshot.go:1222-1238);
+        "" for a request that names only slices or nothing Kueue places by."""
+        if self.required:
+            return "required"
+        if self.preferred:
+            return "preferred"
+        if self.unconstrained:
+            return "unconstrained"
+        return ""
+
+    @property
+    def level(self) -> str:
+        """The level the pod set asks to be kept in (required or preferred), "" for none."""
+        return self.required or self.preferred
+
+
 @dataclass(slots=True)
 class PodSet:
     """``spec.podSets[]``: what the gang needs, and the template metadata the PodGroup join reads."""
@@ -191,6 +247,9 @@ class PodSet:
     labels: dict[str, str]
     annotations: dict[str, str]
     scheduling_group: str = ""  # template.spec.schedulingGroup.podGroupName: the native PodGroup (1.36+)
+    topology: TopologyRequest | None = None
+    tolerations: tuple[Toleration, ...] = ()  # template.spec.tolerations
+    node_selector: dict[str, str] = field(default_factory=dict)  # template.spec.nodeSelector
 
 
 class Shape:
@@ -251,6 +310,7 @@ class Workload:
     assignments: list[Assignment]  # current admission (empty when none)
     unhealthy_nodes: list[str]
     problems: list[str]
+    past_execution_seconds: int | None = None  # status.accumulatedPastExecutionTimeSeconds
     # Filled by the store:
     state: WorkloadState | None = None  # what the status means (exporter.cluster.workload_state)
     cluster_queue: str = ""  # admission's, else the LocalQueue's spec.clusterQueue
@@ -358,7 +418,20 @@ def parse_workload(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",))
         assignments=assignments,
         unhealthy_nodes=unhealthy,
         problems=p,
+        past_execution_seconds=_past_execution(status, p),
     )
+
+
+def _past_execution(status: dict, p: Problems) -> int | None:
+    """Kueue's accumulated admitted time of earlier cycles. v1beta1 spells the field
+    ``accumulatedPastExexcutionTimeSeconds`` (apis/kueue/v1beta1/workload_types.go:418, converted
+    at workload_conversion.go:41-46), v1beta2 ``accumulatedPastExecutionTimeSeconds``
+    (apis/kueue/v1beta2/workload_types.go:677-681)."""
+    for key in ("accumulatedPastExecutionTimeSeconds", "accumulatedPastExexcutionTimeSeconds"):
+        value = status.get(key)
+        if value is not None:
+            return as_int(value, "status." + key, p)
+    return None
 
 
 def _conditions(raw: Any, p: Problems) -> dict[str, Condition]:
@@ -472,6 +545,7 @@ def _podsets(raw: Any, gpu_resources: Sequence[str], p: Problems) -> list[PodSet
             name = as_str(name, w + ".name", p, "main")
         if count.__class__ is not int:
             count = as_int(count, w + ".count", p, 1)
+        tolerations, selector = spec.get("tolerations"), spec.get("nodeSelector")
         out.append(PodSet(
             name=name or "main",
             count=count or 0,
@@ -479,8 +553,44 @@ def _podsets(raw: Any, gpu_resources: Sequence[str], p: Problems) -> list[PodSet
             labels=_shared_map(str_map(tmeta.get("labels"), w + ".template.metadata.labels", p)),
             annotations=_shared_map(str_map(tmeta.get("annotations"), w + ".template.metadata.annotations", p)),
             scheduling_group=_scheduling_group(spec.get("schedulingGroup"), w, p),
+            topology=_topology_request(ps.get("topologyRequest"), w, p),
+            tolerations=parse_tolerations(tolerations, w + ".template.spec.tolerations", p) if tolerations is not None else (),
+            node_selector=_shared_map(str_map(selector, w + ".template.spec.nodeSelector", p)) if selector is not None else _EMPTY,
         ))
     return out
+
+
+_REQUESTS: dict[tuple[Any, ...], TopologyRequest] = {}  # a handful of distinct requests, shared
+
+
+def _topology_request(raw: Any, where: str, p: Problems) -> TopologyRequest | None:
+    """``spec.podSets[i].topologyRequest``; None without one. Kueue copies it from the pod set's
+    ``kueue.x-k8s.io/podset-*-topology`` annotations (jobframework/tas.go), so the field is the
+    one source to read."""
+    if raw is None:
+        return None
+    w = where + ".topologyRequest"
+    if raw.__class__ is not dict:
+        raw = as_dict(raw, w, p)
+    required, preferred = as_str(raw.get("required"), w + ".required", p), as_str(raw.get("preferred"), w + ".preferred", p)
+    unconstrained = as_bool(raw.get("unconstrained"), w + ".unconstrained", p, False)
+    slices: list[tuple[str, int]] = []
+    for i, layer in enumerate(as_list(raw.get("podsetSliceRequiredTopologyConstraints"), w + ".podsetSliceRequiredTopologyConstraints", p)):
+        lw = f"{w}.podsetSliceRequiredTopologyConstraints[{i}]"
+        layer = as_dict(layer, lw, p)
+        slices.append((as_str(layer.get("topology"), lw + ".topology", p), as_int(layer.get("size"), lw + ".size", p, 0) or 0))
+    if not slices:
+        key = as_str(raw.get("podSetSliceRequiredTopology"), w + ".podSetSliceRequiredTopology", p)
+        if key:
+            slices.append((key, as_int(raw.get("podSetSliceSize"), w + ".podSetSliceSize", p, 0) or 0))
+    group = as_str(raw.get("podSetGroupName"), w + ".podSetGroupName", p)
+    shared = (required, preferred, unconstrained, tuple(slices), group)
+    found = _REQUESTS.get(shared)
+    if found is None:
+        if len(_REQUESTS) >= _SHARED_LIMIT:
+            _REQUESTS.clear()
+        found = _REQUESTS[shared] = TopologyRequest(required, preferred, unconstrained, tuple(slices), group)
+    return found
 
 
 def _scheduling_group(raw: Any, where: str, p: Problems) -> str:
@@ -644,6 +754,7 @@ _CONDITION_SUFFIXES: dict[tuple[str, str, str], bytes] = {}
 _PENDING_SUFFIXES: dict[tuple[str, str], bytes] = {}
 _POD_SUFFIXES: dict[tuple[Path, int], bytes] = {}
 _PLACED_PARTS: dict[int, tuple[Sequence[tuple[Path, int]], list[bytes]]] = {}  # id(placed) -> (placed, parts)
+_QUALITY_PARTS: dict[int, tuple[Sequence[tuple[Path, int]], list[tuple[bytes, bytes]]]] = {}  # likewise
 
 
 def _condition_suffix(c: Condition) -> bytes:
@@ -716,10 +827,57 @@ def _pod_parts(a: Assignment, fragment: Callable[[Path], str]) -> list[bytes]:
     return parts
 
 
-def render_workload(wl: Workload, fragment: Callable[[Path], str]) -> list[tuple[Family, bytes, int]]:
+def _quality_parts(a: Assignment) -> list[tuple[bytes, bytes]]:
+    """``(spanned suffix, locality suffix)`` per level above the host where the assignment's
+    pods have a domain: the distinct domains of that level, and the largest share of the pods in
+    one of them. Levels outside the flavor's Topology (all values "") are left out. Kept with a
+    shared placed list by identity, like :func:`_pod_parts`."""
+    placed: Sequence[tuple[Path, int]] = a.placed
+    hit = _QUALITY_PARTS.get(id(placed))
+    if hit is not None and hit[0] is placed:
+        return hit[1]
+    total = sum(pods for _, pods in placed)
+    out: list[tuple[bytes, bytes]] = []
+    if placed and total > 0:
+        for i in range(len(placed[0][0]) - 1):
+            per_domain: dict[Path, int] = {}
+            for path, pods in placed:
+                if path[i][1]:
+                    domain = path[: i + 1]
+                    per_domain[domain] = per_domain.get(domain, 0) + pods
+            if per_domain:
+                label = f'level="{esc(placed[0][0][i][0])}"}} '
+                out.append(((label + f"{len(per_domain)}\n").encode(),
+                            (label + format_value(max(per_domain.values()) / total) + "\n").encode()))
+    if a.shape is not None:
+        if len(_QUALITY_PARTS) >= _SHARED_LIMIT:
+            _QUALITY_PARTS.clear()
+        _QUALITY_PARTS[id(placed)] = (placed, out)
+    return out
+
+
+def _request_lines(wl: Workload, base: str, level_name: Callable[[str], str], out: list[tuple[Family, bytes, int]]) -> None:
+    lines = []
+    for ps in wl.podsets:
+        tr = ps.topology
+        if tr is None:
+            continue
+        head = f'gangscope_workload_topology_request{{{base},podset="{esc(ps.name)}"'
+        mode = tr.mode
+        if mode:
+            lines.append(f'{head},mode="{mode}",level="{esc(level_name(tr.level))}"}} 1\n')
+        for key, size in tr.slices:
+            lines.append(f'{head},mode="slice_required",level="{esc(level_name(key))}"}} {size}\n')
+    if lines:
+        out.append((WORKLOAD_TOPOLOGY_REQUEST, "".join(lines).encode(), len(lines)))
+
+
+def render_workload(wl: Workload, fragment: Callable[[Path], str],
+                    level_name: Callable[[str], str] = str) -> list[tuple[Family, bytes, int]]:
     """All sample lines of one Workload: per family, one UTF-8 string and its number of lines
     (for :meth:`Exposition.set_counted`, in a list: a dict would hash each Family); ``fragment(path)`` renders a topology path's label
-    pairs (a pure function of the path, so its results are cached here).
+    pairs (a pure function of the path, so its results are cached here); ``level_name(key)``
+    is the label name of a topology level's node label key (the key itself when it is no level).
 
     This runs on every watch event for tens of thousands of objects: lines share a pre-escaped
     ``namespace,workload`` head and cached suffixes (see ``_STAGE_PARTS``) instead of per-label code.
@@ -771,6 +929,22 @@ def render_workload(wl: Workload, fragment: Callable[[Path], str]) -> list[tuple
         n += len(parts) - 1
     if n:
         out.append((WORKLOAD_TOPOLOGY_PODS, pods, n))
+    if wl.admitted:
+        spanned, locality, n = b"", b"", 0
+        for a in wl.last_assignments:
+            parts = _quality_parts(a)
+            if parts:
+                head = f'{base},podset="{esc(a.name)}",'.encode()
+                spanned += b"".join([b"gangscope_workload_domains_spanned{" + head + s for s, _ in parts])
+                locality += b"".join([b"gangscope_workload_locality_ratio{" + head + r for _, r in parts])
+                n += len(parts)
+        if n:
+            out.append((WORKLOAD_DOMAINS_SPANNED, spanned, n))
+            out.append((WORKLOAD_LOCALITY_RATIO, locality, n))
+    _request_lines(wl, base, level_name, out)
+    if wl.past_execution_seconds is not None:
+        out.append((WORKLOAD_PAST_EXECUTION,
+                    f"gangscope_workload_past_execution_seconds{{{base}}} {wl.past_execution_seconds}\n".encode(), 1))
     if wl.unhealthy_paths:
         paths = dict.fromkeys(wl.unhealthy_paths)
         out.append((WORKLOAD_UNHEALTHY_NODE, "".join([

@@ -1,0 +1,870 @@
+"""GPU capacity, use and free space per topology domain, and whether waiting jobs fit in it.
+
+"Is there room anywhere, and where?" needs the Nodes' capacity beside the Workloads' assignments.
+This module keeps both per host and sums them per domain of every topology level:
+
+* **capacity**: ``status.allocatable`` of the GPU resources, what Kueue's topology-aware
+  scheduling counts (kueue pkg/cache/scheduler/tas_nodes_cache.go:133-150);
+* **unavailable**: the capacity of hosts a new pod cannot use: not Ready or cordoned (Kueue
+  keeps only schedulable, Ready nodes, tas_nodes_cache.go:58-66), listed in a Workload's
+  ``status.unhealthyNodes`` (workload_types.go:710-719), or tainted ``NoSchedule``/``NoExecute``
+  without a toleration (scheduling_simulator_default.go:81-87). Tolerated are the taints the
+  tolerations of the node's ResourceFlavors tolerate (tas_flavor_snapshot.go:961) and a
+  ``NoSchedule`` taint keyed by a GPU resource, which pods requesting it tolerate (the
+  ExtendedResourceToleration admission plugin, kubernetes plugin/pkg/admission/
+  extendedresourcetoleration/admission.go:54-58, GKE's and the GPU operator's convention);
+* **used**: Kueue's view, pods x GPUs per pod of every Workload that holds quota
+  (:func:`.workload_state.holds_quota`) per domain of its topology assignment, as Kueue's TAS
+  cache counts it (tas_flavor.go:255-300). Pods Kueue did not place (non-TAS usage) are not in it;
+* **free**: per host ``capacity - used`` on available hosts (0 on the others), summed;
+* **placeable pods** of each size in ``--placement-sizes``: per host ``free // size``, summed,
+  the way Kueue counts the pods a leaf domain fits (tas_flavor_snapshot.go:1876-1882, 1930-1995).
+
+Every change is incremental: a Node or Workload event changes its hosts' numbers, which are
+applied as deltas to the host's domains (one per level) and marked dirty; a flush renders only
+the dirty domains. In the collector the flush runs on a timer (:data:`FLUSH_DELAY` after the
+first change), never on the scrape path; offline (snapshot, explain) at the end of each handler
+call, or of a batch (:meth:`Capacity.deferred`).
+
+**Fit.** For each Workload waiting for admission whose pod sets name a topology level, the flush
+evaluates Kueue's placement rule on the free capacity: the pods (or slices) that each domain of
+the requested level holds are the sum over its slice-level domains of ``(sum of free // gpus
+per pod) // slice size`` (fillInCountsHelper, tas_flavor_snapshot.go:1930-1995); a ``required``
+request fits when one domain holds them all (findLevelWithFitDomains, :1336-1384), and the
+cluster holds them when all domains together do. A required request the cluster holds but no
+domain does is blocked by fragmentation; a ``preferred`` one is not (Kueue spreads it over
+several domains, :1388-1441). Candidate nodes are those of each TAS ResourceFlavor whose
+Topology has the level, with the flavor's node labels and every level label
+(pkg/util/tas/node.go:19-33), not excluded by the pod set's nodeSelector or taints it does not
+tolerate. Not modelled: node affinity, other resources than GPUs, pod sets competing for the same
+hosts, inner slice layers beyond the outermost.
+
+**Sharding.** Capacity and unavailable GPUs come from Nodes, which every shard watches; used
+GPUs from Workloads, which shards split. So with several shards, ``used`` is exported by every
+shard (per-domain sums over shards add up) and ``capacity``/``unavailable`` by shard 0 only,
+while free GPUs, placeable pods, domain states, fit and fragmentation, which need every
+Workload's usage, are left to the recording rules over those sums (alerts/config.yaml,
+``capacity``) and exported in-process only by an unsharded collector (:meth:`set_shards`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..exposition import Exposition, Family, format_value
+from ..exposition import escape_label_value as esc
+from ..taints import Taint, Toleration, tolerated, untolerated
+from ..topology import HOSTNAME_LABEL
+from .workload_state import WAITING_STAGES, holds_quota
+
+if TYPE_CHECKING:
+    from ..topologies import ResourceFlavor, Topology
+    from ..topology import TopologyLevels
+    from .nodes import Node
+    from .workloads import PodSet, Workload
+
+Path = tuple[tuple[str, str], ...]
+WorkloadKey = tuple[str, str]
+
+DEFAULT_PLACEMENT_SIZES = (1, 2, 4, 8)
+FLUSH_DELAY = 1.0  # seconds from the first change to the flush that renders it (collector only)
+STATES = ("capacity", "unavailable", "used", "free")
+DOMAIN_STATES = ("free", "partial", "full", "unavailable")
+
+DOMAIN_GPUS = Family(
+    "gangscope_domain_gpus", "gauge",
+    "GPUs of each topology domain (level and the path labels down to it) by state: capacity (allocatable), unavailable "
+    "(on nodes not Ready, cordoned, unhealthy for Kueue or tainted without a toleration), used (Kueue's view: pods x "
+    "GPUs of the Workloads holding quota there) and free (capacity minus used on available nodes).",
+    ("level", "state"), topology=True,
+)
+DOMAIN_PLACEABLE = Family(
+    "gangscope_domain_placeable_pods", "gauge",
+    "Pods of gpus_per_pod GPUs the domain can take now: the sum over its nodes of free GPUs divided by the pod size, "
+    "rounded down (for each of --placement-sizes).",
+    ("level", "gpus_per_pod"), topology=True,
+)
+DOMAINS = Family(
+    "gangscope_domains", "gauge",
+    "Topology domains of each level by state: free (nothing used), partial, full (no free GPU) and unavailable (every "
+    "GPU unavailable).",
+    ("level", "state"),
+)
+WORKLOAD_FIT = Family(
+    "gangscope_workload_fit", "gauge",
+    "Whether the free GPUs could place the waiting Workload's topology request now (1) or not (0): in one domain of "
+    "its required or preferred level (scope domain), or anywhere in the cluster (scope cluster).",
+    ("namespace", "workload", "scope"),
+)
+FRAGMENTATION_BLOCKED = Family(
+    "gangscope_fragmentation_blocked_workloads", "gauge",
+    "Waiting Workloads with a required topology level that the cluster's free GPUs could hold but no single domain of "
+    "that level can.",
+    ("cluster_queue", "level"),
+)
+WORKLOAD_DOMAINS_NEEDED = Family(
+    "gangscope_workload_domains_needed", "gauge",
+    "Fewest domains of its preferred level that the admitted pod set fits in by capacity (pods of its size per domain of "
+    "its flavor, largest first); compare with gangscope_workload_domains_spanned.",
+    ("namespace", "workload", "podset", "level"),
+)
+FAMILIES = (DOMAIN_GPUS, DOMAIN_PLACEABLE, DOMAINS, WORKLOAD_FIT, FRAGMENTATION_BLOCKED, WORKLOAD_DOMAINS_NEEDED)
+
+_DOMAINS_OWNER = ("capacity_domains",)
+_BLOCKED_OWNER = ("capacity_fragmentation",)
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    """``--placement-sizes``: comma-separated positive pod sizes in GPUs (raises ValueError)."""
+    sizes = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if not part.isdigit() or int(part) <= 0:
+            raise ValueError(f"--placement-sizes wants positive whole numbers of GPUs, got {part!r}")
+        sizes.append(int(part))
+    if not sizes:
+        raise ValueError("--placement-sizes names no size")
+    return tuple(sorted(set(sizes)))
+
+
+@dataclass(slots=True)
+class Host:
+    """One GPU node as the accounting sees it (keyed by its hostname label value)."""
+
+    node: str
+    labels: Mapping[str, str]
+    path: Path
+    gpus: float
+    ready: bool
+    unschedulable: bool
+    taints: tuple[Taint, ...]  # scheduling taints a GPU pod does not tolerate by itself
+    blocking: tuple[Taint, ...] = ()  # of those, the ones no toleration of its flavors tolerates either
+    applied: tuple[float, ...] | None = None  # the numbers last added to its domains
+    domains: tuple[tuple[int, Path], ...] = ()  # (level index, domain path) it was added to
+
+
+@dataclass(slots=True)
+class Domain:
+    """Sums over one domain's hosts: capacity, unavailable, used, free, placeable per size."""
+
+    sums: list[float]
+    extra_used: float = 0  # usage Kueue assigned to the domain itself, not to a host in it
+    hosts: int = 0
+    state: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """A ResourceFlavor whose Topology places by a level: its name, node labels, levels, tolerations."""
+
+    flavor: str
+    node_labels: tuple[tuple[str, str], ...]
+    levels: tuple[str, ...]
+    tolerations: tuple[Toleration, ...]
+
+
+@dataclass(slots=True)
+class LevelFit:
+    """What the free capacity holds for one request at one level, in one flavor's nodes."""
+
+    flavor: str
+    best: int  # slices (pods when not sliced) the best domain holds
+    best_domain: Path
+    total: int  # slices all domains hold together
+    free_gpus: float
+    domains_with_free: int
+    domains: int
+
+
+@dataclass(slots=True)
+class PodSetFit:
+    """One pod set's request and how the free capacity answers it (explain's numbers)."""
+
+    podset: str
+    mode: str  # required, preferred, unconstrained, or slices (only slice layers)
+    level: str  # the level's label name ("" when the request names none)
+    pods: int
+    gpus_per_pod: float
+    slice_level: str
+    slice_size: int
+    needed: int  # slices to place (pods when not sliced)
+    fit: LevelFit | None  # the flavor that holds most; None: no node of any candidate flavor
+    domain_fit: bool = False
+    cluster_fit: bool = False
+
+    @property
+    def fragmented(self) -> bool:
+        return self.cluster_fit and not self.domain_fit
+
+
+@dataclass(slots=True)
+class _Waiting:
+    """A waiting Workload's evaluable requests and what the last flush found."""
+
+    cluster_queue: str
+    requests: list[tuple[PodSet, Any]]  # (pod set, its request)
+    result: tuple[bool, bool, str] | None = None  # (domain fit, cluster fit, blocked level or "")
+
+
+def _plural(word: str, n: int) -> str:
+    return word if n == 1 else (word + "es" if word.endswith(("s", "x", "sh", "ch")) else word + "s")
+
+
+class Capacity:
+    """The per-host and per-domain GPU accounting of one collector (see module doc).
+
+    The store feeds it (``node_changed``, ``workload_changed``, ``levels_changed``,
+    ``flavors_changed``) and it renders its families into ``exposition``.
+    """
+
+    def __init__(self, exposition: Exposition, levels: Callable[[], TopologyLevels], fragment: Callable[[Path], str],
+                 *, gpu_resources: Sequence[str] = ("nvidia.com/gpu",), sizes: Sequence[int] = DEFAULT_PLACEMENT_SIZES,
+                 flavors: Mapping[str, ResourceFlavor] | None = None, topologies: Mapping[str, Topology] | None = None,
+                 shard: int = 0, total_shards: int = 1) -> None:
+        self.exposition = exposition
+        exposition.register(*FAMILIES)
+        self._levels, self._fragment = levels, fragment
+        self.sizes = tuple(sizes)
+        self._flavors: Mapping[str, ResourceFlavor] = flavors if flavors is not None else {}
+        self._topologies: Mapping[str, Topology] = topologies if topologies is not None else {}
+        # Pods requesting a GPU resource tolerate its NoSchedule taint (ExtendedResourceToleration).
+        self._implied = tuple(Toleration(r, "Exists", "", "NoSchedule") for r in gpu_resources)
+        self.hosts: dict[str, Host] = {}  # hostname -> host
+        self._node_host: dict[str, str] = {}  # node name -> hostname
+        self._used: dict[str, float] = {}  # hostname -> GPUs used (hosts not known yet included)
+        self._extra: dict[Path, float] = {}  # usage assigned above the host level
+        self._unhealthy: dict[str, int] = {}  # node name -> Workloads listing it in unhealthyNodes
+        self._wl_usage: dict[WorkloadKey, tuple[Any, ...]] = {}  # what each Workload added (see _usage_of)
+        self._wl_unhealthy: dict[WorkloadKey, tuple[str, ...]] = {}
+        self._domains: list[dict[Path, Domain]] = []
+        self._state_counts: list[dict[str, int]] = []
+        self._dirty_hosts: set[str] = set()
+        self._dirty_domains: set[tuple[int, Path]] = set()
+        self._waiting: dict[WorkloadKey, _Waiting] = {}
+        self._needed: dict[WorkloadKey, list[tuple[PodSet, str, Any]]] = {}  # admitted, preferred: (pod set, flavor, level key)
+        self._dirty_fit: set[WorkloadKey] = set()
+        self._fit_cache: dict[Any, LevelFit | None] = {}
+        self._needed_cache: dict[Any, list[int]] = {}
+        self._candidates_cache: dict[Any, list[Host]] = {}
+        self._flavor_cache: dict[tuple[str, str], list[Candidates]] = {}
+        self._capacity_changed = False  # a host's capacity, path or labels: domains needed change
+        self._free_changed = False  # a host's free GPUs or availability: fits change
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._hold = 0
+        self.set_shards(shard, total_shards, render=False)
+        self._reset_domains()
+
+    # ---- configuration ------------------------------------------------------------------------
+
+    def set_shards(self, shard: int, total_shards: int, render: bool = True) -> None:
+        """This collector's shard (see module doc): shard 0 exports the Nodes' side, every shard
+        its own usage, and only an unsharded collector what needs all usage."""
+        self.node_owner = shard == 0
+        self.complete = total_shards <= 1
+        if render:
+            for level, domains in enumerate(self._domains):
+                self._dirty_domains.update((level, path) for path in domains)
+            self._dirty_fit.update(self._waiting)
+            if not self.complete:
+                for key in self._waiting:
+                    self.exposition.delete(("capacity_workload", *key))
+            self._render_domain_counts()
+            self._render_blocked()
+            self._schedule()
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Flush by timer in ``loop`` from now on (the collector)."""
+        self._loop = loop
+        self._schedule()
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._loop = None
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Hold every flush until the block ends (a dump fed object by object), then flush once."""
+        self._hold += 1
+        try:
+            yield
+        finally:
+            self._hold -= 1
+            self.settle()
+
+    def settle(self) -> None:
+        """End of a handler call: flush now offline; the collector's timer does it otherwise."""
+        if self._loop is None and not self._hold:
+            self.flush()
+
+    def _schedule(self) -> None:
+        if self._loop is not None and self._timer is None and self._pending_work():
+            self._timer = self._loop.call_later(FLUSH_DELAY, self.flush)
+
+    def _pending_work(self) -> bool:
+        return bool(self._dirty_hosts or self._dirty_domains or self._dirty_fit or self._capacity_changed
+                    or self._free_changed)
+
+    # ---- inputs ---------------------------------------------------------------------------------
+
+    def node_changed(self, name: str, node: Node | None) -> None:
+        """A Node was put (``node``) or deleted (None); only GPU nodes are hosts."""
+        hostname = node.hostname if node is not None and node.gpu_node else None
+        old = self._node_host.pop(name, None)
+        if old is not None and old != hostname:
+            self._drop_host(old, name)
+        if hostname is None:
+            return
+        self._node_host[name] = hostname
+        path = tuple(self._levels().labels_from_node(node.labels, name))
+        taints = untolerated(node.taints, self._implied)
+        host = self.hosts.get(hostname)
+        if host is not None and host.node != name:  # another Node with the same hostname label: the last one wins
+            self._drop_host(hostname, host.node)
+            host = None
+        if host is None:
+            host = self.hosts[hostname] = Host(name, node.labels, path, node.gpus, node.ready, node.unschedulable, taints)
+        elif (host.path, host.gpus, host.ready, host.unschedulable, host.taints, host.labels) == (
+                path, node.gpus, node.ready, node.unschedulable, taints, node.labels):
+            return  # a status update that changes nothing counted here (most Node events)
+        else:
+            if host.path != path:
+                self._unapply(host)
+            host.labels, host.path, host.gpus, host.ready, host.unschedulable, host.taints = (
+                node.labels, path, node.gpus, node.ready, node.unschedulable, taints)
+        host.blocking = self._blocking(host)
+        self._host_dirty(hostname, capacity=True)
+
+    def _drop_host(self, hostname: str, node: str) -> None:
+        host = self.hosts.get(hostname)
+        if host is None or host.node != node:
+            return
+        del self.hosts[hostname]
+        self._unapply(host)
+        self._free_changed = self._capacity_changed = True
+        self._candidates_cache.clear()
+        self._schedule()
+
+    def levels_changed(self) -> None:
+        """Topology levels or Nodes' labels changed: every host's path is read again."""
+        levels = self._levels()
+        if len(self._domains) != len(levels.keys):
+            for host in self.hosts.values():
+                host.applied, host.domains = None, ()
+            self._reset_domains()
+        for hostname, host in self.hosts.items():
+            path = tuple(levels.labels_from_node(host.labels, host.node))
+            if path != host.path or host.applied is None:
+                self._unapply(host)
+                host.path = path
+                self._host_dirty(hostname, capacity=True)
+        self._needed_cache.clear()
+        self._candidates_cache.clear()
+        self._free_changed = self._capacity_changed = True
+        self._schedule()
+
+    def flavors_changed(self) -> None:
+        """ResourceFlavors or Topologies changed: tolerations and candidate nodes are read again."""
+        self._flavor_cache.clear()
+        for hostname, host in self.hosts.items():
+            blocking = self._blocking(host)
+            if blocking != host.blocking:
+                host.blocking = blocking
+                self._host_dirty(hostname)
+        self._needed_cache.clear()
+        self._candidates_cache.clear()
+        self._free_changed = self._capacity_changed = True
+        self._schedule()
+
+    def workload_changed(self, key: WorkloadKey, wl: Workload | None) -> None:
+        """A Workload was put or re-rendered (``wl``) or deleted (None)."""
+        usage = self._usage_of(wl) if wl is not None else ()
+        old = self._wl_usage.get(key, ())
+        if not _same_usage(old, usage):
+            for host, gpus in _contributions(old):
+                self._add_used(host, -gpus)
+            for host, gpus in _contributions(usage):
+                self._add_used(host, gpus)
+            if usage:
+                self._wl_usage[key] = usage
+            else:
+                self._wl_usage.pop(key, None)
+        unhealthy = tuple(wl.unhealthy_nodes) if wl is not None and holds_quota(wl) else ()
+        before = self._wl_unhealthy.get(key, ())
+        if unhealthy != before:
+            for name in before:
+                self._count_unhealthy(name, -1)
+            for name in unhealthy:
+                self._count_unhealthy(name, 1)
+            if unhealthy:
+                self._wl_unhealthy[key] = unhealthy
+            else:
+                self._wl_unhealthy.pop(key, None)
+        self._note_waiting(key, wl)
+        self._note_needed(key, wl)
+        self._schedule()
+
+    # ---- usage ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _usage_of(wl: Workload) -> tuple[Any, ...]:
+        """``((placed list, GPUs per pod), ...)`` of the current assignments Kueue counts as used;
+        the placed lists are the store's (shared by identity), so an event that leaves the
+        assignment alone is recognised without walking its hosts."""
+        if not wl.admitted or not holds_quota(wl):
+            return ()
+        per_pod = {ps.name: ps.gpus_per_pod for ps in wl.podsets}
+        return tuple((a.placed, per_pod.get(a.name, 0)) for a in wl.assignments if a.placed and per_pod.get(a.name))
+
+    def _add_used(self, where: Any, gpus: float) -> None:
+        if isinstance(where, str):
+            used = self._used.get(where, 0) + gpus
+            if abs(used) < 1e-9:
+                self._used.pop(where, None)
+            else:
+                self._used[where] = used
+            if where in self.hosts:
+                self._host_dirty(where)
+            return
+        extra = self._extra.get(where, 0) + gpus  # a domain above the host
+        if abs(extra) < 1e-9:
+            self._extra.pop(where, None)
+        else:
+            self._extra[where] = extra
+        for level, domains in enumerate(self._domains):
+            if level < len(where) and where[level][1]:
+                key = where[: level + 1]
+                dom = domains.get(key)
+                if dom is None:
+                    dom = domains[key] = Domain([0.0] * (len(STATES) + len(self.sizes)))
+                dom.extra_used += gpus
+                self._dirty_domains.add((level, key))
+        self._free_changed = True
+
+    def _count_unhealthy(self, node: str, delta: int) -> None:
+        n = self._unhealthy.get(node, 0) + delta
+        if n > 0:
+            self._unhealthy[node] = n
+        else:
+            self._unhealthy.pop(node, None)
+        hostname = self._node_host.get(node)
+        if hostname is not None:
+            self._host_dirty(hostname)
+
+    def _host_dirty(self, hostname: str, capacity: bool = False) -> None:
+        self._dirty_hosts.add(hostname)
+        self._free_changed = True
+        if capacity:
+            self._capacity_changed = True
+            self._candidates_cache.clear()
+        self._schedule()
+
+    def _blocking(self, host: Host) -> tuple[Taint, ...]:
+        """The host's taints that no toleration of the ResourceFlavors selecting it tolerates."""
+        if not host.taints:
+            return ()
+        tolerations = [t for f in self._flavors.values()
+                       if all(host.labels.get(k) == v for k, v in f.node_labels.items()) for t in f.tolerations]
+        return tuple(t for t in host.taints if not tolerated(t, tolerations))
+
+    def available(self, host: Host) -> bool:
+        return host.ready and not host.unschedulable and not host.blocking and host.node not in self._unhealthy
+
+    def _numbers(self, hostname: str, host: Host) -> tuple[float, ...]:
+        cap = host.gpus
+        used = self._used.get(hostname, 0)
+        if self.available(host):
+            free = max(0.0, cap - used)
+            return (cap, 0, used, free, *(free // s for s in self.sizes))
+        return (cap, cap, used, 0, *(0 for _ in self.sizes))
+
+    # ---- domains --------------------------------------------------------------------------------
+
+    def _reset_domains(self) -> None:
+        for level, domains in enumerate(self._domains):
+            for path in domains:
+                self.exposition.delete(("capacity_domain", level, path))
+        n = len(self._levels().keys)
+        self._domains = [{} for _ in range(n)]
+        self._state_counts = [dict.fromkeys(DOMAIN_STATES, 0) for _ in range(n)]
+        self._dirty_domains.clear()
+        for where, gpus in list(self._extra.items()):
+            self._extra.pop(where)
+            self._add_used(where, gpus)
+        self._render_domain_counts()
+
+    def _unapply(self, host: Host) -> None:
+        if host.applied is not None:
+            self._apply(host.domains, host.applied, -1)
+        host.applied, host.domains = None, ()
+
+    def _apply(self, domains: tuple[tuple[int, Path], ...], numbers: tuple[float, ...], sign: int) -> None:
+        for level, path in domains:
+            table = self._domains[level]
+            dom = table.get(path)
+            if dom is None:
+                dom = table[path] = Domain([0.0] * len(numbers))
+            sums = dom.sums
+            for i, v in enumerate(numbers):
+                sums[i] += sign * v
+            dom.hosts += sign
+            self._dirty_domains.add((level, path))
+
+    def _refresh_host(self, hostname: str) -> None:
+        host = self.hosts.get(hostname)
+        if host is None:
+            return
+        numbers = self._numbers(hostname, host)
+        if host.applied == numbers and host.domains:
+            return
+        path = host.path
+        domains = tuple((i, path[: i + 1]) for i in range(len(path)) if path[i][1])
+        if host.applied is not None:
+            self._apply(host.domains, host.applied, -1)
+        self._apply(domains, numbers, 1)
+        host.applied, host.domains = numbers, domains
+
+    def flush(self) -> None:
+        """Apply the dirty hosts to their domains, render what changed, evaluate fits."""
+        self._timer = None
+        dirty_hosts, self._dirty_hosts = self._dirty_hosts, set()
+        for hostname in dirty_hosts:
+            self._refresh_host(hostname)
+        if self._free_changed:
+            self._free_changed = False
+            self._fit_cache.clear()
+            self._dirty_fit.update(self._waiting)
+        if self._capacity_changed:
+            self._capacity_changed = False
+            self._needed_cache.clear()
+            for key in self._needed:
+                self._dirty_fit.add(key)
+        dirty, self._dirty_domains = self._dirty_domains, set()
+        if dirty:
+            counts_changed = False
+            for level, path in dirty:
+                counts_changed |= self._render_domain(level, path)
+            if counts_changed:
+                self._render_domain_counts()
+        if self._dirty_fit:
+            self._render_fits()
+
+    def _render_domain(self, level: int, path: Path) -> bool:
+        """Render one domain's lines (or delete a domain without hosts); True when its state changed."""
+        table = self._domains[level]
+        dom = table.get(path)
+        owner = ("capacity_domain", level, path)
+        counts = self._state_counts[level]
+        if dom is None or (dom.hosts <= 0 and not dom.extra_used):
+            if dom is not None:
+                del table[path]
+                if dom.state:
+                    counts[dom.state] -= 1
+            self.exposition.delete(owner)
+            return dom is not None and bool(dom.state)
+        cap, unavailable, used, free = dom.sums[:4]
+        used += dom.extra_used
+        free = max(0.0, free - dom.extra_used)
+        state = ("unavailable" if cap <= 0 or unavailable >= cap else "full" if free <= 0
+                 else "free" if used <= 0 else "partial")
+        changed = state != dom.state
+        if changed:
+            if dom.state:
+                counts[dom.state] -= 1
+            counts[state] += 1
+            dom.state = state
+        head = f'level="{esc(path[-1][0])}",{self._fragment(path)}'
+        gpus = []
+        for name, value in zip(STATES, (cap, unavailable, used, free)):
+            if name == "used" or (name == "free" and self.complete) or (name in ("capacity", "unavailable") and self.node_owner):
+                gpus.append(f'gangscope_domain_gpus{{{head},state="{name}"}} {format_value(value)}\n')
+        lines: dict[Family, list[str]] = {DOMAIN_GPUS: gpus}
+        if self.complete:
+            placeable = dom.sums[4:]
+            if dom.extra_used:  # usage not on a host: take it from the largest sizes' count too
+                placeable = [max(0.0, p - dom.extra_used // s) for p, s in zip(placeable, self.sizes)]
+            lines[DOMAIN_PLACEABLE] = [
+                f'gangscope_domain_placeable_pods{{{head},gpus_per_pod="{s}"}} {format_value(p)}\n'
+                for s, p in zip(self.sizes, placeable)]
+        self.exposition.set(owner, lines)
+        return changed
+
+    def _render_domain_counts(self) -> None:
+        if not self.complete:
+            self.exposition.delete(_DOMAINS_OWNER)
+            return
+        aliases = self._levels().aliases
+        self.exposition.set(_DOMAINS_OWNER, {DOMAINS: [
+            f'gangscope_domains{{level="{esc(aliases[level])}",state="{state}"}} {n}\n'
+            for level, counts in enumerate(self._state_counts) if level < len(aliases)
+            for state, n in counts.items()]})
+
+    # ---- fit ------------------------------------------------------------------------------------
+
+    def _note_waiting(self, key: WorkloadKey, wl: Workload | None) -> None:
+        requests = []
+        if wl is not None and wl.stage in WAITING_STAGES:
+            requests = [(ps, ps.topology) for ps in wl.podsets
+                        if ps.topology is not None and ps.gpus_per_pod > 0 and ps.count > 0
+                        and (ps.topology.mode or ps.topology.slices)]
+        if requests:
+            self._waiting[key] = _Waiting(wl.cluster_queue if wl is not None else "", requests)
+            self._dirty_fit.add(key)
+        elif self._waiting.pop(key, None) is not None:
+            self.exposition.delete(("capacity_workload", *key))
+            self._dirty_fit.add(key)
+
+    def _note_needed(self, key: WorkloadKey, wl: Workload | None) -> None:
+        entries = []
+        if wl is not None and wl.admitted and holds_quota(wl):
+            per_name = {ps.name: ps for ps in wl.podsets}
+            for a in wl.assignments:
+                ps = per_name.get(a.name)
+                if ps is not None and ps.topology is not None and ps.topology.mode == "preferred" and a.domains and ps.gpus_per_pod > 0:
+                    topo = a.topology
+                    entries.append((ps, topo.flavor if topo is not None and topo.levels is not None else "", ps.topology.preferred))
+        if entries:
+            if self._needed.get(key) != entries:
+                self._needed[key] = entries
+                self._dirty_fit.add(key)
+        elif self._needed.pop(key, None) is not None:
+            self.exposition.delete(("capacity_workload", *key))
+            self._dirty_fit.add(key)
+
+    def _candidate_flavors(self, level: str, slice_level: str) -> list[Candidates]:
+        """TAS flavors whose Topology has both levels; one catch-all (every GPU node with the level
+        labels) when none is known."""
+        found = self._flavor_cache.get((level, slice_level))
+        if found is None:
+            found = self._flavor_cache[(level, slice_level)] = self._find_flavors(level, slice_level)
+        return found
+
+    def _find_flavors(self, level: str, slice_level: str) -> list[Candidates]:
+        out = []
+        for f in sorted(self._flavors.values(), key=lambda f: f.name):
+            topo = self._topologies.get(f.topology_name) if f.topology_name else None
+            if topo is not None and level in topo.levels and slice_level in topo.levels:
+                out.append(Candidates(f.name, tuple(sorted(f.node_labels.items())), topo.levels, f.tolerations))
+        if not out:
+            out.append(Candidates("", (), tuple(dict.fromkeys((level, slice_level))), ()))
+        return out
+
+    def _candidate_hosts(self, c: Candidates, selector: tuple[tuple[str, str], ...]) -> list[Host]:
+        key = (c, selector)
+        found = self._candidates_cache.get(key)
+        if found is None:
+            want = (*c.node_labels, *selector)
+            found = self._candidates_cache[key] = [
+                h for h in self.hosts.values()
+                if all(h.labels.get(k) == v for k, v in want) and all(lv in h.labels or lv == HOSTNAME_LABEL for lv in c.levels)]
+        return found
+
+    def _level_fit(self, c: Candidates, level: int, slice_level: int, gpus: float, size: int,
+                   tolerations: tuple[Toleration, ...], selector: tuple[tuple[str, str], ...]) -> LevelFit | None:
+        key = (c, level, slice_level, gpus, size, tolerations, selector)
+        if key in self._fit_cache:
+            return self._fit_cache[key]
+        per_slice: dict[Path, float] = {}
+        per_domain_free: dict[Path, float] = {}
+        hosts = self._candidate_hosts(c, selector)
+        extra_tolerations = (*c.tolerations, *tolerations)
+        for host in hosts:
+            path = host.path
+            if not path[level][1] or not path[slice_level][1]:
+                continue
+            domain = path[: level + 1]
+            per_domain_free.setdefault(domain, 0.0)
+            if not (host.ready and not host.unschedulable and host.node not in self._unhealthy):
+                continue
+            if host.taints and any(not tolerated(t, extra_tolerations) for t in host.taints):
+                continue
+            free = max(0.0, host.gpus - self._used.get(path[-1][1], 0))
+            per_domain_free[domain] += free
+            sl = path[: slice_level + 1]
+            per_slice[sl] = per_slice.get(sl, 0) + free // gpus
+        per_domain: dict[Path, int] = dict.fromkeys(per_domain_free, 0)
+        for sl, pods in per_slice.items():
+            per_domain[sl[: level + 1]] += int(pods // size)
+        for where, extra in self._extra.items():  # usage Kueue put on a domain, not on its hosts
+            if len(where) == level + 1 and where in per_domain_free:
+                per_domain_free[where] = max(0.0, per_domain_free[where] - extra)
+        if not per_domain:
+            self._fit_cache[key] = None
+            return None
+        best_domain = max(per_domain, key=lambda d: (per_domain[d], per_domain_free[d]))
+        result = LevelFit(c.flavor, per_domain[best_domain], best_domain, sum(per_domain.values()),
+                          sum(per_domain_free.values()), sum(1 for v in per_domain_free.values() if v > 0), len(per_domain))
+        self._fit_cache[key] = result
+        return result
+
+    def podset_fit(self, ps: PodSet) -> PodSetFit | None:
+        """How the free capacity answers one pod set's topology request now (None: it names no
+        level gangscope knows, or asks for no GPUs)."""
+        tr = ps.topology
+        if tr is None or ps.gpus_per_pod <= 0 or ps.count <= 0 or not self.hosts:
+            return None  # no GPU node known (a dump without Nodes): nothing to say
+        levels = self._levels()
+        keys, aliases = levels.keys, levels.aliases
+        slice_key, size = tr.slices[0] if tr.slices else (keys[-1], 1)
+        size = size if size > 0 else 1
+        mode = tr.mode or ("slices" if tr.slices else "")
+        level_key = tr.level or (keys[0] if tr.slices else keys[-1])  # Kueue: slices alone -> top, unconstrained -> lowest
+        if not mode or level_key not in keys or slice_key not in keys:
+            return None
+        level, slice_level = keys.index(level_key), keys.index(slice_key)
+        if level > slice_level:
+            return None  # Kueue rejects a slice level above the pod set's level (tas_flavor_snapshot.go:946-948)
+        needed = ps.count // size
+        best: LevelFit | None = None
+        domain_fit = cluster_fit = False
+        selector = tuple(sorted(ps.node_selector.items()))
+        for c in self._candidate_flavors(level_key, slice_key):
+            fit = self._level_fit(c, level, slice_level, ps.gpus_per_pod, size, ps.tolerations, selector)
+            if fit is None:
+                continue
+            domain_fit |= fit.best >= needed
+            cluster_fit |= fit.total >= needed
+            if best is None or (fit.best >= needed, fit.best, fit.total) > (best.best >= needed, best.best, best.total):
+                best = fit
+        if mode in ("unconstrained", "slices"):
+            domain_fit = cluster_fit  # no level to keep the pods in: anywhere they fit will do
+        return PodSetFit(ps.name, mode, aliases[level] if tr.level else "", ps.count, ps.gpus_per_pod,
+                         aliases[slice_level], size, needed, best, domain_fit, cluster_fit)
+
+    def workload_fit(self, wl: Workload) -> list[PodSetFit]:
+        """Every evaluable pod set of ``wl`` (explain); flushes first so the numbers are current."""
+        self.flush()
+        return [f for f in (self.podset_fit(ps) for ps in wl.podsets) if f is not None]
+
+    def _needed_domains(self, flavor: str, level_key: str, gpus: float, pods: int) -> int | None:
+        levels = self._levels()
+        if level_key not in levels.keys:
+            return None
+        level = levels.keys.index(level_key)
+        key = (flavor, level, gpus)
+        prefix = self._needed_cache.get(key)
+        if prefix is None:
+            cands = [c for c in self._candidate_flavors(level_key, level_key) if c.flavor == flavor] or \
+                self._candidate_flavors(level_key, level_key)
+            per_domain: dict[Path, float] = {}
+            for c in cands:
+                for host in self._candidate_hosts(c, ()):
+                    if host.path[level][1]:
+                        domain = host.path[: level + 1]
+                        per_domain[domain] = per_domain.get(domain, 0) + host.gpus // gpus
+            prefix, total = [], 0
+            for pods_in in sorted(per_domain.values(), reverse=True):
+                total += int(pods_in)
+                prefix.append(total)
+            self._needed_cache[key] = prefix
+        for i, total in enumerate(prefix):
+            if total >= pods:
+                return i + 1
+        return len(prefix) or None
+
+    def _render_fits(self) -> None:
+        dirty, self._dirty_fit = self._dirty_fit, set()
+        blocked_changed = False
+        levels = self._levels()
+        for key in dirty:
+            lines: dict[Family, list[str]] = {}
+            base = f'namespace="{esc(key[0])}",workload="{esc(key[1])}"'
+            waiting = self._waiting.get(key)
+            if waiting is not None and self.complete:
+                fits = [f for f in (self.podset_fit(ps) for ps, _ in waiting.requests) if f is not None]
+                if fits:
+                    domain = all(f.domain_fit for f in fits)
+                    cluster = all(f.cluster_fit for f in fits)
+                    blocked = next((f.level for f in fits if f.mode == "required" and f.fragmented), "") if cluster else ""
+                    result = (domain, cluster, blocked)
+                    lines[WORKLOAD_FIT] = [f'gangscope_workload_fit{{{base},scope="domain"}} {int(domain)}\n',
+                                           f'gangscope_workload_fit{{{base},scope="cluster"}} {int(cluster)}\n']
+                else:
+                    result = None
+                if result != waiting.result:
+                    blocked_changed |= (waiting.result or (0, 0, ""))[2] != (result or (0, 0, ""))[2]
+                    waiting.result = result
+            elif waiting is None:
+                blocked_changed = True  # it may have counted before
+            for ps, flavor, level_key in self._needed.get(key, ()):
+                n = self._needed_domains(flavor, level_key, ps.gpus_per_pod, ps.count)
+                if n is not None:
+                    lines.setdefault(WORKLOAD_DOMAINS_NEEDED, []).append(
+                        f'gangscope_workload_domains_needed{{{base},podset="{esc(ps.name)}",'
+                        f'level="{esc(levels.alias(level_key) or level_key)}"}} {n}\n')
+            if lines:
+                self.exposition.set(("capacity_workload", *key), lines)
+            else:
+                self.exposition.delete(("capacity_workload", *key))
+        if blocked_changed:
+            self._render_blocked()
+
+    def _render_blocked(self) -> None:
+        if not self.complete:
+            self.exposition.delete(_BLOCKED_OWNER)
+            return
+        counts: dict[tuple[str, str], int] = {}
+        for waiting in self._waiting.values():
+            if waiting.result is not None and waiting.result[2]:
+                k = (waiting.cluster_queue, waiting.result[2])
+                counts[k] = counts.get(k, 0) + 1
+        self.exposition.set(_BLOCKED_OWNER, {FRAGMENTATION_BLOCKED: [
+            f'gangscope_fragmentation_blocked_workloads{{cluster_queue="{esc(cq)}",level="{esc(level)}"}} {n}\n'
+            for (cq, level), n in sorted(counts.items())]})
+
+
+def _contributions(usage: tuple[Any, ...]) -> Iterator[tuple[Any, float]]:
+    """(hostname, GPUs) per placed domain; a domain without a host value counts on the deepest
+    domain Kueue named (its path cut after the last known level)."""
+    for placed, per_pod in usage:
+        for path, pods in placed:
+            host = path[-1][1] if path else ""
+            if host:
+                yield host, pods * per_pod
+            else:
+                depth = max((i + 1 for i, (_, v) in enumerate(path) if v), default=0)
+                if depth:
+                    yield path[:depth], pods * per_pod
+
+
+def _same_usage(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    return len(a) == len(b) and all(x[0] is y[0] and x[1] == y[1] for x, y in zip(a, b))
+
+
+def _count(n: float, word: str) -> str:
+    return f"{format_value(n)} {word if n == 1 else _plural(word, 2)}"
+
+
+def fit_text(f: PodSetFit) -> str:
+    """explain's sentence for one pod set: "needs 8 pods x 8 GPUs in one rack (required); the
+    largest free rack, rack-2-1, fits 5; 96 GPUs are free across 4 racks: fragmented"."""
+    what = f"{_count(f.pods, 'pod')} x {_count(f.gpus_per_pod, 'GPU')}"
+    sliced = f.slice_size > 1
+    if sliced:
+        what += f" in slices of {f.slice_size} pods per {f.slice_level}"
+    if f.mode == "required":
+        text = f"needs {what} in one {f.level} (required)"
+    elif f.mode == "preferred":
+        text = f"needs {what}, preferably in one {f.level} (preferred)"
+    else:
+        text = f"needs {what} ({'slices only' if f.mode == 'slices' else 'unconstrained'})"
+    fit = f.fit
+    if fit is None:
+        return text + "; no node of a flavor with that level is known"
+    level = f.level or f.slice_level
+    if f.level:
+        text += f"; the largest free {f.level}, {fit.best_domain[-1][1]}, fits {fit.best}" + (" slices" if sliced else "")
+    text += f"; {_count(fit.free_gpus, 'GPU')} {'is' if fit.free_gpus == 1 else 'are'} free across {_count(fit.domains_with_free, level)}"
+    if f.domain_fit and (f.mode != "preferred" or fit.best >= f.needed):
+        return text + ": it fits now"
+    if f.cluster_fit:
+        return text + (f": it fits now, spread over several {_plural(f.level, 2)}" if f.mode == "preferred" else ": fragmented")
+    return text + f": not enough free GPUs ({fit.total} of {_count(f.needed, 'slice' if sliced else 'pod')} fit)"
