@@ -37,7 +37,7 @@ EVERYTHING: dict[str, Any] = {
     "metricsAuth": {"enabled": True},
     "collector": {"port": 9500, "logLevel": "debug", "maxSeriesPerFamily": 50000, "discoveryInterval": 30,
                   "insecureSkipTLSVerify": True, "assemblyTimeout": 900, "evictionLevel": "example.com/block", "evictionDomainGrace": 600,
-                  "queuePositionInterval": 0, "queuePositionLimit": 200, "gpuResources": ["nvidia.com/gpu", "amd.com/gpu"],
+                  "queuePositionInterval": 0, "queuePositionLimit": 200, "placementSizes": [8, 16], "gpuResources": ["nvidia.com/gpu", "amd.com/gpu"],
                   "extraArgs": ["--log-level=info"], "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}},
                   "nodeSelector": {"node-role.kubernetes.io/infra": ""}, "tolerations": [{"key": "infra", "operator": "Exists"}],
                   "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
@@ -82,6 +82,7 @@ COLLECTOR_FLAGS = {
     "--eviction-domain-grace": ["--eviction-domain-grace=600"],
     "--queue-position-interval": ["--queue-position-interval=0"],
     "--queue-position-limit": ["--queue-position-limit=200"],
+    "--placement-sizes": ["--placement-sizes=8,16"],
     "--log-level": ["--log-level=debug"],
 }
 AGENT_FLAGS = {

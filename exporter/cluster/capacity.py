@@ -15,10 +15,10 @@ This module keeps both per host and sums them per domain of every topology level
   extendedresourcetoleration/admission.go:54-58, GKE's and the GPU operator's convention);
 * **used**: Kueue's view, pods x GPUs per pod of every Workload that holds quota
   (:func:`.workload_state.holds_quota`) per domain of its topology assignment, as Kueue's TAS
-  cache counts it (tas_flavor.go:255-300). Pods Kueue did not place (non-TAS usage) are not in it;
+  cache counts it (tas_flavor.go:264-308). Pods Kueue did not place (non-TAS usage) are not in it;
 * **free**: per host ``capacity - used`` on available hosts (0 on the others), summed;
 * **placeable pods** of each size in ``--placement-sizes``: per host ``free // size``, summed,
-  the way Kueue counts the pods a leaf domain fits (tas_flavor_snapshot.go:1876-1882, 1930-1995).
+  the way Kueue counts the pods a leaf domain fits (tas_flavor_snapshot.go:1899-1928, 1930-1995).
 
 Every change is incremental: a Node or Workload event changes its hosts' numbers, which are
 applied as deltas to the host's domains (one per level) and marked dirty; a flush renders only
@@ -30,10 +30,10 @@ call, or of a batch (:meth:`Capacity.deferred`).
 evaluates Kueue's placement rule on the free capacity: the pods (or slices) that each domain of
 the requested level holds are the sum over its slice-level domains of ``(sum of free // gpus
 per pod) // slice size`` (fillInCountsHelper, tas_flavor_snapshot.go:1930-1995); a ``required``
-request fits when one domain holds them all (findLevelWithFitDomains, :1336-1384), and the
+request fits when one domain holds them all (findLevelWithFitDomains, :1379-1391), and the
 cluster holds them when all domains together do. A required request the cluster holds but no
 domain does is blocked by fragmentation; a ``preferred`` one is not (Kueue spreads it over
-several domains, :1388-1441). Candidate nodes are those of each TAS ResourceFlavor whose
+several domains, :1392-1437). Candidate nodes are those of each TAS ResourceFlavor whose
 Topology has the level, with the flavor's node labels and every level label
 (pkg/util/tas/node.go:19-33), not excluded by the pod set's nodeSelector or taints it does not
 tolerate. Not modelled: node affinity, other resources than GPUs, pod sets competing for the same
@@ -208,8 +208,69 @@ class _Waiting:
     """A waiting Workload's evaluable requests and what the last flush found."""
 
     cluster_queue: str
-    requests: list[tuple[PodSet, Any]]  # (pod set, its request)
+    requests: list[tuple[PodSet, Any]]  # (pod set, what its fit depends on: request, size, tolerations, selector)
     result: tuple[bool, bool, str] | None = None  # (domain fit, cluster fit, blocked level or "")
+
+
+class _FitState:
+    """What one request shape (level, slice level and size, GPUs per pod, tolerations, node
+    selector) finds in one flavor's candidate nodes, kept per domain and updated host by host:
+    a flush that changed a few hosts' free GPUs costs a few updates per shape, not a walk over
+    every node (the collector's 5,000)."""
+
+    __slots__ = ("level", "slice_level", "gpus", "size", "tolerations", "members", "slice_pods", "slices", "free",
+                 "total", "fit", "stale")
+
+    def __init__(self, level: int, slice_level: int, gpus: float, size: int, tolerations: tuple[Toleration, ...]) -> None:
+        self.level, self.slice_level, self.gpus, self.size, self.tolerations = level, slice_level, gpus, size, tolerations
+        self.members: dict[str, tuple[Path, Path, float, float]] = {}  # hostname -> (slice domain, domain, pods, free)
+        self.slice_pods: dict[Path, float] = {}
+        self.slices: dict[Path, int] = {}  # domain of the level -> slices (pods when not sliced) it holds
+        self.free: dict[Path, float] = {}  # domain of the level -> free GPUs
+        self.total = 0
+        self.fit: LevelFit | None = None
+        self.stale = True  # fit must be computed again
+
+    def put(self, hostname: str, path: Path, free: float) -> None:
+        pods = free // self.gpus
+        old = self.members.get(hostname)
+        if old is not None:
+            if old[2] == pods and old[3] == free:
+                return
+            if old[0] == path[: self.slice_level + 1] and old[1] == path[: self.level + 1]:
+                self._change(old, pods, free)  # the common case: same domains, other free GPUs
+                self.members[hostname] = (old[0], old[1], pods, free)
+                return
+            self._change(old, 0, 0)
+        entry = (path[: self.slice_level + 1], path[: self.level + 1], 0, 0)
+        self._change(entry, pods, free)
+        self.members[hostname] = (entry[0], entry[1], pods, free)
+
+    def _change(self, entry: tuple[Path, Path, float, float], pods: float, free: float) -> None:
+        """Move a host's contribution from ``entry``'s pods and free GPUs to ``pods`` and ``free``."""
+        sl, domain, old_pods, old_free = entry
+        size = self.size
+        before = self.slice_pods.get(sl, 0)
+        after = self.slice_pods[sl] = before - old_pods + pods
+        delta = int(after // size) - int(before // size)  # fillInCountsHelper: slices per slice domain
+        self.slices[domain] = self.slices.get(domain, 0) + delta
+        self.total += delta
+        self.free[domain] = self.free.get(domain, 0) + free - old_free
+        self.stale = True
+
+    def result(self, flavor: str, extra: Mapping[Path, float]) -> LevelFit | None:
+        if self.stale:
+            self.stale = False
+            if not self.slices:
+                self.fit = None
+            else:
+                free = self.free
+                if extra:  # usage Kueue put on a domain of this level, not on a host
+                    free = {d: max(0.0, f - extra.get(d, 0)) for d, f in free.items()}
+                best = max(self.slices, key=lambda d: (self.slices[d], free[d]))
+                self.fit = LevelFit(flavor, self.slices[best], best, self.total, sum(free.values()),
+                                    sum(1 for v in free.values() if v > 0), len(self.slices))
+        return self.fit
 
 
 def _plural(word: str, n: int) -> str:
@@ -249,7 +310,7 @@ class Capacity:
         self._waiting: dict[WorkloadKey, _Waiting] = {}
         self._needed: dict[WorkloadKey, list[tuple[PodSet, str, Any]]] = {}  # admitted, preferred: (pod set, flavor, level key)
         self._dirty_fit: set[WorkloadKey] = set()
-        self._fit_cache: dict[Any, LevelFit | None] = {}
+        self._fit_states: dict[Any, _FitState] = {}  # request shape -> its free space (see _FitState)
         self._needed_cache: dict[Any, list[int]] = {}
         self._candidates_cache: dict[Any, list[Host]] = {}
         self._flavor_cache: dict[tuple[str, str], list[Candidates]] = {}
@@ -332,16 +393,19 @@ class Capacity:
             host = None
         if host is None:
             host = self.hosts[hostname] = Host(name, node.labels, path, node.gpus, node.ready, node.unschedulable, taints)
-        elif (host.path, host.gpus, host.ready, host.unschedulable, host.taints, host.labels) == (
-                path, node.gpus, node.ready, node.unschedulable, taints, node.labels):
-            return  # a status update that changes nothing counted here (most Node events)
+            shape_changed = True
         else:
+            # Capacity, path or labels change which nodes are candidates and what domains hold;
+            # readiness, cordons and taints only what a host has free (updated host by host).
+            shape_changed = (host.path, host.gpus, host.labels) != (path, node.gpus, node.labels)
+            if not shape_changed and (host.ready, host.unschedulable, host.taints) == (node.ready, node.unschedulable, taints):
+                return  # a status update that changes nothing counted here (most Node events)
             if host.path != path:
                 self._unapply(host)
             host.labels, host.path, host.gpus, host.ready, host.unschedulable, host.taints = (
                 node.labels, path, node.gpus, node.ready, node.unschedulable, taints)
         host.blocking = self._blocking(host)
-        self._host_dirty(hostname, capacity=True)
+        self._host_dirty(hostname, capacity=shape_changed)
 
     def _drop_host(self, hostname: str, node: str) -> None:
         host = self.hosts.get(hostname)
@@ -538,15 +602,15 @@ class Capacity:
         dirty_hosts, self._dirty_hosts = self._dirty_hosts, set()
         for hostname in dirty_hosts:
             self._refresh_host(hostname)
-        if self._free_changed:
-            self._free_changed = False
-            self._fit_cache.clear()
-            self._dirty_fit.update(self._waiting)
+        recheck = self._free_changed
         if self._capacity_changed:
             self._capacity_changed = False
             self._needed_cache.clear()
-            for key in self._needed:
-                self._dirty_fit.add(key)
+            self._fit_states.clear()  # candidate nodes or their paths changed: built again when asked
+            self._dirty_fit.update(self._needed)
+        elif self._free_changed:
+            self._update_fit_states(dirty_hosts)
+        self._free_changed = False
         dirty, self._dirty_domains = self._dirty_domains, set()
         if dirty:
             counts_changed = False
@@ -554,8 +618,8 @@ class Capacity:
                 counts_changed |= self._render_domain(level, path)
             if counts_changed:
                 self._render_domain_counts()
-        if self._dirty_fit:
-            self._render_fits()
+        if self._dirty_fit or (recheck and self._waiting):
+            self._render_fits(recheck)
 
     def _render_domain(self, level: int, path: Path) -> bool:
         """Render one domain's lines (or delete a domain without hosts); True when its state changed."""
@@ -612,7 +676,8 @@ class Capacity:
     def _note_waiting(self, key: WorkloadKey, wl: Workload | None) -> None:
         requests = []
         if wl is not None and wl.stage in WAITING_STAGES:
-            requests = [(ps, ps.topology) for ps in wl.podsets
+            requests = [(ps, (ps.topology, ps.gpus_per_pod, ps.count, ps.tolerations, tuple(sorted(ps.node_selector.items()))))
+                        for ps in wl.podsets
                         if ps.topology is not None and ps.gpus_per_pod > 0 and ps.count > 0
                         and (ps.topology.mode or ps.topology.slices)]
         if requests:
@@ -667,43 +732,37 @@ class Capacity:
                 if all(h.labels.get(k) == v for k, v in want) and all(lv in h.labels or lv == HOSTNAME_LABEL for lv in c.levels)]
         return found
 
+    def _usable_free(self, hostname: str, host: Host, tolerations: tuple[Toleration, ...]) -> float:
+        """Free GPUs of a candidate host for pods with these tolerations (0 where they cannot go)."""
+        if not host.ready or host.unschedulable or host.node in self._unhealthy:
+            return 0.0
+        if host.taints and any(not tolerated(t, tolerations) for t in host.taints):
+            return 0.0
+        return max(0.0, host.gpus - self._used.get(hostname, 0))
+
+    def _update_fit_states(self, hosts: set[str]) -> None:
+        for state in self._fit_states.values():
+            members = state.members
+            for hostname in hosts:
+                if hostname in members:
+                    host = self.hosts[hostname]
+                    state.put(hostname, host.path, self._usable_free(hostname, host, state.tolerations))
+        if self._extra:
+            for state in self._fit_states.values():
+                state.stale = True
+
     def _level_fit(self, c: Candidates, level: int, slice_level: int, gpus: float, size: int,
                    tolerations: tuple[Toleration, ...], selector: tuple[tuple[str, str], ...]) -> LevelFit | None:
         key = (c, level, slice_level, gpus, size, tolerations, selector)
-        if key in self._fit_cache:
-            return self._fit_cache[key]
-        per_slice: dict[Path, float] = {}
-        per_domain_free: dict[Path, float] = {}
-        hosts = self._candidate_hosts(c, selector)
-        extra_tolerations = (*c.tolerations, *tolerations)
-        for host in hosts:
-            path = host.path
-            if not path[level][1] or not path[slice_level][1]:
-                continue
-            domain = path[: level + 1]
-            per_domain_free.setdefault(domain, 0.0)
-            if not (host.ready and not host.unschedulable and host.node not in self._unhealthy):
-                continue
-            if host.taints and any(not tolerated(t, extra_tolerations) for t in host.taints):
-                continue
-            free = max(0.0, host.gpus - self._used.get(path[-1][1], 0))
-            per_domain_free[domain] += free
-            sl = path[: slice_level + 1]
-            per_slice[sl] = per_slice.get(sl, 0) + free // gpus
-        per_domain: dict[Path, int] = dict.fromkeys(per_domain_free, 0)
-        for sl, pods in per_slice.items():
-            per_domain[sl[: level + 1]] += int(pods // size)
-        for where, extra in self._extra.items():  # usage Kueue put on a domain, not on its hosts
-            if len(where) == level + 1 and where in per_domain_free:
-                per_domain_free[where] = max(0.0, per_domain_free[where] - extra)
-        if not per_domain:
-            self._fit_cache[key] = None
-            return None
-        best_domain = max(per_domain, key=lambda d: (per_domain[d], per_domain_free[d]))
-        result = LevelFit(c.flavor, per_domain[best_domain], best_domain, sum(per_domain.values()),
-                          sum(per_domain_free.values()), sum(1 for v in per_domain_free.values() if v > 0), len(per_domain))
-        self._fit_cache[key] = result
-        return result
+        state = self._fit_states.get(key)
+        if state is None:
+            state = self._fit_states[key] = _FitState(level, slice_level, gpus, size, (*c.tolerations, *tolerations))
+            for host in self._candidate_hosts(c, selector):
+                path = host.path
+                if path[level][1] and path[slice_level][1]:
+                    hostname = path[-1][1]
+                    state.put(hostname, path, self._usable_free(hostname, host, state.tolerations))
+        return state.result(c.flavor, {d: v for d, v in self._extra.items() if len(d) == level + 1} if self._extra else {})
 
     def podset_fit(self, ps: PodSet) -> PodSetFit | None:
         """How the free capacity answers one pod set's topology request now (None: it names no
@@ -721,7 +780,7 @@ class Capacity:
             return None
         level, slice_level = keys.index(level_key), keys.index(slice_key)
         if level > slice_level:
-            return None  # Kueue rejects a slice level above the pod set's level (tas_flavor_snapshot.go:946-948)
+            return None  # Kueue rejects a slice level above the pod set's level (tas_flavor_snapshot.go:947-949)
         needed = ps.count // size
         best: LevelFit | None = None
         domain_fit = cluster_fit = False
@@ -770,30 +829,43 @@ class Capacity:
                 return i + 1
         return len(prefix) or None
 
-    def _render_fits(self) -> None:
+    def _render_fits(self, recheck: bool) -> None:
+        """Render the Workloads whose entries changed (``_dirty_fit``), and, when free GPUs moved
+        (``recheck``), every waiting Workload whose answer changed with them."""
         dirty, self._dirty_fit = self._dirty_fit, set()
+        keys = dirty | set(self._waiting) if recheck else dirty
         blocked_changed = False
         levels = self._levels()
-        for key in dirty:
-            lines: dict[Family, list[str]] = {}
-            base = f'namespace="{esc(key[0])}",workload="{esc(key[1])}"'
+        memo: dict[Any, PodSetFit | None] = {}  # pod sets that ask the same get the same answer
+
+        def podset_fit(ps: PodSet, shape: Any) -> PodSetFit | None:
+            if shape not in memo:
+                memo[shape] = self.podset_fit(ps)
+            return memo[shape]
+
+        for key in keys:
+            changed = key in dirty
             waiting = self._waiting.get(key)
             if waiting is not None and self.complete:
-                fits = [f for f in (self.podset_fit(ps) for ps, _ in waiting.requests) if f is not None]
+                fits = [f for f in (podset_fit(ps, shape) for ps, shape in waiting.requests) if f is not None]
+                result = None
                 if fits:
-                    domain = all(f.domain_fit for f in fits)
                     cluster = all(f.cluster_fit for f in fits)
-                    blocked = next((f.level for f in fits if f.mode == "required" and f.fragmented), "") if cluster else ""
-                    result = (domain, cluster, blocked)
-                    lines[WORKLOAD_FIT] = [f'gangscope_workload_fit{{{base},scope="domain"}} {int(domain)}\n',
-                                           f'gangscope_workload_fit{{{base},scope="cluster"}} {int(cluster)}\n']
-                else:
-                    result = None
+                    result = (all(f.domain_fit for f in fits), cluster,
+                              next((f.level for f in fits if f.mode == "required" and f.fragmented), "") if cluster else "")
                 if result != waiting.result:
                     blocked_changed |= (waiting.result or (0, 0, ""))[2] != (result or (0, 0, ""))[2]
                     waiting.result = result
-            elif waiting is None:
-                blocked_changed = True  # it may have counted before
+                    changed = True
+            elif waiting is None and changed:
+                blocked_changed = True  # it may have been counted while it waited
+            if not changed:
+                continue
+            lines: dict[Family, list[str]] = {}
+            base = f'namespace="{esc(key[0])}",workload="{esc(key[1])}"'
+            if waiting is not None and waiting.result is not None and self.complete:
+                lines[WORKLOAD_FIT] = [f'gangscope_workload_fit{{{base},scope="domain"}} {int(waiting.result[0])}\n',
+                                       f'gangscope_workload_fit{{{base},scope="cluster"}} {int(waiting.result[1])}\n']
             for ps, flavor, level_key in self._needed.get(key, ()):
                 n = self._needed_domains(flavor, level_key, ps.gpus_per_pod, ps.count)
                 if n is not None:
@@ -804,6 +876,10 @@ class Capacity:
                 self.exposition.set(("capacity_workload", *key), lines)
             else:
                 self.exposition.delete(("capacity_workload", *key))
+        if recheck:  # shapes no waiting Workload asks for any more
+            used = {key for key, state in self._fit_states.items() if not state.stale}
+            for key in [k for k in self._fit_states if k not in used]:
+                del self._fit_states[key]
         if blocked_changed:
             self._render_blocked()
 

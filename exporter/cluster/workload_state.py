@@ -284,7 +284,7 @@ def holds_quota(wl: Workload) -> bool:
     """Whether Kueue counts the Workload's topology assignment as used capacity: quota reserved,
     not finished, active (pkg/workload/workload.go:1304-1306 HasActiveQuotaReservation; only
     such Workloads stay in the cache, pkg/cache/scheduler/cache.go:812-818, whose TAS usage is
-    added per assigned domain, clusterqueue.go:644-660 and tas_flavor.go:255-300)."""
+    added per assigned domain, clusterqueue.go:644-660 and tas_flavor.go:264-308)."""
     return wl.condition_true("QuotaReserved") and not wl.condition_true("Finished") and wl.active
 
 

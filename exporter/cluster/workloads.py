@@ -565,7 +565,7 @@ _REQUESTS: dict[tuple[Any, ...], TopologyRequest] = {}  # a handful of distinct 
 
 def _topology_request(raw: Any, where: str, p: Problems) -> TopologyRequest | None:
     """``spec.podSets[i].topologyRequest``; None without one. Kueue copies it from the pod set's
-    ``kueue.x-k8s.io/podset-*-topology`` annotations (jobframework/tas.go), so the field is the
+    ``kueue.x-k8s.io/podset-*-topology`` annotations (pkg/controller/jobframework/tas.go:60-70), so the field is the
     one source to read."""
     if raw is None:
         return None
