@@ -27,6 +27,7 @@ import argparse
 import gc
 import multiprocessing as mp
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -188,16 +189,17 @@ def _pages(objects: list[dict[str, Any]]) -> list[bytes]:
     return [orjson.dumps({"items": objects[k:k + PAGE]}) for k in range(0, len(objects), PAGE)]
 
 
-def _nodes_only(n: int, whole: bool, conn: Any) -> None:  # runs in a child process
+def _nodes_only(pages: str, traced: bool, conn: Any) -> None:  # runs in a child process
+    """Feed the LIST pages stored in ``pages`` (one JSON page per line, written by the parent, so
+    no copy of the Nodes lives in this process before the clock) and measure what stays: RSS, or
+    with ``traced`` the Python heap by tracemalloc (whose own bookkeeping inflates RSS, hence a run of its own)."""
+    import tracemalloc
+
     from exporter.cluster.main import tune_gc
     from exporter.cluster.store import ClusterStore
     from exporter.exposition import Exposition
 
     tune_gc()
-    objs = [gpu_node(i) for i in range(n)]
-    payloads = _pages(objs if whole else [metadata_only(o) for o in objs])
-    size = sum(len(p) for p in payloads)
-    del objs
     topo = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Topology", "metadata": {"name": "t"},
             "spec": {"levels": [{"nodeLabel": k} for k in (BLOCK, RACK, HOST)]}}
     expo = Exposition()
@@ -206,14 +208,24 @@ def _nodes_only(n: int, whole: bool, conn: Any) -> None:  # runs in a child proc
     handlers["topologies"].replace([topo])
     gc.collect()
     before = rss()
+    if traced:
+        tracemalloc.start()
     t = time.perf_counter()
-    _feed_list(handlers["nodes"], payloads)
+    handler = handlers["nodes"]
+    handler.begin_replace()
+    size = peak = 0
+    with open(pages, "rb") as f:
+        for line in f:
+            size += len(line)
+            handler.add_page(orjson.loads(line)["items"])
+            del line
+            peak = max(peak, rss())
+    handler.end_replace(True)
     took = time.perf_counter() - t
-    peak = psutil.Process().memory_info().rss
-    del payloads
     gc.collect()
-    after = rss()
-    conn.send({"payload": size, "sync": took, "rss": after - before, "peak": peak - before,
+    heap = tracemalloc.get_traced_memory()[0] if traced else 0
+    tracemalloc.stop()
+    conn.send({"payload": size, "sync": took, "rss": rss() - before, "peak": peak - before, "heap": heap,
                "series": sum(expo.series_count(f) for f in ("gangscope_domain_gpus", "gangscope_domain_placeable_pods")),
                "hosts": len(store.capacity.hosts)})
 
@@ -303,17 +315,27 @@ def main() -> None:
     p.add_argument("--waiting", type=int, default=2_000)
     p.add_argument("--events", type=int, default=5_000)
     a = p.parse_args()
-    meta = _in_child(_nodes_only, a.nodes, False)
-    whole = _in_child(_nodes_only, a.nodes, True)
+    with tempfile.TemporaryDirectory() as tmp:
+        nodes = [gpu_node(i) for i in range(a.nodes)]
+        files = {}
+        for name, objs in (("meta", [metadata_only(o) for o in nodes]), ("whole", nodes)):
+            files[name] = str(Path(tmp) / f"{name}.jsonl")
+            Path(files[name]).write_bytes(b"\n".join(_pages(objs)) + b"\n")
+        del nodes, objs
+        meta = _in_child(_nodes_only, files["meta"], False)
+        whole = _in_child(_nodes_only, files["whole"], False)
+        meta["heap"] = _in_child(_nodes_only, files["meta"], True)["heap"]
+        whole["heap"] = _in_child(_nodes_only, files["whole"], True)["heap"]
     wl = _in_child(_with_workloads, a.nodes, a.workloads, a.waiting, a.events)
     mib = 2**20
     rows = [
         ("nodes", f"{a.nodes} (8 GPUs each; {whole['hosts']} hosts, racks of {NODES_PER_RACK}, blocks of {RACKS_PER_BLOCK} racks)"),
         ("LIST payload, metadata only / whole", f"{meta['payload'] / 1e6:.1f} / {whole['payload'] / 1e6:.1f} MB"),
         ("Node sync, metadata only / whole", f"{meta['sync']:.2f} / {whole['sync']:.2f} s (decode, parse, capacity, render)"),
-        ("RSS of the Nodes, metadata only", f"{meta['rss'] / mib:.1f} MiB ({meta['rss'] / a.nodes / 1024:.1f} KiB per node)"),
-        ("RSS of the Nodes, whole + capacity", f"{whole['rss'] / mib:.1f} MiB ({whole['rss'] / a.nodes / 1024:.1f} KiB per node; "
-                                               f"{whole['series']} domain series)"),
+        ("RSS of the Nodes, metadata only", f"{meta['rss'] / mib:.1f} MiB ({meta['rss'] / a.nodes / 1024:.1f} KiB per node); "
+                                            f"Python heap {meta['heap'] / mib:.1f} MiB"),
+        ("RSS of the Nodes, whole + capacity", f"{whole['rss'] / mib:.1f} MiB ({whole['rss'] / a.nodes / 1024:.1f} KiB per node); "
+                                               f"Python heap {whole['heap'] / mib:.1f} MiB, {whole['series']} domain series"),
         ("peak during the LIST, metadata / whole", f"{meta['peak'] / mib:.1f} / {whole['peak'] / mib:.1f} MiB above the start"),
         ("Workloads", f"{a.workloads} admitted (16 hosts each) + {wl['waiting']} waiting with a topology request"),
         ("Workload sync with capacity", f"{wl['sync']:.2f} s; RSS {wl['rss'] / mib:.0f} MiB; {wl['series']} capacity series"),
