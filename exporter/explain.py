@@ -8,9 +8,10 @@ that holds the job back, naming it with its evidence (the Kueue message, the Pod
 since when, the unhealthy node, the throughput drop).
 
 The diagnosis is computed from the same records the collector keeps (the Workload store and the
-gang index), so the three ways to get it agree: live (list everything once through the kube
-client), offline on a dump (``--from-file``), and the collector's ``/debug/explain`` endpoint
-(:func:`explain_route`). The JSON schema is documented in ``docs/explain.md``.
+gang index), so the three ways to get it agree: live (list what the job needs once through the
+kube client: its namespace, and the nodes it was placed on), offline on a dump
+(``--from-file``), and the collector's ``/debug/explain`` endpoint (:func:`explain_route`).
+The JSON schema is documented in ``docs/explain.md``.
 """
 
 from __future__ import annotations
@@ -558,27 +559,44 @@ def _build(args: argparse.Namespace) -> tuple[ClusterStore, GangIndex, dict[str,
     return store, gangs, handlers
 
 
-async def _load_live(args: argparse.Namespace, store: ClusterStore, handlers: dict[str, Any], namespace: str,
-                     name: str) -> None:
-    """List every served resource once, then ask Kueue's visibility API for the target's queue position."""
+# Hostnames per node LIST: a label selector of a few thousand characters stays well within what
+# API servers and proxies accept in a URL.
+NODE_SELECTOR_CHUNK = 100
+
+
+async def _load_live(args: argparse.Namespace, store: ClusterStore, gangs: GangIndex, handlers: dict[str, Any],
+                     namespace: str, name: str) -> None:
+    """Read what the diagnosis of one job needs, and only that, so that a user whose RBAC covers
+    one namespace can use it: the namespace's Workloads, LocalQueues and PodGroups (every API),
+    the cluster's few Topologies and ResourceFlavors (down when forbidden, like any source), then
+    the Nodes the Workload's assignment and unhealthy list name (for the block and rack of each
+    host; without the right to read Nodes the placement shows hosts only), and Kueue's visibility
+    API for a pending Workload's queue position (left out when not served or forbidden)."""
     from .cluster.queue_positions import DEFAULT_LIMIT, fetch_positions
     from .exposition import Exposition
     from .kube.client import ApiError, KubeClient
     from .kube.discovery import served_version
-    from .kube.resources import COLLECTOR_RESOURCES, QUEUE_POSITIONS
+    from .kube.resources import COLLECTOR_RESOURCES, NODES, QUEUE_POSITIONS
     from .kube.sources import SourceSet, SourceSpec
 
     client = await KubeClient.create(args.kubeconfig, args.context, args.insecure_skip_tls_verify)
     try:
-        specs = [SourceSpec(r, handlers[r.source]) for r in COLLECTOR_RESOURCES if r.source in handlers]
+        specs = [SourceSpec(r, handlers[r.source], namespace=namespace if r.namespaced else None)
+                 for r in COLLECTOR_RESOURCES if r.source in handlers and r is not NODES]
         sources = SourceSet(client, specs, Exposition(), discovery_interval=args.discovery_interval)
         await sources.start()
         try:
             await sources.wait_ready(timeout=args.sync_timeout)
         finally:
             await sources.stop()
-        wl = store.workload(namespace, name) or next(iter(store.workloads_by_owner_name(namespace, name)), None)
-        if wl is None or not wl.cluster_queue or wl.state is None or wl.state.pending is None:
+        try:
+            _, wl, _ = resolve(store, gangs, namespace, name)
+        except UnknownTarget:
+            return
+        if wl is None:
+            return
+        await _load_nodes(client, wl, handlers[NODES.source])
+        if not wl.cluster_queue or wl.state is None or wl.state.pending is None:
             return
         try:  # optional: not served or forbidden leaves the position out
             version = await served_version(client, QUEUE_POSITIONS)
@@ -589,6 +607,33 @@ async def _load_live(args: argparse.Namespace, store: ClusterStore, handlers: di
             store.queue_positions[wl.key] = found[0][wl.key]
     finally:
         await client.close()
+
+
+async def _load_nodes(client: Any, wl: Workload, handler: Any) -> None:
+    """The Nodes of ``wl``'s assignments (by their ``kubernetes.io/hostname`` label, the value
+    Kueue stores) and of its unhealthy list (by name, as Kueue stores them), metadata only."""
+    from .kube.client import ApiError
+    from .kube.informer import PARTIAL_LIST_ACCEPT
+    from .topology import HOSTNAME_LABEL
+
+    hosts = sorted({d.values[a.levels.index(HOSTNAME_LABEL)] for a in wl.last_assignments
+                    if HOSTNAME_LABEL in a.levels for d in a.domains} - {""})
+    queries = [{"labelSelector": f"{HOSTNAME_LABEL} in ({','.join(hosts[i:i + NODE_SELECTOR_CHUNK])})"}
+               for i in range(0, len(hosts), NODE_SELECTOR_CHUNK)]
+    queries += [{"fieldSelector": f"metadata.name={n}"} for n in sorted(set(wl.unhealthy_nodes))]
+    nodes: dict[str, Any] = {}
+    try:
+        for query in queries:
+            page = await client.get_json("/api/v1/nodes", query, accept=PARTIAL_LIST_ACCEPT)
+            for obj in page.get("items") or []:  # "items": null when none matches
+                meta = obj.get("metadata") if isinstance(obj, dict) else None
+                if isinstance(meta, dict) and isinstance(meta.get("name"), str):
+                    nodes[meta["name"]] = obj
+    except ApiError as exc:  # forbidden (a namespace-scoped user) or unreachable: hosts only
+        print(f"gangscope explain: nodes not read ({exc}); placement shows hosts without their topology",
+              file=sys.stderr)
+        return
+    handler.replace(list(nodes.values()))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -609,7 +654,7 @@ def run(args: argparse.Namespace) -> int:
         feed(store.exposition, handlers, loaded.objects, "gangscope explain")
     else:
         try:
-            asyncio.run(_load_live(args, store, handlers, namespace, name))
+            asyncio.run(_load_live(args, store, gangs, handlers, namespace, name))
         except Exception as exc:
             print(f"gangscope explain: cannot read the cluster: {exc}", file=sys.stderr)
             return 1

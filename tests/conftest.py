@@ -51,3 +51,38 @@ def kubelet_socket():
     folder = tempfile.mkdtemp(prefix="gs-", dir="/tmp")
     yield os.path.join(folder, "kubelet.sock")
     shutil.rmtree(folder, ignore_errors=True)
+
+
+# --- a real Kubernetes API server (tests/realapi.py, scripts/real-apiserver) --------------------
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that uses the real API server carries the ``realapi`` marker (``-m realapi``)."""
+    for item in items:
+        if "real_api" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.realapi)
+
+
+@pytest.fixture(scope="session")
+def real_api(tmp_path_factory: pytest.TempPathFactory):
+    """kube-apiserver v1.20.2 and etcd on loopback, for the whole session, with every CRD the
+    collector reads and the project's RBAC (deploy/base) applied. Tests share it: they name their
+    namespaces and objects uniquely and compare with what the server holds, not with what they wrote."""
+    import os
+
+    import realapi
+
+    if os.environ.get(realapi.SKIP_ENV):
+        pytest.skip(f"{realapi.SKIP_ENV} is set: no real API server on this machine")
+    bin_dir = realapi.binaries()
+    if isinstance(bin_dir, realapi.RealApiUnavailable):  # never a skip: CI must not pass without it
+        pytest.fail(str(bin_dir), pytrace=False)
+    cluster = realapi.RealCluster(bin_dir, tmp_path_factory.mktemp("realapi"))
+    cluster.start()
+    try:
+        cluster.install_crds()
+        for manifest in ("namespace.yaml", "rbac.yaml"):
+            cluster.apply_manifests(Path(__file__).resolve().parent.parent / "deploy" / "base" / manifest)
+        yield cluster
+    finally:
+        cluster.stop()

@@ -24,7 +24,9 @@ AUTH = {"Authorization": "Bearer sim-token"}
 async def get(sim: SimApiServer, path: str, params: dict[str, str] | None = None, headers: dict[str, str] | None = None
               ) -> tuple[int, Any, dict[str, str]]:
     async with aiohttp.ClientSession() as s, s.get(sim.url + path, params=params, headers={**AUTH, **(headers or {})}) as r:
-        return r.status, orjson.loads(await r.read()), dict(r.headers)
+        body = await r.read()
+        # A path that names nothing served gets the real server's plain-text "404 page not found".
+        return r.status, orjson.loads(body) if r.content_type == "application/json" else body.decode(), dict(r.headers)
 
 
 async def watch_lines(sim: SimApiServer, path: str, params: dict[str, str], count: int, headers: dict[str, str] | None = None
@@ -79,7 +81,7 @@ async def test_list_pagination_is_a_consistent_snapshot(kube_sim: SimApiServer) 
     _, page3, _ = await get(kube_sim, WL, {"limit": "3", "continue": page2["metadata"]["continue"]})
     names = [o["metadata"]["name"] for o in page1["items"] + page2["items"] + page3["items"]]
     assert names == [f"wl-{i:03d}" for i in range(7)]
-    assert "continue" not in page3["metadata"]
+    assert page3["metadata"]["continue"] == ""  # a custom resource's last page says so, as the real server does
     assert page1["metadata"]["resourceVersion"] == page3["metadata"]["resourceVersion"] == "7"
 
 
@@ -144,6 +146,10 @@ async def test_selectors_and_namespaces(kube_sim: SimApiServer) -> None:
     assert names((await get(kube_sim, pods, {"fieldSelector": "spec.nodeName=n1"}))[1]) == ["p0", "p2"]
     assert names((await get(kube_sim, pods, {"labelSelector": "team=a"}))[1]) == ["p0", "p1"]
     assert names((await get(kube_sim, pods, {"labelSelector": "team!=a", "fieldSelector": "metadata.name=p2"}))[1]) == ["p2"]
+    # Set-based, as the real server reads them (explain lists the Nodes of an assignment this way).
+    assert names((await get(kube_sim, pods, {"labelSelector": "team in (b,c)"}))[1]) == ["p2"]
+    assert names((await get(kube_sim, pods, {"labelSelector": "team notin (b),team"}))[1]) == ["p0", "p1"]
+    assert names((await get(kube_sim, pods, {"labelSelector": "team in (a, b),!absent"}))[1]) == ["p0", "p1", "p2"]
     assert names((await get(kube_sim, "/api/v1/namespaces/ns-a/pods"))[1]) == ["p0", "p1"]
     status, one, _ = await get(kube_sim, "/api/v1/namespaces/ns-b/pods/p2")
     assert status == 200 and one["spec"]["nodeName"] == "n1"

@@ -223,6 +223,10 @@ class Informer:
                     continue
                 items = page.get("items") if isinstance(page, dict) else None
                 meta = page.get("metadata") if isinstance(page, dict) else None
+                if items is None and isinstance(meta, dict) and "items" in page:
+                    # An empty PartialObjectMetadataList carries "items": null (a nil Go slice);
+                    # full lists say []. Seen on kube-apiserver 1.20 (tests/test_realapi_informer.py).
+                    items = []
                 if not isinstance(items, list) or not isinstance(meta, dict):
                     raise ApiError(200, "BadResponse", f"list {self.path}: not a List object")
                 del page

@@ -71,7 +71,7 @@ class SourceState:
     @property
     def state(self) -> str:
         """discovering, not_served, forbidden, error, syncing or synced."""
-        if self.phase == "syncing" and self.informer is not None and self.informer.synced.is_set():
+        if self.informer is not None and self.informer.synced.is_set():
             return "synced"
         return self.phase
 
@@ -166,7 +166,12 @@ class SourceSet:
                             f"{'/'.join(spec.resource.versions)})", error=False)
                 await asyncio.sleep(self.discovery_interval)
                 continue
-            s.version, s.phase = version, "syncing"
+            s.version = version
+            if s.phase != "forbidden":
+                # A forbidden source stays so while it is asked again (every discovery_interval),
+                # until a list succeeds: readiness must not flap at each retry (seen against a real
+                # API server, tests/test_realapi_rbac.py).
+                s.phase = "syncing"
             slog.info("kube_source_served", version=version)
             s.informer = Informer(self.client, spec.resource, version, spec.handler, health,
                                   namespace=spec.namespace, field_selector=spec.field_selector,

@@ -43,6 +43,13 @@ from aiohttp import web
 from exporter.kube.resources import Resource
 
 PARTIAL_KIND = "PartialObjectMetadata"
+# kube-apiserver's message for an expired continue token (it also offers an "inconsistent
+# continue" token in the Status metadata, which this server does not).
+CONTINUE_EXPIRED = (
+    "The provided continue parameter is too old to display a consistent list result. You can start a new list "
+    "without the continue parameter, or use the continue token in this response to retrieve the remainder of the "
+    "results. Continuing with the provided token results in an inconsistent list - objects that were created, "
+    "modified, or deleted between the time the first chunk was returned and now may show up in the list.")
 META_API_VERSION = "meta.k8s.io/v1"
 
 
@@ -60,6 +67,12 @@ _REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotF
 def _error(code: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
     return web.Response(status=code, body=orjson.dumps(status_body(code, _REASONS.get(code, "Unknown"), message)),
                         content_type="application/json", headers=headers)
+
+
+def _page_not_found() -> web.Response:
+    """What the real server answers for a group, version or resource it does not serve: not a
+    Status object but Go's plain-text 404 page."""
+    return web.Response(status=404, text="404 page not found\n", content_type="text/plain")
 
 
 def _json(body: Any) -> web.Response:
@@ -81,17 +94,37 @@ def make_object(resource: Resource, name: str, namespace: str | None = "default"
 
 # --- selectors -------------------------------------------------------------------------------
 
-Requirement = tuple[str, str, str | None]  # (key, op in = != exists !exists, value)
+Requirement = tuple[str, str, str | frozenset[str] | None]  # (key, op in = != in notin exists !exists, value)
+
+
+def _split_requirements(text: str) -> list[str]:
+    """Split at the commas between requirements, not those inside ``in (a,b)``."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
 
 
 def parse_selector(text: str | None) -> list[Requirement]:
-    """Equality-based selectors (``a=b``, ``a==b``, ``a!=b``, ``a``, ``!a``), comma-separated."""
+    """Selectors as the API server reads them: equality-based (``a=b``, ``a==b``, ``a!=b``),
+    set-based (``a in (x,y)``, ``a notin (x,y)``) and existence (``a``, ``!a``), comma-separated."""
     out: list[Requirement] = []
-    for part in (text or "").split(","):
+    for part in _split_requirements(text or ""):
         part = part.strip()
         if not part:
             continue
-        if "!=" in part:
+        words = part.split(None, 1)
+        if len(words) == 2 and words[1].startswith(("in ", "in(", "notin ", "notin(")):
+            op, _, values = words[1].partition("(")
+            out.append((words[0], op.strip(), frozenset(v.strip() for v in values.rstrip(")").split(",") if v.strip())))
+        elif "!=" in part:
             k, v = part.split("!=", 1)
             out.append((k.strip(), "!=", v.strip()))
         elif "==" in part:
@@ -127,6 +160,8 @@ def _matches(obj: dict[str, Any], fields: list[Requirement], labels: list[Requir
         if op == "exists" and not present or op == "!exists" and present:
             return False
         if op == "=" and obj_labels.get(key) != value or op == "!=" and obj_labels.get(key) == value:
+            return False
+        if op == "in" and obj_labels.get(key) not in value or op == "notin" and obj_labels.get(key) in value:  # type: ignore[operator]
             return False
     return True
 
@@ -176,10 +211,19 @@ class _Store:
     def api_version(self, version: str) -> str:
         return f"{self.group}/{version}" if self.group else version
 
-    def encoded(self, entry: _Entry, version: str, partial: bool) -> bytes:
-        """The object as served in ``version`` (or as PartialObjectMetadata)."""
+    @property
+    def qualified(self) -> str:
+        """``workloads.kueue.x-k8s.io``, ``nodes``: how the real server names it in messages."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    def encoded(self, entry: _Entry, version: str, partial: bool, in_list: bool = False) -> bytes:
+        """The object as served in ``version`` (or as PartialObjectMetadata). Items of a list of
+        a built-in kind carry no kind and apiVersion on the real server (typed Go lists); custom
+        resources' items and every watch event's object do."""
         if partial:
             return orjson.dumps({"kind": PARTIAL_KIND, "apiVersion": META_API_VERSION, "metadata": entry.obj.get("metadata", {})})
+        if in_list and not self.group:
+            return orjson.dumps({k: v for k, v in entry.obj.items() if k not in ("kind", "apiVersion")})
         if entry.obj.get("apiVersion") == self.api_version(version):
             return entry.raw
         converted = dict(entry.obj, apiVersion=self.api_version(version))
@@ -546,32 +590,34 @@ class SimApiServer:
             group, rest = parts[1], parts[2:]
             if not rest:
                 doc = self._group(group)
-                return _json(doc) if doc else _error(404, "the server could not find the requested resource")
+                return _json(doc) if doc else _page_not_found()
         else:
-            return _error(404, "the server could not find the requested resource")
+            return _page_not_found()
         version, rest = rest[0], rest[1:]
         if not rest:
             doc = self._resource_list(group, version)
-            return _json(doc) if doc else _error(404, "the server could not find the requested resource")
+            return _json(doc) if doc else _page_not_found()
         namespace = None
         if rest[0] == "namespaces" and len(rest) >= 3:
             namespace, rest = rest[1], rest[2:]
         if len(rest) == 3 and (group, f"{rest[0]}/{rest[2]}") in self._stores:
             return self._subresource(request, self._stores[(group, f"{rest[0]}/{rest[2]}")], version, rest[1])
         if len(rest) not in (1, 2):
-            return _error(404, "the server could not find the requested resource")
+            return _page_not_found()
         store = self._stores.get((group, rest[0]))
         if store is None or version not in store.versions or (namespace is not None and not store.namespaced):
-            return _error(404, "the server could not find the requested resource")
+            # The core group's own router answers with a Status; every other path falls through to the 404 page.
+            return _error(404, "the server could not find the requested resource") if not group else _page_not_found()
         if store.forbidden:
-            return _error(403, f'{store.plural}.{store.group} is forbidden: User "sim" cannot list resource '
-                               f'"{store.plural}" in API group "{store.group}"')
+            scope = f'in the namespace "{namespace}"' if namespace is not None else "at the cluster scope"
+            return _error(403, f'{store.qualified} is forbidden: User "sim" cannot list resource '
+                               f'"{store.plural}" in API group "{store.group}" {scope}')
         accept = request.headers.get("Accept", "")
         partial = "as=PartialObjectMetadata" in accept and not self.ignore_partial_metadata
         if len(rest) == 2:
             entry = store.objects.get((namespace or "", rest[1]))
             if entry is None:
-                return _error(404, f'{store.plural}.{store.group} "{rest[1]}" not found')
+                return _error(404, f'{store.qualified} "{rest[1]}" not found')
             return web.Response(body=store.encoded(entry, version, partial), content_type="application/json")
         fields = parse_selector(request.query.get("fieldSelector"))
         labels = parse_selector(request.query.get("labelSelector"))
@@ -665,8 +711,7 @@ class SimApiServer:
                 return _error(400, "invalid continue token")
             snapshot = self._snapshots.get(snap_id)
             if snapshot is None:
-                return _error(410, "The provided continue parameter is too old to display a consistent list result. "
-                                   "You can start a new list without the continue parameter.")
+                return _error(410, CONTINUE_EXPIRED)
         else:
             entries = [store.objects[k] for k in sorted(store.objects)]
             snapshot = _Snapshot(self._rv, [e for e in entries if self._selected(store, e, namespace, fields, labels)])
@@ -682,10 +727,13 @@ class SimApiServer:
             meta["remainingItemCount"] = len(snapshot.entries) - end
         else:
             self._snapshots.pop(snap_id, None)
-        items = b",".join(store.encoded(e, version, partial) for e in snapshot.entries[offset:end])
+            if store.group and not partial:
+                meta["continue"] = ""  # custom resources' lists always carry the key
+        items = b",".join(store.encoded(e, version, partial, in_list=True) for e in snapshot.entries[offset:end])
         kind, api_version = (f"{PARTIAL_KIND}List", META_API_VERSION) if partial else (f"{store.kind}List", store.api_version(version))
         head = orjson.dumps({"kind": kind, "apiVersion": api_version, "metadata": meta})
-        body = head[:-1] + b',"items":[' + items + b"]}"
+        # The real server writes an empty PartialObjectMetadataList's items as null (a nil Go slice).
+        body = head[:-1] + (b',"items":null}' if partial and not items else b',"items":[' + items + b"]}")
         return web.Response(body=body, content_type="application/json")
 
     def _event_line(self, store: _Store, w: _Watcher, event: _Event) -> bytes | None:
@@ -751,6 +799,8 @@ class SimApiServer:
                         mark = {"kind": PARTIAL_KIND if partial else store.kind,
                                 "apiVersion": META_API_VERSION if partial else store.api_version(version),
                                 "metadata": {"resourceVersion": str(self._rv)}}
+                        if partial or not store.group:  # a typed Go object: its zero creationTimestamp
+                            mark["metadata"]["creationTimestamp"] = None
                         await resp.write(orjson.dumps({"type": "BOOKMARK", "object": mark}) + b"\n")
                     continue
                 if item == "close":
