@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import gc
 import multiprocessing as mp
+from concurrent.futures import ProcessPoolExecutor
 import sys
 import tempfile
 import time
@@ -189,7 +190,7 @@ def _pages(objects: list[dict[str, Any]]) -> list[bytes]:
     return [orjson.dumps({"items": objects[k:k + PAGE]}) for k in range(0, len(objects), PAGE)]
 
 
-def _nodes_only(pages: str, traced: bool, conn: Any) -> None:  # runs in a child process
+def _nodes_only(pages: str, traced: bool) -> dict[str, float]:  # runs in a child process
     """Feed the LIST pages stored in ``pages`` (one JSON page per line, written by the parent, so
     no copy of the Nodes lives in this process before the clock) and measure what stays: RSS, or
     with ``traced`` the Python heap by tracemalloc (whose own bookkeeping inflates RSS, hence a run of its own)."""
@@ -225,12 +226,13 @@ def _nodes_only(pages: str, traced: bool, conn: Any) -> None:  # runs in a child
     gc.collect()
     heap = tracemalloc.get_traced_memory()[0] if traced else 0
     tracemalloc.stop()
-    conn.send({"payload": size, "sync": took, "rss": rss() - before, "peak": peak - before, "heap": heap,
-               "series": sum(expo.series_count(f) for f in ("gangscope_domain_gpus", "gangscope_domain_placeable_pods")),
-               "hosts": len(store.capacity.hosts)})
+    return {"payload": size, "sync": took, "rss": rss() - before, "peak": peak - before, "heap": heap,
+               "series": sum(expo.series_count(f.name) for f in expo.families if f.name.startswith("gangscope_domain")),
+               # (run against a checkout without the capacity module, this measures its Node records alone)
+            "hosts": len(store.capacity.hosts) if hasattr(store, "capacity") else 0}
 
 
-def _with_workloads(n: int, n_workloads: int, n_waiting: int, events: int, conn: Any) -> None:  # runs in a child process
+def _with_workloads(n: int, n_workloads: int, n_waiting: int, events: int) -> dict[str, float]:  # runs in a child process
     from exporter.cluster.main import tune_gc
     from exporter.cluster.store import ClusterStore
     from exporter.exposition import Exposition
@@ -295,17 +297,13 @@ def _with_workloads(n: int, n_workloads: int, n_waiting: int, events: int, conn:
     out["series"] = sum(expo.series_count(f.name) for f in expo.families if f.name.startswith(
         ("gangscope_domain", "gangscope_workload_fit", "gangscope_fragmentation", "gangscope_domains")))
     out["waiting"] = expo.series_count("gangscope_workload_fit") // 2  # two scopes per waiting Workload
-    conn.send(out)
+    return out
 
 
 def _in_child(target: Any, *args: Any) -> Any:
-    parent, child = mp.Pipe()
-    proc = mp.get_context("spawn").Process(target=target, args=(*args, child), daemon=True)
-    proc.start()
-    try:
-        return parent.recv()
-    finally:
-        proc.join()
+    """``target(*args)`` in a fresh (spawned) process: its RSS is that run's alone."""
+    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
+        return pool.submit(target, *args).result()
 
 
 def main() -> None:
@@ -314,6 +312,7 @@ def main() -> None:
     p.add_argument("--workloads", type=int, default=20_000)
     p.add_argument("--waiting", type=int, default=2_000)
     p.add_argument("--events", type=int, default=5_000)
+    p.add_argument("--nodes-only", action="store_true", help="only the Node rows (for a checkout without the capacity module)")
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         nodes = [gpu_node(i) for i in range(a.nodes)]
@@ -326,7 +325,7 @@ def main() -> None:
         whole = _in_child(_nodes_only, files["whole"], False)
         meta["heap"] = _in_child(_nodes_only, files["meta"], True)["heap"]
         whole["heap"] = _in_child(_nodes_only, files["whole"], True)["heap"]
-    wl = _in_child(_with_workloads, a.nodes, a.workloads, a.waiting, a.events)
+    wl = None if a.nodes_only else _in_child(_with_workloads, a.nodes, a.workloads, a.waiting, a.events)
     mib = 2**20
     rows = [
         ("nodes", f"{a.nodes} (8 GPUs each; {whole['hosts']} hosts, racks of {NODES_PER_RACK}, blocks of {RACKS_PER_BLOCK} racks)"),
@@ -337,19 +336,22 @@ def main() -> None:
         ("RSS of the Nodes, whole + capacity", f"{whole['rss'] / mib:.1f} MiB ({whole['rss'] / a.nodes / 1024:.1f} KiB per node); "
                                                f"Python heap {whole['heap'] / mib:.1f} MiB, {whole['series']} domain series"),
         ("peak during the LIST, metadata / whole", f"{meta['peak'] / mib:.1f} / {whole['peak'] / mib:.1f} MiB above the start"),
-        ("Workloads", f"{a.workloads} admitted (16 hosts each) + {wl['waiting']} waiting with a topology request"),
-        ("Workload sync with capacity", f"{wl['sync']:.2f} s; RSS {wl['rss'] / mib:.0f} MiB; {wl['series']} capacity series"),
-        ("Workload event, same assignment", f"{wl['event_same'] * 1e6:.0f} us; the flush after {a.events} of them: "
-                                            f"{wl['flush_same'] * 1e3:.1f} ms"),
-        ("Workload event, moved to 16 other hosts", f"{wl['event_moved'] * 1e6:.0f} us; the flush after {a.events} of them: "
-                                                    f"{wl['flush_moved'] * 1e3:.0f} ms"),
-        ("flush after 10 Workloads moved", f"{wl['flush_few'] * 1e3:.1f} ms (their hosts' domains, every waiting fit)"),
-        ("Node event, nothing counted changes", f"{wl['event_node_same'] * 1e6:.0f} us; the flush after {a.events}: "
-                                                f"{wl['flush_node_same'] * 1e3:.1f} ms"),
-        ("flush after 10 Nodes cordoned", f"{wl['flush_cordon'] * 1e3:.1f} ms"),
-        ("flush after 10 Nodes moved to another rack", f"{wl['flush_relabel'] * 1e3:.0f} ms (candidate nodes and fits rebuilt)"),
-        ("render of the whole exposition", f"{wl['render'] * 1e3:.0f} ms"),
     ]
+    if wl is not None:
+        rows += [
+            ("Workloads", f"{a.workloads} admitted (16 hosts each) + {wl['waiting']} waiting with a topology request"),
+            ("Workload sync with capacity", f"{wl['sync']:.2f} s; RSS {wl['rss'] / mib:.0f} MiB; {wl['series']} capacity series"),
+            ("Workload event, same assignment", f"{wl['event_same'] * 1e6:.0f} us; the flush after {a.events} of them: "
+                                                f"{wl['flush_same'] * 1e3:.1f} ms"),
+            ("Workload event, moved to 16 other hosts", f"{wl['event_moved'] * 1e6:.0f} us; the flush after {a.events} of them: "
+                                                        f"{wl['flush_moved'] * 1e3:.0f} ms"),
+            ("flush after 10 Workloads moved", f"{wl['flush_few'] * 1e3:.1f} ms (their hosts' domains, every waiting fit)"),
+            ("Node event, nothing counted changes", f"{wl['event_node_same'] * 1e6:.0f} us; the flush after {a.events}: "
+                                                    f"{wl['flush_node_same'] * 1e3:.1f} ms"),
+            ("flush after 10 Nodes cordoned", f"{wl['flush_cordon'] * 1e3:.1f} ms"),
+            ("flush after 10 Nodes moved to another rack", f"{wl['flush_relabel'] * 1e3:.0f} ms (candidate nodes and fits rebuilt)"),
+            ("render of the whole exposition", f"{wl['render'] * 1e3:.0f} ms"),
+        ]
     width = max(len(k) for k, _ in rows)
     print(f"{'measure':<{width}}  value")
     print(f"{'-' * width}  {'-' * 40}")

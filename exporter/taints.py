@@ -13,11 +13,11 @@ the flavor parser outside ``exporter.cluster`` read these records, so they live 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .fields import Problems, as_list, as_str
+from .fields import Problems, as_list, as_str, shared
 
 SCHEDULING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 _DECIMAL = frozenset("0123456789")
@@ -77,44 +77,33 @@ def untolerated(taints: Iterable[Taint], tolerations: Iterable[Toleration]) -> t
 # Records repeat across thousands of nodes and pod sets (the same GPU taint, the same
 # tolerations): one shared tuple per distinct list keeps them out of the per-object memory.
 _SHARED: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-_SHARED_LIMIT = 4096
 
 
-def _share(items: tuple[Any, ...]) -> tuple[Any, ...]:
-    if not items:
-        return ()
-    found = _SHARED.get(items)
-    if found is None:
-        if len(_SHARED) >= _SHARED_LIMIT:
-            _SHARED.clear()
-        found = _SHARED[items] = items
-    return found
+def _objects(raw: Any, where: str, p: Problems) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(path, entry) of each object of a list field; an entry that is no object is a problem."""
+    for i, t in enumerate(as_list(raw, where, p)):
+        w = f"{where}[{i}]"
+        if isinstance(t, dict):
+            yield w, t
+        else:
+            p.append(f"{w}: expected an object, got {type(t).__name__}")
 
 
 def parse_taints(raw: Any, where: str, p: Problems) -> tuple[Taint, ...]:
     """``spec.taints[]`` of a Node; an entry without a key or effect is a problem and left out."""
     out = []
-    for i, t in enumerate(as_list(raw, where, p)):
-        w = f"{where}[{i}]"
-        if not isinstance(t, dict):
-            p.append(f"{w}: expected an object, got {type(t).__name__}")
-            continue
+    for w, t in _objects(raw, where, p):
         key, effect = as_str(t.get("key"), w + ".key", p), as_str(t.get("effect"), w + ".effect", p)
         if not key or not effect:
             p.append(f"{w}: a taint needs a key and an effect")
             continue
         out.append(Taint(key, as_str(t.get("value"), w + ".value", p), effect))
-    return _share(tuple(out))
+    return shared(_SHARED, tuple(out), tuple(out)) if out else ()
 
 
 def parse_tolerations(raw: Any, where: str, p: Problems) -> tuple[Toleration, ...]:
     """``tolerations[]`` of a pod template or a ResourceFlavor."""
-    out = []
-    for i, t in enumerate(as_list(raw, where, p)):
-        w = f"{where}[{i}]"
-        if not isinstance(t, dict):
-            p.append(f"{w}: expected an object, got {type(t).__name__}")
-            continue
-        out.append(Toleration(as_str(t.get("key"), w + ".key", p), as_str(t.get("operator"), w + ".operator", p),
-                              as_str(t.get("value"), w + ".value", p), as_str(t.get("effect"), w + ".effect", p)))
-    return _share(tuple(out))
+    out = tuple(Toleration(as_str(t.get("key"), w + ".key", p), as_str(t.get("operator"), w + ".operator", p),
+                           as_str(t.get("value"), w + ".value", p), as_str(t.get("effect"), w + ".effect", p))
+                for w, t in _objects(raw, where, p))
+    return shared(_SHARED, out, out) if out else ()

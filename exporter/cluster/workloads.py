@@ -18,7 +18,9 @@ from typing import Any
 
 from ..exposition import Family, format_value
 from ..exposition import escape_label_value as esc
-from ..fields import ParseError, Problems, as_bool, as_dict, as_int, as_list, as_str, parse_quantity, parse_time, str_map
+from ..fields import (
+    SHARED_LIMIT, ParseError, Problems, as_bool, as_dict, as_int, as_list, as_str, parse_quantity, parse_time, shared, str_map,
+)
 from ..taints import Toleration, parse_tolerations
 from ..topologies import FlavorTopology
 from ..topology import AssignmentError, Domain, iter_domains
@@ -141,8 +143,7 @@ Path = tuple[tuple[str, str], ...]  # ((alias, value), ...) over the configured 
 # of distinct conditions and one Domain per (host, pods), but tens of thousands of Workloads each
 # holding 16 or more. Sharing them saves a third of the collector's RSS and the time to build
 # them (bench/collector.py); nothing mutates a parsed record. The caches start over when they
-# grow past _SHARED_LIMIT, like the time cache in .fields, so host churn cannot grow them forever.
-_SHARED_LIMIT = 65536
+# grow past SHARED_LIMIT, like the time cache in .fields, so host churn cannot grow them forever.
 _CONDITIONS: dict[tuple[Any, ...], Condition] = {}
 _DOMAINS: dict[int, dict[str, Domain]] = {}  # pods -> host value -> Domain((host,), pods)
 _ASSIGNMENTS: dict[tuple[Any, ...], tuple[tuple[Domain, ...], Shape]] = {}  # raw hostname assignment -> domains, shape
@@ -152,15 +153,7 @@ _intern = sys.intern
 
 def _shared_map(d: dict[str, str]) -> dict[str, str]:
     """One dict object for every equal string map (read-only by convention, like every record)."""
-    if not d:
-        return d
-    key = tuple(d.items())
-    m = _MAPS.get(key)
-    if m is None:
-        if len(_MAPS) >= _SHARED_LIMIT:
-            _MAPS.clear()
-        m = _MAPS[key] = d
-    return m
+    return shared(_MAPS, tuple(d.items()), d) if d else d
 
 
 @dataclass(slots=True)
@@ -465,7 +458,7 @@ def _conditions(raw: Any, p: Problems) -> dict[str, Condition]:
             as_str(c.get("message"), w + ".message", p), _intern(ltt), _time(ltt, w + ".lastTransitionTime", p),
         )
         if len(p) == before:
-            if len(shared) >= _SHARED_LIMIT:
+            if len(shared) >= SHARED_LIMIT:
                 shared.clear()
             shared[key] = cond
     return out
@@ -560,7 +553,7 @@ def _podsets(raw: Any, gpu_resources: Sequence[str], p: Problems) -> list[PodSet
     return out
 
 
-_REQUESTS: dict[tuple[Any, ...], TopologyRequest] = {}  # a handful of distinct requests, shared
+_REQUESTS: dict[TopologyRequest, TopologyRequest] = {}  # a handful of distinct requests, shared
 
 
 def _topology_request(raw: Any, where: str, p: Problems) -> TopologyRequest | None:
@@ -584,13 +577,8 @@ def _topology_request(raw: Any, where: str, p: Problems) -> TopologyRequest | No
         if key:
             slices.append((key, as_int(raw.get("podSetSliceSize"), w + ".podSetSliceSize", p, 0) or 0))
     group = as_str(raw.get("podSetGroupName"), w + ".podSetGroupName", p)
-    shared = (required, preferred, unconstrained, tuple(slices), group)
-    found = _REQUESTS.get(shared)
-    if found is None:
-        if len(_REQUESTS) >= _SHARED_LIMIT:
-            _REQUESTS.clear()
-        found = _REQUESTS[shared] = TopologyRequest(required, preferred, unconstrained, tuple(slices), group)
-    return found
+    request = TopologyRequest(required, preferred, unconstrained, tuple(slices), group)
+    return shared(_REQUESTS, request, request)
 
 
 def _scheduling_group(raw: Any, where: str, p: Problems) -> str:
@@ -722,7 +710,7 @@ def _host_domains(ta: Any) -> tuple[tuple[Domain, ...], Shape] | None:
     out: list[Domain] = []
     for prefix, suffix, count, roots in parts:  # a cached shape has string roots: check them here
         shared = _DOMAINS.get(count)
-        if shared is None or len(shared) >= _SHARED_LIMIT:
+        if shared is None or len(shared) >= SHARED_LIMIT:
             shared = _DOMAINS[count] = {}
         for root in roots:
             if root.__class__ is not str:
@@ -732,7 +720,7 @@ def _host_domains(ta: Any) -> tuple[tuple[Domain, ...], Shape] | None:
             if d is None:
                 d = shared[value] = Domain((_intern(value),), count)
             out.append(d)
-    if len(_ASSIGNMENTS) >= _SHARED_LIMIT:
+    if len(_ASSIGNMENTS) >= SHARED_LIMIT:
         _ASSIGNMENTS.clear()
     found = _ASSIGNMENTS[raw] = (tuple(out), Shape())
     return found
@@ -761,7 +749,7 @@ def _condition_suffix(c: Condition) -> bytes:
     key = (c.type, c.status, c.reason)
     suffix = _CONDITION_SUFFIXES.get(key)
     if suffix is None:
-        if len(_CONDITION_SUFFIXES) >= _SHARED_LIMIT:
+        if len(_CONDITION_SUFFIXES) >= SHARED_LIMIT:
             _CONDITION_SUFFIXES.clear()
         suffix = _CONDITION_SUFFIXES[key] = (
             f',type="{esc(c.type)}",status="{esc(c.status)}",reason="{esc(c.reason)}"}} 1\n'.encode())
@@ -772,7 +760,7 @@ def _pending_suffix(reason: str, category: str) -> bytes:
     key = (reason, category)
     suffix = _PENDING_SUFFIXES.get(key)
     if suffix is None:
-        if len(_PENDING_SUFFIXES) >= _SHARED_LIMIT:
+        if len(_PENDING_SUFFIXES) >= SHARED_LIMIT:
             _PENDING_SUFFIXES.clear()
         suffix = _PENDING_SUFFIXES[key] = f',reason="{esc(reason)}",category="{category}"}} 1\n'.encode()
     return suffix
@@ -816,12 +804,12 @@ def _pod_parts(a: Assignment, fragment: Callable[[Path], str]) -> list[bytes]:
     for pair in pairs:
         suffix = cache.get(pair)
         if suffix is None:
-            if len(cache) >= _SHARED_LIMIT:
+            if len(cache) >= SHARED_LIMIT:
                 cache.clear()
             suffix = cache[pair] = f"{fragment(pair[0])}}} {pair[1]}\n".encode()
         parts.append(suffix)
     if a.shape is not None:
-        if len(_PLACED_PARTS) >= _SHARED_LIMIT:
+        if len(_PLACED_PARTS) >= SHARED_LIMIT:
             _PLACED_PARTS.clear()
         _PLACED_PARTS[id(placed)] = (placed, parts)  # holding ``placed`` keeps its id unique
     return parts
@@ -850,7 +838,7 @@ def _quality_parts(a: Assignment) -> list[tuple[bytes, bytes]]:
                 out.append(((label + f"{len(per_domain)}\n").encode(),
                             (label + format_value(max(per_domain.values()) / total) + "\n").encode()))
     if a.shape is not None:
-        if len(_QUALITY_PARTS) >= _SHARED_LIMIT:
+        if len(_QUALITY_PARTS) >= SHARED_LIMIT:
             _QUALITY_PARTS.clear()
         _QUALITY_PARTS[id(placed)] = (placed, out)
     return out
