@@ -132,7 +132,11 @@ def test_changes_move_the_numbers_incrementally() -> None:
     h["workloads"].apply("MODIFIED", workload("c", hosts=["h3"], gpus="8", conditions=admitted_conditions()))
     assert gpus(expo, "rack", "b1", "r2") == {"capacity": 8, "unavailable": 0, "used": 8, "free": 0}
     assert domains(expo, "rack") == {"free": 0, "partial": 1, "full": 1, "unavailable": 1}
-    # finishing releases the GPUs (Kueue: HasActiveQuotaReservation is false once Finished)
+    # deactivating or finishing releases the GPUs (Kueue: HasActiveQuotaReservation, workload.go:1304-1306)
+    h["workloads"].apply("MODIFIED", workload("c", hosts=["h3"], gpus="8", conditions=admitted_conditions(), active=False))
+    assert gpus(expo, "rack", "b1", "r2")["used"] == 0
+    h["workloads"].apply("MODIFIED", workload("c", hosts=["h3"], gpus="8", conditions=admitted_conditions()))
+    assert gpus(expo, "rack", "b1", "r2")["used"] == 8
     done = workload("c", hosts=["h3"], gpus="8", conditions=[*admitted_conditions(), cond("Finished", "True", "Succeeded")])
     h["workloads"].apply("MODIFIED", done)
     assert gpus(expo, "rack", "b1", "r2")["used"] == 0
@@ -473,3 +477,63 @@ def test_incremental_numbers_equal_a_fresh_count() -> None:
             for family in ("gangscope_domain_gpus", "gangscope_domain_placeable_pods", "gangscope_domains",
                            "gangscope_workload_fit", "gangscope_fragmentation_blocked_workloads"):
                 assert values(expo, family) == values(fresh, family), (step, family)
+
+
+async def test_live_collector_serves_what_a_snapshot_of_the_same_objects_says(kube_sim: Any, kube_sim_kubeconfig: str) -> None:
+    """The real collector against the simulated API server over HTTP: its capacity series equal
+    a snapshot's of the server's objects, and follow a cordon within the flush delay."""
+    import aiohttp
+
+    from collectors import started_collector
+    from exporter import loader
+    from exporter.kube.resources import LOCAL_QUEUES, NODES as NODE_RESOURCE, RESOURCE_FLAVORS, TOPOLOGIES, WORKLOADS
+
+    served = (WORKLOADS, LOCAL_QUEUES, TOPOLOGIES, RESOURCE_FLAVORS, NODE_RESOURCE)
+    for r in served:
+        kube_sim.serve(r)
+    for obj in (topology(), flavor("tas"), local_queue("q", "team", "train-cq"), gpu_node("h1", "b1", "r1"),
+                gpu_node("h2", "b1", "r1"), gpu_node("h3", "b1", "r2"),
+                workload("a", hosts=["h1", "h2"], gpus="4", conditions=admitted_conditions()),
+                waiting("big", 2, 8, {"required": RACK})):
+        kube_sim.create(obj)
+
+    def snapshot() -> dict[str, dict]:
+        e = Exposition()
+        _, handlers, _ = build_collector(e)
+        loader.feed(e, handlers, [("sim", o) for r in served for o in kube_sim.objects(r)], "snapshot")
+        return {f: values(e, f) for f in ("gangscope_domain_gpus", "gangscope_domain_placeable_pods", "gangscope_domains",
+                                          "gangscope_workload_fit", "gangscope_fragmentation_blocked_workloads")}
+
+    async def served_now(port: int) -> dict[str, dict]:
+        async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{port}/metrics") as resp:
+            text = await resp.text()
+        got = series(text)
+        return {f: {tuple(sorted(k[1])): v for k, v in got.items() if k[0] == f} for f in snapshot()}
+
+    async def converged(port: int, want: dict[str, dict]) -> dict[str, dict]:
+        for _ in range(60):
+            got = await served_now(port)
+            if got == want:
+                return got
+            await asyncio.sleep(0.1)
+        return got
+
+    collector = await started_collector(kube_sim_kubeconfig)
+    try:
+        want = snapshot()
+        # big needs two 8-GPU pods in one rack: r1's 8 free GPUs are 4 on h1 and 4 on h2 (no such pod),
+        # r2 (h3) takes one: no rack holds it, nor the cluster (1 of 2)
+        assert want["gangscope_workload_fit"] == {(("namespace", "team"), ("scope", "cluster"), ("workload", "big")): 0,
+                                                  (("namespace", "team"), ("scope", "domain"), ("workload", "big")): 0}
+        assert await converged(collector.port, want) == want
+        kube_sim.update(gpu_node("h3", "b1", "r2", unschedulable=True))
+        want = snapshot()
+        assert gpus_of(want, "rack", "r2") == {"capacity": 8, "unavailable": 8, "used": 0, "free": 0}
+        assert await converged(collector.port, want) == want
+    finally:
+        await collector.stop()
+
+
+def gpus_of(families: dict[str, dict], level: str, name: str) -> dict[str, float]:
+    return {dict(k)["state"]: v for k, v in families["gangscope_domain_gpus"].items()
+            if ("level", level) in k and (level, name) in k}

@@ -52,7 +52,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..exposition import Exposition, Family, format_value
@@ -453,15 +453,13 @@ class Capacity:
         usage = self._usage_of(wl) if wl is not None else ()
         old = self._wl_usage.get(key, ())
         if not _same_usage(old, usage):
-            for host, gpus in _contributions(old):
-                self._add_used(host, -gpus)
-            for host, gpus in _contributions(usage):
-                self._add_used(host, gpus)
+            self._apply_usage(old, -1)
+            self._apply_usage(usage, 1)
             if usage:
                 self._wl_usage[key] = usage
             else:
                 self._wl_usage.pop(key, None)
-        unhealthy = tuple(wl.unhealthy_nodes) if wl is not None and holds_quota(wl) else ()
+        unhealthy = tuple(wl.unhealthy_nodes) if wl is not None and wl.unhealthy_nodes and holds_quota(wl) else ()
         before = self._wl_unhealthy.get(key, ())
         if unhealthy != before:
             for name in before:
@@ -485,19 +483,36 @@ class Capacity:
         assignment alone is recognised without walking its hosts."""
         if not wl.admitted or not holds_quota(wl):
             return ()
-        per_pod = {ps.name: ps.gpus_per_pod for ps in wl.podsets}
+        podsets = wl.podsets
+        if len(podsets) == 1:  # the usual Job: one pod set, one assignment
+            g = podsets[0].gpus_per_pod
+            return tuple((a.placed, g) for a in wl.assignments if a.placed and g and a.name == podsets[0].name)
+        per_pod = {ps.name: ps.gpus_per_pod for ps in podsets}
         return tuple((a.placed, per_pod.get(a.name, 0)) for a in wl.assignments if a.placed and per_pod.get(a.name))
 
-    def _add_used(self, where: Any, gpus: float) -> None:
-        if isinstance(where, str):
-            used = self._used.get(where, 0) + gpus
-            if abs(used) < 1e-9:
-                self._used.pop(where, None)
-            else:
-                self._used[where] = used
-            if where in self.hosts:
-                self._host_dirty(where)
-            return
+    def _apply_usage(self, usage: tuple[Any, ...], sign: int) -> None:
+        """Add (``sign`` 1) or take back (-1) a Workload's GPUs per host. This runs for each of
+        tens of thousands of Workloads in a LIST: one loop, no call per host."""
+        used, hosts, dirty = self._used, self.hosts, self._dirty_hosts
+        for placed, per_pod in usage:
+            gpus = sign * per_pod
+            for path, pods in placed:
+                host = path[-1][1]
+                if not host:  # Kueue named no host: the deepest domain it named holds the usage
+                    depth = max((i + 1 for i, (_, v) in enumerate(path) if v), default=0)
+                    if depth:
+                        self._add_extra(path[:depth], pods * gpus)
+                    continue
+                value = used.get(host, 0) + pods * gpus
+                if -1e-9 < value < 1e-9:
+                    used.pop(host, None)
+                else:
+                    used[host] = value
+                if host in hosts:
+                    dirty.add(host)
+                    self._free_changed = True
+
+    def _add_extra(self, where: Path, gpus: float) -> None:
         extra = self._extra.get(where, 0) + gpus  # a domain above the host
         if abs(extra) < 1e-9:
             self._extra.pop(where, None)
@@ -562,7 +577,7 @@ class Capacity:
         self._dirty_domains.clear()
         for where, gpus in list(self._extra.items()):
             self._extra.pop(where)
-            self._add_used(where, gpus)
+            self._add_extra(where, gpus)
         self._render_domain_counts()
 
     def _unapply(self, host: Host) -> None:
@@ -675,7 +690,7 @@ class Capacity:
 
     def _note_waiting(self, key: WorkloadKey, wl: Workload | None) -> None:
         requests = []
-        if wl is not None and wl.stage in WAITING_STAGES:
+        if wl is not None and wl.stage in WAITING_STAGES and wl.podsets:
             requests = [(ps, (ps.topology, ps.gpus_per_pod, ps.count, ps.tolerations, tuple(sorted(ps.node_selector.items()))))
                         for ps in wl.podsets
                         if ps.topology is not None and ps.gpus_per_pod > 0 and ps.count > 0
@@ -689,7 +704,8 @@ class Capacity:
 
     def _note_needed(self, key: WorkloadKey, wl: Workload | None) -> None:
         entries = []
-        if wl is not None and wl.admitted and holds_quota(wl):
+        if (wl is not None and wl.admitted and any(ps.topology is not None and ps.topology.preferred for ps in wl.podsets)
+                and holds_quota(wl)):
             per_name = {ps.name: ps for ps in wl.podsets}
             for a in wl.assignments:
                 ps = per_name.get(a.name)
@@ -895,20 +911,6 @@ class Capacity:
         self.exposition.set(_BLOCKED_OWNER, {FRAGMENTATION_BLOCKED: [
             f'gangscope_fragmentation_blocked_workloads{{cluster_queue="{esc(cq)}",level="{esc(level)}"}} {n}\n'
             for (cq, level), n in sorted(counts.items())]})
-
-
-def _contributions(usage: tuple[Any, ...]) -> Iterator[tuple[Any, float]]:
-    """(hostname, GPUs) per placed domain; a domain without a host value counts on the deepest
-    domain Kueue named (its path cut after the last known level)."""
-    for placed, per_pod in usage:
-        for path, pods in placed:
-            host = path[-1][1] if path else ""
-            if host:
-                yield host, pods * per_pod
-            else:
-                depth = max((i + 1 for i, (_, v) in enumerate(path) if v), default=0)
-                if depth:
-                    yield path[:depth], pods * per_pod
 
 
 def _same_usage(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:

@@ -404,7 +404,7 @@ def parse_workload(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",))
         requeue_at_seconds=_time(requeue_at, "status.requeueState.requeueAt", p) if requeue_at else None,
         evictions=_evictions(status.get("schedulingStats"), p),
         admission_checks=_admission_checks(status.get("admissionChecks"), p),
-        podsets=_podsets(spec.get("podSets"), gpu_resources, p),
+        podsets=_podsets(spec.get("podSets"), gpu_resources, p, placing=admission.__class__ is not dict),
         admitted=isinstance(admission, dict),
         admission_cluster_queue=_intern(
             cluster_queue if cluster_queue.__class__ is str else as_str(cluster_queue, "status.admission.clusterQueue", p)),
@@ -517,7 +517,10 @@ def _admission_checks(raw: Any, p: Problems) -> list[AdmissionCheck]:
     return out
 
 
-def _podsets(raw: Any, gpu_resources: Sequence[str], p: Problems) -> list[PodSet]:
+def _podsets(raw: Any, gpu_resources: Sequence[str], p: Problems, placing: bool = True) -> list[PodSet]:
+    """``placing``: the Workload waits for a placement (no admission), so the pod templates'
+    tolerations and node selector, which only the fit of a waiting Workload reads
+    (exporter.cluster.capacity), are parsed too; an admitted Workload's are not, by the ten thousand."""
     # Fields of the expected type are taken as they are; only the others go through the
     # tolerant accessors, with the path for their problem (built only then: this runs per event).
     out = []
@@ -538,7 +541,7 @@ def _podsets(raw: Any, gpu_resources: Sequence[str], p: Problems) -> list[PodSet
             name = as_str(name, w + ".name", p, "main")
         if count.__class__ is not int:
             count = as_int(count, w + ".count", p, 1)
-        tolerations, selector = spec.get("tolerations"), spec.get("nodeSelector")
+        tolerations, selector = (spec.get("tolerations"), spec.get("nodeSelector")) if placing else (None, None)
         out.append(PodSet(
             name=name or "main",
             count=count or 0,
@@ -554,6 +557,7 @@ def _podsets(raw: Any, gpu_resources: Sequence[str], p: Problems) -> list[PodSet
 
 
 _REQUESTS: dict[TopologyRequest, TopologyRequest] = {}  # a handful of distinct requests, shared
+_RAW_REQUESTS: dict[tuple[tuple[str, Any], ...], TopologyRequest] = {}  # raw fields -> their parsed request
 
 
 def _topology_request(raw: Any, where: str, p: Problems) -> TopologyRequest | None:
@@ -562,6 +566,11 @@ def _topology_request(raw: Any, where: str, p: Problems) -> TopologyRequest | No
     one source to read."""
     if raw is None:
         return None
+    try:  # the same fields seen before, already parsed without a problem (one lookup per event)
+        return _RAW_REQUESTS[tuple(raw.items())]
+    except (KeyError, TypeError, AttributeError):
+        pass
+    before = len(p)
     w = where + ".topologyRequest"
     if raw.__class__ is not dict:
         raw = as_dict(raw, w, p)
@@ -578,7 +587,13 @@ def _topology_request(raw: Any, where: str, p: Problems) -> TopologyRequest | No
             slices.append((key, as_int(raw.get("podSetSliceSize"), w + ".podSetSliceSize", p, 0) or 0))
     group = as_str(raw.get("podSetGroupName"), w + ".podSetGroupName", p)
     request = TopologyRequest(required, preferred, unconstrained, tuple(slices), group)
-    return shared(_REQUESTS, request, request)
+    request = shared(_REQUESTS, request, request)
+    if len(p) == before and raw.__class__ is dict:
+        try:
+            shared(_RAW_REQUESTS, tuple(raw.items()), request)
+        except TypeError:  # a field Kueue does not read holds a list or an object: not kept
+            pass
+    return request
 
 
 def _scheduling_group(raw: Any, where: str, p: Problems) -> str:
@@ -844,20 +859,26 @@ def _quality_parts(a: Assignment) -> list[tuple[bytes, bytes]]:
     return out
 
 
+_REQUEST_SUFFIXES: dict[tuple[Any, ...], tuple[bytes, ...]] = {}  # (pod set, request, level names) -> line suffixes
+
+
 def _request_lines(wl: Workload, base: str, level_name: Callable[[str], str], out: list[tuple[Family, bytes, int]]) -> None:
-    lines = []
+    parts: list[bytes] = [b""]
     for ps in wl.podsets:
         tr = ps.topology
         if tr is None:
             continue
-        head = f'gangscope_workload_topology_request{{{base},podset="{esc(ps.name)}"'
-        mode = tr.mode
-        if mode:
-            lines.append(f'{head},mode="{mode}",level="{esc(level_name(tr.level))}"}} 1\n')
-        for key, size in tr.slices:
-            lines.append(f'{head},mode="slice_required",level="{esc(level_name(key))}"}} {size}\n')
-    if lines:
-        out.append((WORKLOAD_TOPOLOGY_REQUEST, "".join(lines).encode(), len(lines)))
+        names = (level_name(tr.level), *(level_name(key) for key, _ in tr.slices))
+        key = (ps.name, tr, names)
+        suffixes = _REQUEST_SUFFIXES.get(key)
+        if suffixes is None:
+            head = f',podset="{esc(ps.name)}"'
+            lines = [f'{head},mode="{tr.mode}",level="{esc(names[0])}"}} 1\n'] if tr.mode else []
+            lines += [f'{head},mode="slice_required",level="{esc(name)}"}} {size}\n' for (_, size), name in zip(tr.slices, names[1:])]
+            suffixes = shared(_REQUEST_SUFFIXES, key, tuple(line.encode() for line in lines))
+        parts += suffixes
+    if len(parts) > 1:
+        out.append((WORKLOAD_TOPOLOGY_REQUEST, f"gangscope_workload_topology_request{{{base}".encode().join(parts), len(parts) - 1))
 
 
 def render_workload(wl: Workload, fragment: Callable[[Path], str],
