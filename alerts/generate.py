@@ -90,7 +90,7 @@ class Config:
         for name, alert in raw["alerts"].items():
             if alert.get("severity") not in ("critical", "warning", "info"):
                 raise ValueError(f"{name}: severity must be critical, warning or info")
-            for key in ("for", "window", "baseline", "error_window"):
+            for key in ("for", "window", "baseline", "error_window", "stale"):
                 if key in alert:
                     seconds(alert[key])
         return cls(
@@ -337,7 +337,15 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
         rule(
             "GangscopeGangStuckAssembling",
             with_domains(
-                workload_cq("max by (namespace, workload, podgroup) (gangscope_gang_assembly_stuck) == 1"),
+                # Never for a gang whose running (or succeeded) members reach its minimum, whatever
+                # else says stuck (the collector judges by the same evidence; this holds too across
+                # a collector that lags, and makes the promise testable in promtool).
+                workload_cq("max by (namespace, workload, podgroup) (gangscope_gang_assembly_stuck) == 1\n"
+                            "unless on (namespace, workload, podgroup) (\n"
+                            '  sum by (namespace, workload, podgroup) (gangscope_gang_pods{state=~"running|succeeded"})\n'
+                            "  >= on (namespace, podgroup) group_left ()\n"
+                            "  max by (namespace, podgroup) (gangscope_podgroup_min_member)\n"
+                            ")"),
                 ("cluster_queue", "podgroup"),
                 dom,
             ),
@@ -439,6 +447,26 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
             f"{{{{ $labels.component }}}} in the last {a['GangscopeInternalErrors']['window']}; what it was handling was "
             "skipped. The log's *_failed events have the tracebacks.",
         ),
+        # kube-state-metrics' KubeStateMetricsShardsMissing (jsonnet/kube-state-metrics-mixin/alerts.libsonnet):
+        # each live shard adds 2^ordinal once (max by ordinal: HA replicas of a shard count once),
+        # so what is left of 2^total - 1 is the bitmask of the missing ordinals.
+        rule(
+            "GangscopeShardsMissing",
+            "2 ^ max by (job, cluster) (gangscope_total_shards) - 1\n"
+            "  - sum by (job, cluster) (2 ^ max by (job, cluster, shard_ordinal) (gangscope_shard_ordinal))\n"
+            "!= 0",
+            "Some gangscope collector shards are not scraped.",
+            "Shards of {{ $labels.job }} are missing: {{ $value }} in binary has a 1 for each missing ordinal "
+            "(1: shard 0, 2: shard 1, 4: shard 2 ...). The Workloads, PodGroups and gangs of their namespaces are "
+            "missing from every query and alert.",
+        ),
+        rule(
+            "GangscopeShardingMismatch",
+            "stdvar by (job, cluster) (gangscope_total_shards) != 0",
+            "gangscope collector shards disagree on the number of shards.",
+            "Shards of {{ $labels.job }} run with different --total-shards: some namespaces are exported twice and "
+            "others not at all.",
+        ),
     ]
     hw = cfg.hardware_level
     hw_labels = cfg.hardware_labels()
@@ -538,10 +566,45 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
             "largest free {{ $labels.level }} and what it holds.",
         ),
     ]
+    stall = a["GangscopeJobProgressStalled"]
+    loop = a["GangscopeJobRestartLoop"]
+    job = "{{ $labels.kind }} {{ $labels.namespace }}/{{ $labels.name }}"
+    with_workload = ("\n* on (namespace, kind, name) group_left (workload)\n"
+                     "max by (namespace, kind, name, workload) (gangscope_job_info)")
+    jobs = [
+        rule(
+            "GangscopeJobProgressStalled",
+            "(\n"
+            "  (\n"
+            "    time() - max by (namespace, kind, name) (gangscope_job_progress_changed_timestamp_seconds)\n"
+            f"    > {seconds(stall['stale'])}\n"
+            "  )\n"
+            "  and on (namespace, kind, name) max by (namespace, kind, name) (gangscope_job_progress_ratio) < 1\n"
+            "  unless on (namespace, kind, name)\n"
+            '    max by (namespace, kind, name) (gangscope_job_condition{type=~"Complete|Completed|Failed|Suspended", status="True"})\n'
+            ")"
+            + with_workload,
+            "A running training job has stopped making progress.",
+            f"{job} (Workload {{{{ $labels.workload }}}}) has reported no progress for {{{{ $value | humanizeDuration }}}} "
+            f"(longer than {stall['stale']}) while it is neither finished nor suspended: the training process is hung or "
+            "stopped reporting, and its GPUs train nothing. Run `gangscope explain {{ $labels.namespace }}/{{ $labels.name }}`.",
+        ),
+        rule(
+            "GangscopeJobRestartLoop",
+            # round(): increase() extrapolates to the window's edges; restarts are whole.
+            f"(round(max by (namespace, kind, name) (increase(gangscope_job_restarts_total[{loop['window']}]))) "
+            f">= {loop['min_restarts']})"
+            + with_workload,
+            "A job keeps restarting.",
+            f"{job} (Workload {{{{ $labels.workload }}}}) restarted {{{{ $value }}}} times in the last {loop['window']}: each "
+            "restart recreates its gang, so it may never get far. Run `gangscope explain {{ $labels.namespace }}/{{ $labels.name }}`.",
+        ),
+    ]
     return [
         {"name": "gangscope-admission", "rules": admission},
         {"name": "gangscope-evictions", "rules": evictions},
         {"name": "gangscope-gangs", "rules": gangs},
+        {"name": "gangscope-jobs", "rules": jobs},
         {"name": "gangscope-interconnect", "rules": interconnect},
         {"name": "gangscope-self", "rules": selfmon},
         {"name": "gangscope-hardware", "rules": hardware},
@@ -607,6 +670,27 @@ def recording_rules(cfg: Config) -> list[dict[str, Any]]:
             ),
         }
     ]
+    # Idle GPU-hours per ClusterQueue and namespace over the last day; a gang joined to no
+    # Workload counts with cluster_queue="".
+    idle_1d = "max by (namespace, podgroup, api) (increase(gangscope_gang_idle_gpu_seconds_total[1d])) / 3600"
+    gangs.append(
+        {
+            "record": "cluster_queue_namespace:gangscope_gang_idle_gpu_hours:increase1d",
+            "expr": (
+                "sum by (cluster_queue, namespace) (\n"
+                f"  {idle_1d}\n"
+                "  * on (namespace, podgroup, api) group_left (cluster_queue)\n"
+                "  max by (namespace, podgroup, api, cluster_queue) (\n"
+                "    gangscope_gang_info\n"
+                "    * on (namespace, workload) group_left (cluster_queue)\n"
+                "    topk by (namespace, workload) (1, gangscope_workload_info)\n"
+                "  )\n"
+                "  or on (namespace, podgroup, api)\n"
+                f"  {idle_1d}\n"
+                ")"
+            ),
+        }
+    )
     lowest = cfg.levels
     gangs.append(
         {

@@ -1,14 +1,16 @@
-"""Benchmark: 20,000 Kueue Workloads + 20,000 PodGroups through the store and the gang index.
+"""Benchmark: a realistic cluster's Workloads and PodGroups through the store and the gang index.
 
 Reports the initial sync (both LISTs handed to the handlers, joins and rendering included), the
-cost of one PodGroup watch event and of one Workload watch event (parse, join, re-render) in
-events per second on one core (target: at least 5,000), and the scrape render time.
+cost of watch events of a realistic change stream (bench/cluster.py's Churn: condition updates,
+admissions on new hosts, evictions, finishes, deletes, creates, PodGroup phases) in events per
+second on one core (target: at least 5,000), per kind, and the scrape render time.
 
-    .venv/bin/python bench/gangs.py [--workloads 20000]
+    .venv/bin/python bench/gangs.py [--workloads 20000] [--events 20000]
 
 The objects are decoded JSON (what the informer hands over), so the figures exclude HTTP and
-orjson; bench/collector.py measures those. A third of the pairs join by each key (template
-label, owner uid, owner name); a PodGroup event flips its phase so every event re-renders.
+orjson; bench/collector.py measures those and bench/churn.py the whole path under a stream. The
+cluster (bench/cluster.py) joins a third of its pairs by each key (template label, owner uid,
+owner name); the collector's defaults apply (--max-series-per-family).
 """
 
 from __future__ import annotations
@@ -17,48 +19,21 @@ import argparse
 import gc
 import os
 import resource
+import sys
 import time
-from typing import Any
+from pathlib import Path
 
+import orjson
 import psutil
 
-from exporter.cluster.gangs import attach_gangs
-from exporter.cluster.store import ClusterStore
-from exporter.exposition import Exposition
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-TS = "2026-08-20T10:00:00Z"
+from cluster import Churn, build_cluster  # noqa: E402
 
-
-def workload(i: int) -> dict[str, Any]:
-    ns, name, job = f"team-{i % 50}", f"job-train-{i}-abcde", f"train-{i}"
-    labels = {"scheduling.x-k8s.io/pod-group": job} if i % 3 == 0 else {}
-    hosts = [f"node-{(i * 16 + h) % 4096}" for h in range(16)]
-    return {
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
-        "metadata": {"name": name, "namespace": ns, "uid": f"wl-{i}", "resourceVersion": str(i), "creationTimestamp": TS,
-                     "labels": {"kueue.x-k8s.io/job-uid": f"job-{i}"},
-                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": f"job-{i}", "controller": True}]},
-        "spec": {"active": True, "queueName": "q", "priorityClassRef": {"name": "high"}, "podSets": [{
-            "name": "main", "count": 16, "template": {"metadata": {"labels": labels}, "spec": {"containers": [
-                {"name": "c", "resources": {"requests": {"nvidia.com/gpu": "8"}}}]}}}]},
-        "status": {"admission": {"clusterQueue": "cq", "podSetAssignments": [{
-            "name": "main", "count": 16, "flavors": {"nvidia.com/gpu": "h100"},
-            "topologyAssignment": {"levels": ["kubernetes.io/hostname"], "slices": [{
-                "domainCount": 16, "valuesPerLevel": [{"individual": {"prefix": "node-", "roots": [h[5:] for h in hosts]}}],
-                "podCounts": {"universal": 1}}]}}]},
-            "conditions": [{"type": t, "status": "True", "reason": t, "message": "", "lastTransitionTime": TS}
-                           for t in ("QuotaReserved", "Admitted")]},
-    }
-
-
-def podgroup(i: int, phase: str = "Scheduling", running: int = 0) -> dict[str, Any]:
-    ns, job = f"team-{i % 50}", f"train-{i}"
-    meta: dict[str, Any] = {"name": job, "namespace": ns, "uid": f"pg-{i}", "creationTimestamp": TS}
-    if i % 3 == 1:
-        meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": f"job-{i}", "controller": True}]
-    return {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": meta,
-            "spec": {"minMember": 16, "scheduleTimeoutSeconds": 600},
-            "status": {"phase": phase, "running": running}}
+from exporter.cluster.collector import build_collector  # noqa: E402
+from exporter.config import DEFAULT_MAX_SERIES_PER_FAMILY  # noqa: E402
+from exporter.exposition import Exposition  # noqa: E402
 
 
 def rss_mb() -> float:
@@ -72,47 +47,47 @@ def current_rss_mb() -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", type=int, default=20_000)
+    ap.add_argument("--nodes", type=int, default=16_384)
     ap.add_argument("--events", type=int, default=20_000)
     args = ap.parse_args()
     n = args.workloads
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
-    wls = [workload(i) for i in range(n)]
-    pgs = [podgroup(i) for i in range(n)]
-    expo = Exposition()
-    store = ClusterStore(expo)
-    gangs = attach_gangs(store, clock=lambda: 1787220000.0)
-    wl_handler, pg_handler = store.handlers()["workloads"], gangs.handlers()["podgroups_coscheduling"]
+    cluster = build_cluster(n, args.nodes)
+    # What the informer hands over: freshly decoded objects, not the generator's (shared) dicts.
+    decode = orjson.loads
+    nodes, wls, pgs = (decode(orjson.dumps(objs)) for objs in (cluster.nodes, cluster.workloads, cluster.podgroups))
+    topo = decode(orjson.dumps([cluster.topology]))
+    churn = Churn(cluster)
+    stream = [(c.what, c.verb, c.obj["kind"], decode(orjson.dumps(c.obj))) for _ in range(args.events) for c in churn.next()]
+    expo = Exposition(DEFAULT_MAX_SERIES_PER_FAMILY)
+    store, handlers, gangs = build_collector(expo)
     gc.collect()
 
+    handlers["topologies"].replace(topo)
     t = time.perf_counter()
-    wl_handler.replace(wls)
+    handlers["nodes"].replace(nodes)
+    handlers["workloads"].replace(wls)
     t_wl = time.perf_counter() - t
     t = time.perf_counter()
-    pg_handler.replace(pgs)
+    handlers["podgroups_coscheduling"].replace(pgs)
     t_pg = time.perf_counter() - t
     joined = sum(1 for g in gangs.gangs.values() if g.workload is not None)
     assert joined == n, f"only {joined} of {n} PodGroups joined"
-    del wls, pgs  # what the informer handed over is gone after a LIST; the records remain
+    del wls, pgs, nodes  # what the informer handed over is gone after a LIST; the records remain
     gc.collect()
     rss_synced = current_rss_mb()
 
-    events = [podgroup(i % n, phase="Running" if (i // n) % 2 == 0 else "Scheduling", running=16 if (i // n) % 2 == 0 else 0)
-              for i in range(args.events)]
-    t = time.perf_counter()
-    for obj in events:
-        pg_handler.apply("MODIFIED", obj)
-    t_pg_ev = time.perf_counter() - t
-
-    wl_events = []
-    for i in range(min(args.events, n)):
-        w = workload(i)
-        w["metadata"]["resourceVersion"] = str(n + i)
-        wl_events.append(w)
-    t = time.perf_counter()
-    for obj in wl_events:
-        wl_handler.apply("MODIFIED", obj)
-    t_wl_ev = time.perf_counter() - t
+    per_kind: dict[str, list[float]] = {}
+    verbs = {"create": "ADDED", "update": "MODIFIED", "delete": "DELETED"}
+    route = {"Workload": handlers["workloads"], "PodGroup": handlers["podgroups_coscheduling"]}
+    clock = time.perf_counter
+    t_all = clock()
+    for what, verb, kind, obj in stream:
+        t = clock()
+        route[kind].apply(verbs[verb], obj)
+        per_kind.setdefault(what, []).append(clock() - t)
+    t_all = clock() - t_all
 
     t = time.perf_counter()
     body = expo.render(False)
@@ -121,13 +96,18 @@ def main() -> None:
     expo.render(False)
     t_scrape = time.perf_counter() - t
 
-    print(f"objects                 {n} Workloads (16 hosts each) + {n} PodGroups, {joined} joined")
-    print(f"sync workloads          {t_wl:.2f} s ({n / t_wl:,.0f}/s)")
+    print(f"objects                 {n} Workloads ({cluster.hosts_per_workload():.1f} hosts per admitted one) + {n} PodGroups, "
+          f"{joined} joined, {len(cluster.nodes)} Nodes (bench/cluster.py)")
+    print(f"sync nodes + workloads  {t_wl:.2f} s ({n / t_wl:,.0f} Workloads/s)")
     print(f"sync podgroups + join   {t_pg:.2f} s ({n / t_pg:,.0f}/s)")
-    print(f"PodGroup watch event    {t_pg_ev / len(events) * 1e6:.0f} us -> {len(events) / t_pg_ev:,.0f} events/s (parse, join, re-render)")
-    print(f"Workload watch event    {t_wl_ev / len(wl_events) * 1e6:.0f} us -> {len(wl_events) / t_wl_ev:,.0f} events/s (store + gang join)")
+    print(f"watch events (mixed)    {len(stream)} events in {t_all:.2f} s -> {len(stream) / t_all:,.0f} events/s on one core "
+          "(parse, store, join, re-render; target >= 5,000)")
+    for what, times in sorted(per_kind.items()):
+        print(f"  {what:<21} {len(times):>6} events, {sum(times) / len(times) * 1e6:6.0f} us each -> "
+              f"{len(times) / sum(times):>8,.0f}/s")
     print(f"render after events     {t_first * 1e3:.0f} ms; unchanged scrape {t_scrape * 1e3:.1f} ms; {len(body) / 1e6:.1f} MB")
-    print(f"RSS after sync          {rss_synced:.0f} MiB (store, gang index, exposition; inputs freed)")
+    print(f"RSS after sync          {rss_synced:.0f} MiB (store, gang index, exposition; inputs freed; the generator's "
+          f"cluster and event list are in this process too)")
     print(f"max RSS                 {rss_mb():.0f} MB (includes the benchmark's own input and event objects)")
 
 

@@ -3,10 +3,10 @@
     .venv/bin/python bench/load.py [--workloads 2000] [--rounds 10] [--concurrency 100] [--rate 200]
 
 Three processes besides this one, so each figure is one process's own: the simulated API
-server (a child process) holding ``--workloads`` fixture-shaped Workloads (16-host TAS
-assignments, as bench/collector.py builds them) and changing objects at ``--rate`` events/s
-(Workload create/modify/delete in turn, plus a Pod annotation change on the agent's node) for
-the whole run; ``gangscope collector`` and ``gangscope agent --nvml sim`` (8 GPUs x 18 NVLink
+server (a child process) holding a realistic cluster of ``--workloads`` Workloads and their
+PodGroups (bench/cluster.py) and changing it at ``--rate`` changes/s with bench/cluster.py's
+realistic stream (plus a Pod annotation change on the agent's node every tenth) for the whole
+run; ``gangscope collector`` and ``gangscope agent --nvml sim`` (8 GPUs x 18 NVLink
 links, the fixture sysfs tree, a real gRPC kubelet with 8 pods served from this process).
 
 For each process and each format (Prometheus text; OpenMetrics with gzip, as Prometheus asks)
@@ -46,8 +46,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families as parse_text  # noqa: E402
 
-from exporter.kube.resources import (AGENT_NODE, AGENT_PODS, LOCAL_QUEUES, NODES, RESOURCE_FLAVORS,  # noqa: E402
-                                     TOPOLOGIES, WORKLOADS)
+from exporter.kube.resources import AGENT_NODE, AGENT_PODS, COLLECTOR_RESOURCES  # noqa: E402
 from exporter.sim.kubelet import SimContainer, SimKubelet, SimPod  # noqa: E402
 from exporter.sim.nvml import SimNvml  # noqa: E402
 
@@ -59,15 +58,6 @@ TEXT = {"Accept": "text/plain", "Accept-Encoding": "identity"}
 # --- the simulated API server and its churn, in a child process -------------------------------
 
 
-def churn_workload(template: dict[str, Any], n: int) -> dict[str, Any]:
-    """A Workload shaped like ``template`` (a fixture-shaped one), named for churn step ``n``."""
-    obj = orjson.loads(orjson.dumps(template))
-    meta = obj["metadata"]
-    meta.update(name=f"churn-{n:08d}", namespace="churn", uid=f"churn-uid-{n}")
-    meta.pop("resourceVersion", None)
-    return obj
-
-
 def agent_pod(i: int, generation: int) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": f"train-{i}", "namespace": "team-a", "labels": {"kueue.x-k8s.io/podset": "workers"},
@@ -75,49 +65,41 @@ def agent_pod(i: int, generation: int) -> dict[str, Any]:
             "spec": {"nodeName": AGENT_NODE_NAME}}
 
 
-def serve_sim(n_workloads: int, n_nodes: int, rate: float, population: int, conn: Any) -> None:
-    """Child process: serve the objects, then change them at ``rate`` events/s until killed.
-
-    Steps cycle create / modify / delete, so the number of churn Workloads settles at
-    ``population`` and the collector's state should too; every tenth step also changes a Pod
-    on the agent's node. Reports ``(url, kubeconfig)`` once serving, then nothing."""
-    from collector import build_objects  # bench/collector.py: the fixture-shaped Workloads
+def serve_sim(n_workloads: int, n_nodes: int, rate: float, conn: Any, paused: Any) -> None:
+    """Child process: serve a realistic cluster (bench/cluster.py), then change it at ``rate``
+    changes/s with its realistic stream (bench/cluster.py's Churn) until killed; while
+    ``paused`` is set, nothing changes. Every tenth step also changes a Pod on the agent's node.
+    Reports ``(url, kubeconfig)`` once serving, then nothing."""
+    from cluster import Churn, build_cluster  # bench/cluster.py
 
     from exporter.sim.apiserver import SimApiServer
 
     async def churn() -> None:
-        # Keep the resume history short: 200 events/s for hours must not grow the simulator.
+        # Keep the resume history short: hundreds of events/s for hours must not grow the simulator.
         sim = SimApiServer(bookmark_interval=30, history_limit=2000)
-        for r in (WORKLOADS, LOCAL_QUEUES, TOPOLOGIES, RESOURCE_FLAVORS, NODES, AGENT_NODE, AGENT_PODS):
+        for r in (*COLLECTOR_RESOURCES, AGENT_NODE, AGENT_PODS):
             sim.serve(r)
-        objects = build_objects(n_workloads, n_nodes)
-        template = next(o for o in objects if o["kind"] == "Workload")
-        sim.bulk_load(objects)
+        cluster = build_cluster(n_workloads, n_nodes)
+        sim.bulk_load(cluster.objects())
         sim.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": AGENT_NODE_NAME,
                     "labels": {"kubernetes.io/hostname": AGENT_NODE_NAME}}})
         for i in range(8):
             sim.create(agent_pod(i, 0))
-        live: deque[dict[str, Any]] = deque()
-        for n in range(population):
-            live.append(sim.create(churn_workload(template, n)))
         await sim.start()
         conn.send((sim.url, sim.kubeconfig()))
-        step, made = 0, population
+        stream = Churn(cluster)
+        verbs = {"create": sim.create, "update": sim.update, "delete": sim.delete}
+        step = 0
         start, tick = time.monotonic(), 0.02
         while True:
+            if paused.is_set():
+                await asyncio.sleep(tick)
+                start, step = time.monotonic(), 0
+                continue
             due = int((time.monotonic() - start) * rate)
             while step < due:
-                kind = step % 3
-                if kind == 0:
-                    live.append(sim.create(churn_workload(template, made)))
-                    made += 1
-                elif kind == 1:
-                    obj = orjson.loads(orjson.dumps(live.popleft()))  # the simulator's copy stays untouched
-                    conds = obj["status"]["conditions"]
-                    conds[-1]["status"] = "False" if conds[-1]["status"] == "True" else "True"
-                    live.append(sim.update(obj))
-                else:
-                    sim.delete(live.popleft())
+                for change in stream.next():
+                    verbs[change.verb](change.obj)
                 if step % 10 == 0:
                     sim.update(agent_pod(step // 10 % 8, step // 10))
                 step += 1
@@ -126,13 +108,13 @@ def serve_sim(n_workloads: int, n_nodes: int, rate: float, population: int, conn
     asyncio.run(churn())
 
 
-def start_sim(n_workloads: int, n_nodes: int, rate: float, population: int) -> tuple[mp.Process, str, dict]:
+def start_sim(n_workloads: int, n_nodes: int, rate: float) -> tuple[mp.Process, str, dict, Any]:
     parent, child = mp.Pipe()
-    proc = mp.get_context("fork").Process(target=serve_sim, args=(n_workloads, n_nodes, rate, population, child),
-                                          daemon=True)
+    paused = mp.get_context("fork").Event()
+    proc = mp.get_context("fork").Process(target=serve_sim, args=(n_workloads, n_nodes, rate, child, paused), daemon=True)
     proc.start()
     url, kubeconfig = parent.recv()
-    return proc, url, kubeconfig
+    return proc, url, kubeconfig, paused
 
 
 # --- the processes under test ----------------------------------------------------------------
@@ -191,7 +173,11 @@ def stop(proc: subprocess.Popen) -> None:
 
 class Pages:
     """Collects pages during the bursts and checks them afterwards (so parsing does not slow the
-    client while it is timing): complete and parseable; byte-identical pages are parsed once."""
+    client while it is timing): complete and parseable; byte-identical pages are parsed once.
+    Under churn nearly every page differs: past ``KEEP`` distinct pages, a page is only checked
+    to be complete when it arrives (it decompresses and ends as its format must), not kept."""
+
+    KEEP = 20
 
     def __init__(self, openmetrics: bool, gzipped: bool) -> None:
         self.openmetrics, self.gzipped = openmetrics, gzipped
@@ -199,11 +185,23 @@ class Pages:
         self.samples = 0
         self._bodies: dict[bytes, bytes] = {}
         self._count: dict[bytes, int] = {}
+        self._seen: set[bytes] = set()
 
     def add(self, body: bytes) -> None:
         key = hashlib.sha256(body).digest()
-        self._bodies.setdefault(key, body)
-        self._count[key] = self._count.get(key, 0) + 1
+        self._seen.add(key)
+        if key in self._bodies or len(self._bodies) < self.KEEP:
+            self._bodies.setdefault(key, body)
+            self._count[key] = self._count.get(key, 0) + 1
+        elif not self._complete(body):
+            self.bad += 1
+
+    def _complete(self, body: bytes) -> bool:
+        try:
+            text = gzip.decompress(body) if self.gzipped else body
+        except (OSError, EOFError):
+            return False
+        return text.endswith(b"# EOF\n" if self.openmetrics else b"\n")
 
     def check(self) -> None:
         for key, body in self._bodies.items():
@@ -223,7 +221,7 @@ class Pages:
 
     @property
     def distinct(self) -> int:
-        return len(self._bodies)
+        return len(self._seen)
 
 
 async def bursts(port: int, headers: dict[str, str], rounds: int, concurrency: int) -> tuple[list[float], Pages, int]:
@@ -280,7 +278,7 @@ async def measure(name: str, port: int, proc: subprocess.Popen, args: argparse.N
 
 
 async def main(args: argparse.Namespace) -> None:
-    sim_proc, url, kubeconfig = start_sim(args.workloads, args.nodes, args.rate, args.population)
+    sim_proc, url, kubeconfig, _ = start_sim(args.workloads, args.nodes, args.rate)
     tmp = tempfile.mkdtemp(prefix="gsload-", dir="/tmp")
     kc = os.path.join(tmp, "kubeconfig")
     Path(kc).write_bytes(orjson.dumps(kubeconfig))
@@ -300,7 +298,7 @@ async def main(args: argparse.Namespace) -> None:
                 return int((await r.json())["metadata"]["resourceVersion"])
 
     try:
-        await wait_for(collector_port, b'workload="churn-', collector)
+        await wait_for(collector_port, b"gangscope_workload_info{", collector)
         await wait_for(agent_port, b'gangscope_gpu_pod_info{', agent)
         await asyncio.sleep(2)  # warm-up: watch streams steady, a few NVML samples taken
         rv0, t0 = await resource_version(), time.monotonic()
@@ -319,7 +317,7 @@ async def main(args: argparse.Namespace) -> None:
     print_table(["process", "format", "samples", "page", "scrapes", "p50 ms", "p99 ms", "max ms",
                  "bad pages", "distinct pages", "server CPU", "RSS"], rows)
     print(f"({args.rounds} bursts of {args.concurrency} concurrent scrapes per row; collector: {args.workloads:,} Workloads "
-          f"+ {args.population} churning, {args.nodes:,} Nodes; agent: 8 GPUs x 18 NVLink links, 8 pods; "
+          f"and their PodGroups (bench/cluster.py), {args.nodes:,} Nodes; agent: 8 GPUs x 18 NVLink links, 8 pods; "
           f"{rate:.0f} object changes/s during the scrapes; server CPU in % of one core; {os.cpu_count()} CPUs)")
 
 
@@ -327,7 +325,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", type=int, default=2000)
     parser.add_argument("--nodes", type=int, default=1024)
-    parser.add_argument("--population", type=int, default=200, help="churning Workloads kept alive (default 200)")
     parser.add_argument("--rate", type=float, default=200.0, help="object changes per second (default 200)")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--concurrency", type=int, default=100)

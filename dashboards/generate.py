@@ -215,6 +215,16 @@ def overview() -> dash.Dashboard:
                            Q(f'histogram_quantile(0.9, sum by (le, cluster_queue) (rate(kueue_admission_wait_time_seconds_bucket{{cluster_queue=~"$cluster_queue"}}[{RATE}])))', "{{cluster_queue}}")),
                     series("Stuck gangs", "Admitted gangs past their schedule timeout without reaching Running.", "short",
                            Q(f"count((gangscope_gang_assembly_stuck == 1) * {IN_CQ}) or vector(0)", "stuck")),
+                    series("Idle GPU-hours per day", "GPU-hours held idle by gangs below their minimum over the last day, per "
+                           "ClusterQueue and namespace (recorded cluster_queue_namespace:gangscope_gang_idle_gpu_hours:increase1d "
+                           "from gangscope_gang_idle_gpu_seconds_total; gangs no Workload joins have no ClusterQueue).", "short",
+                           Q('cluster_queue_namespace:gangscope_gang_idle_gpu_hours:increase1d{cluster_queue=~"$cluster_queue|"}',
+                             "{{cluster_queue}} {{namespace}}"), stack=True),
+                    grid("Stalled and restarting jobs", "Training jobs whose reported progress has not moved (seconds since it "
+                         "last did, gangscope_job_progress_changed_timestamp_seconds) and JobSets that have restarted (restarts so far).", "short",
+                         Q("time() - max by (namespace, kind, name) (gangscope_job_progress_changed_timestamp_seconds)"
+                           " and on (namespace, kind, name) max by (namespace, kind, name) (gangscope_job_progress_ratio) < 1"),
+                         Q("max by (namespace, kind, name) (gangscope_job_restarts_total) > 0")),
                 ],
             ),
             (
@@ -338,6 +348,15 @@ def workload() -> dash.Dashboard:
                            Q(f"max by (podgroup) (gangscope_podgroup_min_member * {gang})", "{{podgroup}} minMember"),
                            Q(f"max(gangscope_workload_requested_gpus{{{WL}}})", "GPUs requested"),
                            Q(f"max(gangscope_gang_idle_gpus{{{WL}}})", "GPUs idle")),
+                    series("Gang pods", "The gang's members by state from its live pods (bound, running, ready, pending; or the "
+                           "PodGroup's counters where its pods are not watched): what the gang's stage is judged by.", "short",
+                           Q(f"max by (podgroup, state) (gangscope_gang_pods{{{WL}}})", "{{podgroup}} {{state}}")),
+                    series("Job progress", "Training progress the job reports (TrainJob trainerStatus) and its JobSet's restarts: "
+                           "a flat line while the job runs is a hang.", "percentunit",
+                           Q("max by (kind, name) (gangscope_job_progress_ratio * on (namespace, kind, name) group_left () "
+                             f"max by (namespace, kind, name) (gangscope_job_info{{{WL}}}))", "{{kind}} {{name}} progress"),
+                           Q("max by (kind, name) (gangscope_job_restarts_total * on (namespace, kind, name) group_left () "
+                             f"max by (namespace, kind, name) (gangscope_job_info{{{WL}}}))", "{{kind}} {{name}} restarts")),
                 ],
             ),
             (

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+from collections.abc import Callable
 
+from .exposition import Exposition
 from .topology import TopologyLevels, parse_alias_overrides
 
 
@@ -52,12 +55,67 @@ def topology_from_args(args: argparse.Namespace) -> tuple[TopologyLevels, dict[s
     return TopologyLevels.build(keys, overrides), overrides
 
 
+# The scale one collector (one shard) is sized for: 20,000 Workloads of 16 hosts on average, the
+# long tail up to 512, and their PodGroups (bench/collector.py). Its largest family, the Workloads'
+# pods per host, then holds ~320,000 series; the family cap leaves 3x that before it drops
+# anything, so it only ever stops a runaway, and one object can take at most 10,000 series of a
+# family (a job on 10,000 hosts). Past the supported scale, shard (--total-shards) rather than
+# raise the caps.
+DEFAULT_MAX_SERIES_PER_FAMILY = 1_000_000
+DEFAULT_MAX_SERIES_PER_OWNER = 10_000
+
+
 def add_serving(p: argparse.ArgumentParser, default_listen: str) -> None:
     p.add_argument("--listen", default=default_listen, help=f"HOST:PORT to serve /, /metrics, /healthz, /readyz (default {default_listen})")
-    p.add_argument("--max-series-per-family", type=int, default=300_000,
-                   help="cap on series per metric family; the excess is dropped and counted (0 = no cap, default 300000)")
+    p.add_argument("--max-series-per-family", type=int, default=DEFAULT_MAX_SERIES_PER_FAMILY,
+                   help="cap on series per metric family; an object whose series would pass it is left out of that family, "
+                        f"counted and logged (0 = no cap, default {DEFAULT_MAX_SERIES_PER_FAMILY})")
+    p.add_argument("--max-series-per-owner", type=int, default=DEFAULT_MAX_SERIES_PER_OWNER,
+                   help="cap on one object's series in one family; an object with more is left out of that family, counted "
+                        f"and logged (0 = no cap, default {DEFAULT_MAX_SERIES_PER_OWNER})")
+    p.add_argument("--cluster-name", default="",
+                   help="add the label cluster=NAME to every series (one Prometheus for several clusters; default: none)")
+    p.add_argument("--metric-allowlist", action="append", default=[], metavar="REGEX,...",
+                   help="serve only the families whose full name matches one of these regular expressions "
+                        "(comma-separated, repeatable; exclusive with --metric-denylist)")
+    p.add_argument("--metric-denylist", action="append", default=[], metavar="REGEX,...",
+                   help="serve every family but those whose full name matches one of these regular expressions "
+                        "(comma-separated, repeatable)")
     p.add_argument("--tls-cert", default=None, help="serve HTTPS with this certificate (PEM); reloaded when the file changes")
     p.add_argument("--tls-key", default=None, help="private key (PEM) for --tls-cert")
     p.add_argument("--metrics-auth", action="store_true",
                    help="require on every route but /, /healthz and /readyz a bearer token allowed to get that path, and for "
                         "/debug/explain also Workloads in its namespace (TokenReview + SubjectAccessReview)")
+
+
+def _patterns(values: list[str], flag: str) -> list[re.Pattern[str]]:
+    out = []
+    for value in values:
+        for pattern in value.split(","):
+            if pattern.strip():
+                try:
+                    out.append(re.compile(pattern.strip()))
+                except re.error as exc:
+                    raise ValueError(f"{flag}: {pattern!r} is not a regular expression: {exc}") from None
+    return out
+
+
+def family_filter(args: argparse.Namespace) -> Callable[[str], bool] | None:
+    """Whether a family is served, from --metric-allowlist/--metric-denylist (kube-state-metrics'
+    flags: exact names or regular expressions, matched against the whole family name); None
+    when neither is given. Raises ValueError for both at once or a bad expression."""
+    allow = _patterns(args.metric_allowlist, "--metric-allowlist")
+    deny = _patterns(args.metric_denylist, "--metric-denylist")
+    if allow and deny:
+        raise ValueError("--metric-allowlist and --metric-denylist are mutually exclusive")
+    if allow:
+        return lambda name: any(p.fullmatch(name) for p in allow)
+    if deny:
+        return lambda name: not any(p.fullmatch(name) for p in deny)
+    return None
+
+
+def exposition_from_args(args: argparse.Namespace) -> Exposition:
+    """The process's exposition with the serving flags' caps, family filter and cluster label."""
+    return Exposition(args.max_series_per_family, args.max_series_per_owner, exported=family_filter(args),
+                      const_labels=[("cluster", args.cluster_name)] if args.cluster_name else ())

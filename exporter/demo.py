@@ -11,7 +11,7 @@ With ``--prometheus`` it also runs Debian's Prometheus on the demo's processes w
 project's own rules, shortened for the demo (``alerts/generate.py`` writes them from
 ``alerts/config.yaml`` into the simulators' package, ``exporter/sim/rules/``), and prints each
 alert when it first fires: within two minutes, the inadmissible Workload, the stuck gang, the
-partial gang's idle GPUs, the NVLink link down and the NodeFailures eviction.
+partial gang's idle GPUs, the stalled TrainJob, the NVLink link down and the NodeFailures eviction.
 
 The simulators are a separate distribution (``gangscope-sim``, the ``gangscope[sim]`` extra), not
 part of the runtime image: without them the demo says how to install them and exits 2.
@@ -48,7 +48,7 @@ SIM_MISSING = ("gangscope demo needs the simulators, which the runtime image doe
                "pip install 'gangscope[sim]' (from a checkout: pip install . ./exporter/sim, or scripts/setup-env "
                "for an editable install with them)")
 # Labels that identify what an alert is about, in the order the demo prints them.
-ALERT_SUBJECT = ("namespace", "workload", "podgroup", "cluster_queue", "block", "rack", "node", "gpu", "link")
+ALERT_SUBJECT = ("namespace", "workload", "kind", "name", "podgroup", "cluster_queue", "block", "rack", "node", "gpu", "link")
 
 
 def simulators_installed() -> bool:
@@ -111,7 +111,7 @@ class Demo:
 
     async def start(self) -> None:
         from .cluster.main import Collector, add_arguments as collector_args
-        from .kube.resources import AGENT_PODS, COLLECTOR_RESOURCES, NATIVE_PODGROUPS, NATIVE_WORKLOADS
+        from .kube.resources import AGENT_PODS, COLLECTOR_RESOURCES
         from .sim.apiserver import SimApiServer
         from .sim.scenario import build_default
 
@@ -123,9 +123,8 @@ class Demo:
             self.scenario.timeline.clear()
         self.sim = SimApiServer(token="gangscope-demo")
         await self.sim.start(self.host)
-        for resource in (*COLLECTOR_RESOURCES, AGENT_PODS):
-            if resource not in (NATIVE_PODGROUPS, NATIVE_WORKLOADS):  # a cluster without the 1.36+ APIs
-                self.sim.serve(resource)
+        for resource in (*COLLECTOR_RESOURCES, AGENT_PODS):  # a 1.37 cluster with Kueue, the gang schedulers and job controllers
+            self.sim.serve(resource)
         for obj in self.scenario.all_objects():
             self.sim.create(obj)
         self.kubeconfig = self.sim.write_kubeconfig(str(self.workdir / "kubeconfig"))
@@ -190,12 +189,14 @@ class Demo:
         for at, event, obj in sorted(self.scenario.timeline, key=lambda t: t[0]):
             await asyncio.sleep(max(0.0, self.started_at + at - time.monotonic()))
             self.apply(obj)
-            log.info("demo_event", at=at, workload=obj["metadata"]["name"], change=event)
+            log.info("demo_event", at=at, kind=obj["kind"], name=obj["metadata"]["name"], change=event)
 
     def apply(self, obj: dict[str, Any]) -> None:
-        """One timeline change: update the Workload; its unhealthy nodes lose their GPUs, and an
-        evicted Workload (no admission) loses its pods."""
+        """One timeline change: update the object; a Workload's unhealthy nodes lose their GPUs,
+        and an evicted Workload (no admission) loses its pods."""
         self.sim.update(obj)
+        if obj.get("kind") != "Workload" or not obj.get("apiVersion", "").startswith("kueue.x-k8s.io/"):
+            return
         unhealthy = [n["name"] for n in obj.get("status", {}).get("unhealthyNodes", [])]
         for node in unhealthy:
             for gpu in self.nvml[node].gpus:
@@ -301,7 +302,8 @@ class Demo:
         gangs = getattr(self.collector, "gangs", None)
         for ns, name in (("ml-team", "mixtral-sft"), ("research", "t5-pretrain"), ("ml-team", "gpt-pretrain"),
                          ("ml-team", "qwen-pretrain"), ("research", "sd-xl"), ("research", "gemma-eval"),
-                         ("ml-team", "llama-70b-sft")):
+                         ("ml-team", "moe-pipeline"), ("vision", "sam-finetune"), ("ml-team", "gemma-sft"),
+                         ("ml-team", "llama-gb200"), ("ml-team", "llama-70b-sft")):
             try:
                 doc = await diagnose(self.collector.store, gangs, ns, name)
             except LookupError:
@@ -316,7 +318,8 @@ class Demo:
                   "  needs three in one rack (gangscope_workload_fit, gangscope_fragmentation_blocked_workloads), and",
                   "  research/ray-tune runs spread over both racks where one would hold it (gangscope_workload_domains_spanned)."]
         if self.scenario.timeline:  # "static" plays none
-            lines += ["", "  At +20 s a node of research/vit-large fails; at +40 s Kueue evicts it with NodeFailures."]
+            lines += ["", "  At +20 s a node of research/vit-large fails; at +40 s Kueue evicts it with NodeFailures.",
+                      "  At +25 s the JobSet ml-team/llama-gb200 restarts (its 5th restart); at +45 s its Jobs are ready again."]
         lines.append("")
         return "\n".join(lines)
 

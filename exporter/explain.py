@@ -35,12 +35,13 @@ from .config import add_kube, add_logging
 if TYPE_CHECKING:
     from .cluster.capacity import PodSetFit
     from .cluster.gangs import Gang, GangIndex
+    from .cluster.jobs import JobIndex, JobView
     from .cluster.queue_positions import QueuePosition
     from .cluster.store import ClusterStore
     from .cluster.workloads import AdmissionCheck, Condition, Workload
 
 SCHEMA = "gangscope.explain/v1"
-LAYERS = ("admission", "placement", "assembly", "interconnect")
+LAYERS = ("admission", "placement", "assembly", "interconnect", "job")
 # Below this fraction of its own first hour, the job's interconnect throughput counts as degraded.
 DEGRADED_RATIO = 0.5
 TOPOLOGY_ANNOTATIONS = (
@@ -328,38 +329,93 @@ _UNRESOLVED = {
 }
 
 
-def assembly_layer(wl: Workload | None, gangs: Sequence[Gang], now: float) -> dict[str, Any]:
-    evidence = {"podgroups": [g.as_dict() for g in gangs]}
+def _members_text(g: Gang) -> str:
+    """``3/4 running`` with the evidence it comes from, or the phase's word."""
+    rec, m = g.podgroup, g.members
+    if rec.composite or rec.min_member is None:  # a composite's children are told by assembly_layer
+        return ""
+    if m is not None and m.evidence == "pods":
+        text = f"{(m.running or 0) + (m.succeeded or 0)}/{rec.min_member} running"
+        extra = [f"{v} {k}" for k, v in (("bound", m.bound), ("pending", m.pending), ("failed", m.failed)) if v]
+        return text + f" (live pods{': ' + ', '.join(extra) if extra else ''})"
+    if m is not None and m.evidence == "counters":
+        return f"{(m.running or 0) + (m.succeeded or 0)}/{rec.min_member} running (PodGroup status)"
+    return f"?/{rec.min_member} running"
+
+
+def _phase_lags(g: Gang) -> str:
+    """A note when the PodGroup's own phase says otherwise than the evidence gangscope trusts."""
+    rec = g.podgroup
+    if rec.phase is None or g.members is None or g.members.evidence == "phase":
+        return ""
+    if rec.api in ("native", "kai") and rec.phase == "Pending":
+        return ""  # no status written at all (a 1.37 CompositePodGroup's stays empty): nothing lags
+    said = rec.gang_state
+    if said in ("waiting", "partial") and g.stage in ("assembled", "finished"):
+        return f"; its phase still says {rec.phase}"
+    if said == "assembled" and g.stage in ("assembling", "stuck", "partially_bound"):
+        return f"; its status still says {rec.phase} (it reflects the first scheduling decision only)"
+    return ""
+
+
+def assembly_layer(wl: Workload | None, gangs: Sequence[Gang], now: float, index: GangIndex | None = None) -> dict[str, Any]:
+    evidence: dict[str, Any] = {"podgroups": [g.as_dict() for g in gangs]}
     for key in ("wait_start", "deadline"):
         for d in evidence["podgroups"]:
             d[key] = _ts(d[key])
     for d in evidence["podgroups"]:
         d["podgroup"]["phase_since"] = _ts(d["podgroup"]["phase_since"])
+    texts = {g.podgroup.key: _members_text(g) for g in gangs}
+    if index is not None:
+        for g in gangs:
+            if g.podgroup.composite:
+                kids = index.children(g)
+                need = g.podgroup.min_member if g.podgroup.min_member is not None else len(kids)
+                done = sum(1 for k in kids if k.stage in ("assembled", "finished"))
+                texts[g.podgroup.key] = f"{done}/{need} child groups assembled (" + ", ".join(
+                    f"{k.podgroup.name} {k.stage}" for k in kids) + ")"
+    pods = index.workload_pods(wl) if index is not None and wl is not None else []
+    if pods:
+        from .cluster.pods import PodStore
+
+        counts = PodStore.counts(pods)
+        evidence["pods"] = {"total": counts.members, "bound": counts.bound, "running": counts.running,
+                            "ready": counts.ready, "pending": counts.pending, "succeeded": counts.succeeded,
+                            "failed": counts.failed, "bound_gpus": counts.bound_gpus}
     if not gangs:
+        need = sum(ps.count for ps in wl.podsets) if wl is not None else 0
         if wl is not None and wl.stage == "assembling":
             ready = wl.conditions.get("PodsReady")
+            if ready is None and pods:
+                c = evidence["pods"]
+                return _layer("assembly", "blocking", f"admitted, {c['running'] + c['succeeded']}/{need} pods running "
+                              f"(live pods: {c['bound']} bound, {c['pending']} pending), and no PodGroup is joined: "
+                              "check the pending pods' events", evidence)
             since = f" since {_ts(ready.last_transition_seconds)}" if ready is not None and ready.last_transition_seconds else ""
             return _layer("assembly", "blocking", f"admitted but pods not ready (Kueue's PodsReady is False, "
                           f"{ready.reason if ready else '?'}{since}), and no PodGroup is joined "
                           "(no gang scheduler, or its PodGroups are not watched): check the pods' events", evidence)
         if wl is not None and wl.stage == "running" and "PodsReady" not in wl.conditions:
+            seen = f"; its live pods: {evidence['pods']['running']}/{need} running" if pods else \
+                ", so nothing says the pods are not running"
             return _layer("assembly", "ok", "no PodGroup joined; Kueue writes no PodsReady here (waitForPodsReady "
-                          "is off), so nothing says the pods are not running", evidence)
+                          "is off)" + seen, evidence)
         return _layer("assembly", "ok" if wl is not None and wl.stage in ("running", "finished") else "unknown",
                       "no PodGroup joined to this Workload", evidence)
     worst = None
+    order = ("failed", "partially_bound", "stuck", "assembling", "not_admitted")
     for g in gangs:
-        if g.stage in ("stuck", "partially_bound", "failed", "assembling", "not_admitted"):
-            order = ("failed", "partially_bound", "stuck", "assembling", "not_admitted")
-            if worst is None or order.index(g.stage) < order.index(worst.stage):
-                worst = g
+        if g.stage in order and (worst is None or order.index(g.stage) < order.index(worst.stage)):
+            worst = g
     if worst is None:
-        names = ", ".join(f"{g.podgroup.name} {g.stage}" for g in gangs)
+        names = ", ".join(f"{g.podgroup.name} {g.stage}" + (f" ({texts[g.podgroup.key]}{_phase_lags(g)})"
+                                                             if texts[g.podgroup.key] else "") for g in gangs)
         if wl is not None and "PodsReady" not in wl.conditions and wl.stage == "running":
             names += " (Kueue writes no PodsReady here: waitForPodsReady is off)"
         return _layer("assembly", "ok", names, evidence)
     rec = worst.podgroup
-    parts = [f"PodGroup {rec.name} ({rec.api})"]
+    kind = "CompositePodGroup" if rec.composite else "PodGroup"
+    parts = [f"{kind} {rec.name} ({rec.api})"]
     if rec.phase is not None:
         since = ""
         if rec.phase_since is not None and rec.since_source != "observed":
@@ -367,8 +423,10 @@ def assembly_layer(wl: Workload | None, gangs: Sequence[Gang], now: float) -> di
         elif rec.phase_since is not None and now - rec.phase_since >= 1:  # no API timestamp: when gangscope saw it
             since = f" (seen since {_ts(rec.phase_since)}, {_duration(now - rec.phase_since)})"
         parts.append(f"{rec.phase}{since}")
-    if rec.min_member is not None:
-        parts.append(f"{rec.running if rec.running is not None else '?'}/{rec.min_member} running")
+    if texts[rec.key]:
+        parts.append(texts[rec.key] + _phase_lags(worst))
+    if rec.parent:
+        parts.append(f"in CompositePodGroup {rec.parent}")
     label = {"failed": "gang failed", "partially_bound": "partially bound: some pods hold resources, the rest cannot be placed",
              "stuck": "stuck assembling", "assembling": "assembling", "not_admitted": "waiting for admission"}[worst.stage]
     summary = f"{label}: " + ", ".join(parts)
@@ -377,10 +435,82 @@ def assembly_layer(wl: Workload | None, gangs: Sequence[Gang], now: float) -> di
         summary += f"; timeout {int(worst.timeout)}s {verb} {_ts(worst.deadline)}"
     if worst.idle_gpus:
         summary += f"; {worst.idle_gpus:g} GPUs idle"
-    if rec.message:
+    if rec.unschedulable:
+        summary += "; scheduler: " + "; ".join(f"{u.reason}: {u.message}" if u.message else u.reason
+                                               for u in rec.unschedulable)
+    elif rec.message:
         summary += f"; scheduler: {rec.message}"
     status = "blocking" if worst.stage != "not_admitted" else "unknown"
     return _layer("assembly", status, summary, evidence)
+
+
+def job_layer(wl: Workload | None, store: ClusterStore, jobs: JobIndex | None, now: float) -> dict[str, Any]:
+    """The job controller around the gang: a JobSet restarting, a TrainJob whose progress stands
+    still, LeaderWorkerSet groups its controller calls ready that their pods are not."""
+    views = jobs.jobs_of(wl) if jobs is not None and wl is not None else []
+    evidence: dict[str, Any] = {"jobs": [_job_dict(v) for v in views], "problem": None}
+    if not views:
+        return _layer("job", "ok", "no JobSet, TrainJob or LeaderWorkerSet owns this Workload", evidence)
+    problems: list[str] = []
+    kinds: list[str] = []
+    fine: list[str] = []
+    depth = store.eviction_depth
+    domains = sorted({path[depth - 1][1] for a in (wl.last_assignments if wl else []) for path, _ in a.placed
+                      if len(path) >= depth and path[depth - 1][1]})
+    where = f" in {', '.join(domains)}" if domains else ""
+    stale_after = jobs.stale_after if jobs is not None else 0
+    for v in views:
+        rec = v.record
+        restarting = rec.condition("RestartingJobSet")
+        failed = next((c for c in rec.conditions if c.type == "Failed" and c.status == "True"), None)
+        if failed is not None:
+            kinds.append("failed")
+            problems.append(f"{rec.kind} {rec.name} failed ({failed.reason}): {failed.message}".rstrip(": "))
+        elif restarting is not None and restarting.status == "True":
+            kinds.append("restarting")
+            problems.append(f"{rec.kind} {rec.name} restarting ({rec.restarts or 0} restarts{where}; "
+                            f"{restarting.reason}: {restarting.message})".replace("; : )", ")"))
+        elif rec.progress is not None and rec.running and rec.progress < 1 and rec.progress_changed is not None \
+                and now - rec.progress_changed >= stale_after:
+            last = f", last report {_ts(rec.progress_updated)}" \
+                if rec.progress_updated is not None and rec.progress_updated != rec.progress_changed else ""
+            kinds.append("progress_stale")
+            problems.append(f"{rec.kind} {rec.name} progress stale for {_duration(now - rec.progress_changed)} "
+                            f"({rec.progress:.0%} since {_ts(rec.progress_changed)}{last})")
+        elif v.groups is not None and v.groups.not_ready and (rec.ready_replicas or 0) > v.groups.ready:
+            lagging = ", ".join(f"group {g} {ok}/{size}" for g, ok, size in v.groups.partial[:4])
+            kinds.append("groups_not_ready")
+            problems.append(f"{rec.kind} {rec.name}: {v.groups.ready} of {rec.replicas} groups ready from their pods, "
+                            f"its controller reports {rec.ready_replicas} ({lagging} pods ready)")
+        else:
+            bits = []
+            if rec.restarts:
+                bits.append(f"{rec.restarts} restarts{where}")
+            if rec.progress is not None:
+                bits.append(f"{rec.progress:.0%} done")
+            if v.groups is not None:
+                bits.append(f"{v.groups.ready}/{rec.replicas} groups ready")
+            fine.append(f"{rec.kind} {rec.name}" + (f" ({', '.join(bits)})" if bits else ""))
+    if problems:
+        evidence["problem"] = kinds[0]
+        return _layer("job", "blocking", "; ".join(problems), evidence)
+    return _layer("job", "ok", "; ".join(fine), evidence)
+
+
+def _job_dict(v: JobView) -> dict[str, Any]:
+    rec = v.record
+    return {
+        "kind": rec.kind, "name": rec.name, "workloads": v.workloads, "running": rec.running,
+        "conditions": [{"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
+                        "since": _ts(c.last_transition)} for c in rec.conditions],
+        "restarts": rec.restarts, "restarts_toward_max": rec.restarts_toward_max,
+        "child_jobs": [{"name": c.name, "ready": c.ready, "active": c.active, "succeeded": c.succeeded,
+                        "failed": c.failed, "suspended": c.suspended, "restarts": c.restarts} for c in rec.children],
+        "progress": rec.progress, "progress_updated": _ts(rec.progress_updated),
+        "progress_changed": _ts(rec.progress_changed), "estimated_remaining_seconds": rec.remaining_seconds,
+        "groups": None if v.groups is None else {"ready": v.groups.ready, "not_ready": v.groups.not_ready,
+                                                  "desired": rec.replicas, "reported_ready": rec.ready_replicas},
+    }
 
 
 def interconnect_queries(namespace: str, workload: str, start: float | None, now: float) -> dict[str, str]:
@@ -478,20 +608,22 @@ async def diagnose(store: ClusterStore, gangs: GangIndex, namespace: str, name: 
         elif layer_name == "placement":
             layer = placement_layer(wl, fits)
         elif layer_name == "assembly":
-            layer = assembly_layer(wl, wl_gangs, now)
-        else:
+            layer = assembly_layer(wl, wl_gangs, now, gangs)
+        elif layer_name == "interconnect":
             layer = await interconnect_layer(wl, prometheus, now)
+        else:
+            layer = job_layer(wl, store, gangs.jobs, now)
         layers.append(layer)
         if layer["status"] == "blocking":
             blocked = layer
     if finished:
         verdict = {"status": "finished", "layer": None, "summary": layers[0]["summary"]}
     elif blocked is not None:
-        status = "slow" if blocked["name"] == "interconnect" else "held"
-        verdict = {"status": status, "layer": blocked["name"], "summary": blocked["summary"]}
+        slow = blocked["name"] == "interconnect" or blocked["evidence"].get("problem") == "progress_stale"
+        verdict = {"status": "slow" if slow else "held", "layer": blocked["name"], "summary": blocked["summary"]}
     elif all(l["status"] == "ok" for l in layers):
         verdict = {"status": "running", "layer": None, "summary": "every layer is healthy"}
-    elif all(l["status"] == "ok" for l in layers[:3]):
+    elif all(l["status"] == "ok" for l in layers if l["name"] != "interconnect"):
         verdict = {"status": "running", "layer": None,
                    "summary": f"admitted, placed and assembled; interconnect {layers[3]['summary']}"}
     else:
@@ -527,7 +659,7 @@ def render_text(doc: dict[str, Any], colour: bool, columns: int = 100) -> str:
         owner = f", {wl['owner_kind']} {wl['owner_name']}" if wl["owner_kind"] else ""
         head += f"  (Workload {wl['name']}{owner}; stage {wl['stage']})"
     v = doc["verdict"]
-    verdict = {"held": f"held at {str(v['layer']).upper()}", "slow": "running but SLOW (interconnect)",
+    verdict = {"held": f"held at {str(v['layer']).upper()}", "slow": f"running but SLOW ({v['layer']})",
                "running": "running", "finished": "finished", "unknown": "nothing found holding it back"}[v["status"]]
     lines = [head, f"verdict: {paint(verdict, '31;1' if v['status'] in ('held', 'slow') else '32')}", ""]
     width = max(len(n) for n in LAYERS) + 2
@@ -576,13 +708,13 @@ async def _load_live(args: argparse.Namespace, store: ClusterStore, gangs: GangI
     from .exposition import Exposition
     from .kube.client import ApiError, KubeClient
     from .kube.discovery import served_version
-    from .kube.resources import COLLECTOR_RESOURCES, NODES, QUEUE_POSITIONS
-    from .kube.sources import SourceSet, SourceSpec
+    from .cluster.collector import source_specs
+    from .kube.resources import NODES, QUEUE_POSITIONS
+    from .kube.sources import SourceSet
 
     client = await KubeClient.create(args.kubeconfig, args.context, args.insecure_skip_tls_verify)
     try:
-        specs = [SourceSpec(r, handlers[r.source], namespace=namespace if r.namespaced else None)
-                 for r in COLLECTOR_RESOURCES if r.source in handlers and r is not NODES]
+        specs = source_specs(args, handlers, namespace=namespace, exclude=(NODES.source,))
         sources = SourceSet(client, specs, Exposition(), discovery_interval=args.discovery_interval)
         await sources.start()
         try:

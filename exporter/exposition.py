@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -112,11 +112,64 @@ class Family:
         return f"{self.name} {format_value(value)}\n"
 
 
+def with_labels(text: bytes, labels: bytes) -> bytes:
+    """Every sample line of ``text`` with ``labels`` (rendered pairs, e.g. ``cluster="a"``) first;
+    comment lines unchanged. A metric name holds neither ``{`` nor a space, so whichever comes
+    first on a line says whether it has labels already."""
+    out = []
+    for line in text.split(b"\n"):
+        if line and line[0] != 35:  # "#"
+            brace, space = line.find(b"{"), line.find(b" ")
+            if brace != -1 and (space == -1 or brace < space):
+                sep = b"" if line[brace + 1:brace + 2] == b"}" else b","
+                line = line[:brace + 1] + labels + sep + line[brace + 1:]
+            elif space != -1:
+                line = line[:space] + b"{" + labels + b"}" + line[space:]
+        out.append(line)
+    return b"\n".join(out)
+
+
+# Owners' chunks are kept in blocks of 2**BLOCK_BITS consecutive slots per family, each with a
+# version that every change bumps: a gzip segment compressed from a block stays valid until its
+# version moves (exporter.server.GzipPages), so a scrape recompresses only the blocks that
+# changed. 64 slots: a block of Workload lines is ~20 kB, compressed in ~15 us with ISA-L, and the
+# page in such pieces compresses 9% worse than in one stream (bench/gzip_options.py).
+BLOCK_BITS = 6
+
+
+class Block:
+    """One family's chunks of one run of slots, and their version."""
+
+    __slots__ = ("chunks", "version", "__weakref__")
+
+    def __init__(self) -> None:
+        self.chunks: dict[int, bytes] = {}  # owner slot -> that owner's lines
+        self.version = 0
+
+
 @dataclass(slots=True)
 class _FamilyState:
     family: Family
-    chunks: dict[int, bytes] = field(default_factory=dict)  # owner slot -> that owner's lines
+    blocks: dict[int, Block] = field(default_factory=dict)  # slot >> BLOCK_BITS -> its block
     total_series: int = 0
+    exported: bool = True  # False: left out by --metric-allowlist/--metric-denylist
+    owner_capped: bool = True  # False: one owner holds the family (an aggregate); only the family cap applies
+
+    def put(self, slot: int, text: bytes) -> None:
+        block = self.blocks.get(slot >> BLOCK_BITS)
+        if block is None:
+            block = self.blocks[slot >> BLOCK_BITS] = Block()
+        block.chunks[slot] = text
+        block.version += 1
+
+    def pop(self, slot: int) -> bool:
+        block = self.blocks.get(slot >> BLOCK_BITS)
+        if block is None or block.chunks.pop(slot, None) is None:
+            return False
+        block.version += 1
+        if not block.chunks:
+            del self.blocks[slot >> BLOCK_BITS]
+        return True
 
 
 class Exposition:
@@ -124,11 +177,20 @@ class Exposition:
 
     ``set(owner, lines)`` replaces everything an owner exported; ``delete(owner)`` removes it;
     ``render(openmetrics)`` returns a complete exposition. Owners are any hashable key, usually
-    ``(kind, namespace, name)``. A per-family series limit (``max_series_per_family``) keeps a
-    runaway cluster from flooding Prometheus: an owner whose lines would cross it is dropped
-    from that family and counted in ``gangscope_exposition_dropped_series_total``.
+    ``(kind, namespace, name)``. Two limits keep a runaway cluster from flooding Prometheus, and
+    both drop whole owners from a family, never some of an owner's lines (a Workload with half
+    its hosts would look like a different placement), counted in
+    ``gangscope_exposition_dropped_series_total``:
 
-    Each owner gets a slot number, and the families key its chunks by slot: a Workload sets ten
+    * ``max_series_per_owner``: an owner with more lines than this in one family (a Workload
+      assigned to tens of thousands of hosts) is left out of that family, whatever else fits;
+    * ``max_series_per_family``: an owner whose lines would take the family past it is left out
+      of that family. Owners already exported keep their lines, so what is dropped first is the
+      newest owner or the one that grew; a dropped owner returns at its next change if there is
+      room by then.
+
+    Each owner gets a slot number, and the families key its chunks by slot (in blocks of
+    consecutive slots, see :data:`BLOCK_BITS`): a Workload sets ten
     families per event, and hashing its ``(kind, namespace, name)`` tuple once rather than for
     every family and index is a tenth of the collector's first sync (bench/collector.py).
     """
@@ -140,26 +202,38 @@ class Exposition:
         ("family",),
     )
 
-    def __init__(self, max_series_per_family: int = 0) -> None:
+    def __init__(self, max_series_per_family: int = 0, max_series_per_owner: int = 0, *,
+                 exported: Callable[[str], bool] | None = None, const_labels: Sequence[tuple[str, str]] = ()) -> None:
+        """``exported(name)`` says whether a family is served at all (--metric-allowlist and
+        --metric-denylist; its lines are then never stored); ``const_labels`` go first on every
+        sample line (--cluster-name)."""
+        self._exported = exported
+        self.const_labels = b",".join(f'{k}="{escape_label_value(v)}"'.encode() for k, v in const_labels)
         self._families: dict[str, _FamilyState] = {}
         # owner -> (slot, {family name: series of that owner in it})
         self._owned: dict[Hashable, tuple[int, dict[str, int]]] = {}
         self._slots = itertools.count()
         self._max_series = max_series_per_family
+        self._max_owner = max_series_per_owner
         self._dropped: dict[str, int] = {}
         self._dropped_slot = next(self._slots)
         self.generation = 0  # bumped by every change, so a server can tell a cached page is current
         self.register(self.DROPPED)
 
-    def register(self, *families: Family) -> None:
-        """Declare families (idempotent); they are rendered in registration order."""
+    def register(self, *families: Family, aggregate: bool = False) -> None:
+        """Declare families (idempotent); they are rendered in registration order.
+        ``aggregate``: one owner holds all of each family's series (per-domain counters of the
+        whole process), so the per-owner cap does not apply to it, only the family cap."""
         self.generation += 1
         for fam in families:
             known = self._families.get(fam.name)
             if known is None:
-                self._families[fam.name] = _FamilyState(fam)
+                known = self._families[fam.name] = _FamilyState(
+                    fam, exported=self._exported is None or fam is self.DROPPED or self._exported(fam.name))
             elif known.family != fam:
                 raise ValueError(f"metric family {fam.name} registered twice with different definitions")
+            if aggregate:
+                known.owner_capped = False
 
     @property
     def families(self) -> list[Family]:
@@ -181,7 +255,7 @@ class Exposition:
         """:meth:`set` for a renderer that knows its line counts (Workloads, by the ten thousand
         per list): ``(family, its lines as one UTF-8 string, the number of lines)`` for each
         family, each family at most once."""
-        families, limit = self._families, self._max_series
+        families, limit, owner_limit = self._families, self._max_series, self._max_owner
         self.generation += 1
         entry = self._owned.get(owner)
         if entry is None:
@@ -194,15 +268,18 @@ class Exposition:
             state = families.get(name)
             if state is None:
                 raise KeyError(f"metric family {name} is not registered")
-            if not text:
+            if not text or not state.exported:
                 continue
+            if self.const_labels:
+                text = with_labels(text, self.const_labels)
             old = previous.get(name, 0) if previous else 0
-            if limit and state.total_series - old + count > limit and fam is not self.DROPPED:
+            if ((limit and state.total_series - old + count > limit)
+                    or (owner_limit and count > owner_limit and state.owner_capped)) and fam is not self.DROPPED:
                 self._remove(state, slot, old)
-                self._count_dropped(name, count)
+                self._count_dropped(name, count, limit if limit and state.total_series + count > limit else owner_limit)
                 counts[name] = 0
                 continue
-            state.chunks[slot] = text
+            state.put(slot, text)
             state.total_series += count - old
             counts[name] = count
         if previous:
@@ -230,18 +307,18 @@ class Exposition:
 
     @staticmethod
     def _remove(state: _FamilyState, slot: int, count: int) -> None:
-        if state.chunks.pop(slot, None) is not None:
+        if state.pop(slot):
             state.total_series -= count
 
-    def _count_dropped(self, name: str, count: int) -> None:
+    def _count_dropped(self, name: str, count: int, limit: int) -> None:
         first = name not in self._dropped
         self._dropped[name] = self._dropped.get(name, 0) + count
         if first:
-            log.warning("series_limit_reached", family=name, limit=self._max_series)
+            log.warning("series_limit_reached", family=name, limit=limit,
+                        which="per family" if limit == self._max_series else "per owner")
         state = self._families[self.DROPPED.name]
-        state.chunks[self._dropped_slot] = "".join(
-            self.DROPPED.sample([("family", n)], v) for n, v in sorted(self._dropped.items())
-        ).encode()
+        text = "".join(self.DROPPED.sample([("family", n)], v) for n, v in sorted(self._dropped.items())).encode()
+        state.put(self._dropped_slot, with_labels(text, self.const_labels) if self.const_labels else text)
         state.total_series = len(self._dropped)
 
     def render_parts(self, openmetrics: bool, eof: bool = True) -> list[bytes]:
@@ -252,11 +329,24 @@ class Exposition:
         leaves out OpenMetrics' closing ``# EOF`` for a caller that appends more families."""
         parts: list[bytes] = []
         for state in self._families.values():
-            parts.append(state.family.header(openmetrics))
-            parts.extend(state.chunks.values())
+            if state.exported:
+                parts.append(state.family.header(openmetrics))
+                for block in state.blocks.values():
+                    parts.extend(block.chunks.values())
         if openmetrics and eof:
             parts.append(EOF)
         return parts
+
+    def render_blocks(self, openmetrics: bool) -> list[bytes | Block]:
+        """The exposition as family headers and blocks (a snapshot of which blocks, not of their
+        contents: read a block's chunks on the event loop), without ``# EOF``: what the gzip
+        page is built from, one segment per block (exporter.server.GzipPages)."""
+        out: list[bytes | Block] = []
+        for state in self._families.values():
+            if state.exported:
+                out.append(state.family.header(openmetrics))
+                out.extend(state.blocks.values())
+        return out
 
     def render(self, openmetrics: bool) -> bytes:
         """The whole exposition in one piece; families without samples still carry their metadata."""

@@ -22,6 +22,16 @@ class ParseError(ValueError):
     """The object cannot be used at all (no name, not an object): it is skipped and counted."""
 
 
+def named_metadata(obj: Any) -> dict:
+    """An object's ``metadata``, which must at least hold a name; else the object is unusable."""
+    if not isinstance(obj, dict):
+        raise ParseError("not an object")
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
+        raise ParseError("object has no metadata.name")
+    return meta
+
+
 def as_dict(value: Any, what: str, problems: Problems) -> dict:
     if isinstance(value, dict):
         return value

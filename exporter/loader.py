@@ -21,7 +21,7 @@ import yaml
 
 from .exposition import Exposition
 from .health import SourceHealth
-from .kube.resources import COLLECTOR_RESOURCES
+from .kube.resources import COLLECTOR_RESOURCES, POD_RESOURCES
 
 try:  # the C loader is ~10x faster on large dumps
     from yaml import CSafeLoader as _Loader
@@ -29,8 +29,13 @@ except ImportError:  # pragma: no cover - PyYAML without libyaml
     from yaml import SafeLoader as _Loader  # type: ignore[assignment]
 
 SUFFIXES = (".yaml", ".yml", ".json")
-# Sources whose records others depend on are fed first.
+# Sources whose records others depend on are fed first (pods last: the gangs and jobs they count
+# are then known).
 FEED_ORDER = ("topologies", "resourceflavors", "nodes", "localqueues", "workloads")
+FEED_LAST = ("pods",)
+# A dump's Pods go to the one pod handler of dumps (the collector's pod watches are selections of
+# the same objects; a dump is whatever kubectl printed).
+DUMP_SOURCES = {("", "Pod"): "pods"}
 _DOC_SPLIT = re.compile(r"^---[ \t]*(?:#.*)?$", re.M)
 
 
@@ -146,7 +151,8 @@ def feed(exposition: Exposition, handlers: dict[str, Any], objects: list[tuple[s
     so a transition between the snapshots, such as an eviction, is counted as the collector
     would count it. Kinds the collector does not read are reported on stderr, prefixed ``prog``.
     """
-    by_type = {(r.group, r.kind): r.source for r in COLLECTOR_RESOURCES}
+    by_type = {(r.group, r.kind): r.source for r in COLLECTOR_RESOURCES if r not in POD_RESOURCES}
+    by_type.update(DUMP_SOURCES)
     per_source: dict[str, list[dict]] = {}
     skipped: dict[str, int] = {}
     for _, obj in objects:
@@ -157,7 +163,7 @@ def feed(exposition: Exposition, handlers: dict[str, Any], objects: list[tuple[s
         per_source.setdefault(source, []).append(obj)
     for kind, n in sorted(skipped.items()):
         print(f"{prog}: {n} object(s) of kind {kind} ignored (not read by the collector)", file=sys.stderr)
-    rank = {s: i for i, s in enumerate(FEED_ORDER)}
+    rank = {s: i for i, s in enumerate(FEED_ORDER)} | {s: len(FEED_ORDER) + 1 for s in FEED_LAST}
     for source in sorted(per_source, key=lambda s: (rank.get(s, len(FEED_ORDER)), s)):
         handler = handlers[source]
         health = SourceHealth(source, exposition)

@@ -23,6 +23,7 @@ def pod(name: str, labels=None, annotations=None, spec=None, namespace: str = "n
     (pod("b", {"pod-group.scheduling.sigs.k8s.io": "legacy"}), PodMeta("", "", "legacy")),
     (pod("c", annotations={"scheduling.k8s.io/group-name": "volcano"}), PodMeta("", "", "volcano")),
     (pod("d", spec={"schedulingGroup": {"podGroupName": "native"}}), PodMeta("", "", "native")),
+    (pod("k", annotations={"pod-group-name": "kai-gang"}), PodMeta("", "", "kai-gang")),  # KAI's annotation (kai-pod-linking.md)
     (pod("e", {"scheduling.x-k8s.io/pod-group": "label-wins"}, {"scheduling.k8s.io/group-name": "v"}), PodMeta("", "", "label-wins")),
     ({"metadata": {"name": "f", "namespace": "ns"}}, PodMeta()),
 ])

@@ -29,7 +29,9 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 from structlog.testing import capture_logs
 
 from exporter import cli
+from exporter.cluster import jobs as jb
 from exporter.cluster import podgroups as pg
+from exporter.cluster.pods import parse_pod
 from exporter.cluster.collector import build_collector
 from exporter.cluster.localqueues import parse_local_queue
 from exporter.cluster.nodes import parse_node
@@ -43,7 +45,8 @@ from exporter.sim.apiserver import SimApiServer
 from kueue_objects import BLOCK, HOST, RACK, admitted_conditions, cond, fixture, local_queue, node, topology, workload
 from test_faults_api import StartCollector, converges, scrape, start_collector  # noqa: F401 (fixture)
 
-BUG_EVENTS = {"parse_failed", "handler_failed", "podgroup_handler_failed", "kube_handler_failed"}
+BUG_EVENTS = {"parse_failed", "handler_failed", "podgroup_handler_failed", "kube_handler_failed", "pod_handler_failed",
+              "job_handler_failed", "pod_listener_failed"}
 PODGROUP_FIXTURES = Path(__file__).parent / "fixtures" / "podgroups"
 
 
@@ -65,6 +68,24 @@ def podgroup_seeds() -> list[tuple[str, dict]]:
     return out
 
 
+def gang_and_job_seeds() -> list[tuple[str, dict]]:
+    """KAI, composite and 1.36+ native objects as real systems and Kubernetes' goldens print them,
+    JobSets and TrainJobs printed by real clusters, a LeaderWorkerSet and pods of every API."""
+    from test_gang_evidence import objects, pod
+    from test_jobs import lws, trainjob
+
+    out: list[tuple[str, dict]] = [("podgroups_kai", o) for f in ("kai-01-podgroup-gb200-eks-unschedulable-list.yaml",)
+                                   for o in objects(f)]
+    out += [("podgroups_kai", o) for o in objects("kai-04-example-external-podgroup-subgroups-topology.yaml") if o["kind"] == "PodGroup"]
+    out += [("compositepodgroups_native", o) for o in objects("k8s-09-golden-v1alpha3-CompositePodGroup.yaml")]
+    out += [("workloads_native", o) for o in objects("k8s-07-golden-v1beta1-Workload.yaml")]
+    out += [("jobsets", o) for o in objects("jobset-02-kueue8101-trainjob-child-list.yaml")]
+    out += [("trainjobs", trainjob(45, 1787220000.0)), ("leaderworkersets", lws(2))]
+    out += [("pods_kueue", pod("w-0", labels={"kueue.x-k8s.io/podset": "main", "jobset.sigs.k8s.io/jobset-name": "js"},
+                               annotations={"pod-group-name": "g", "kueue.x-k8s.io/workload": "wl"}))]
+    return out
+
+
 SEEDS: list[tuple[str, dict]] = [
     *[("workloads", o) for f in ("workload-v1beta1-admitted-tas.yaml", "workload-v1beta2-admitted-tas.yaml",
                                  "workload-v1beta2-tas-node-failure.yaml") for o in fixture(f)],
@@ -76,6 +97,7 @@ SEEDS: list[tuple[str, dict]] = [
     ("resourceflavors", resource_flavor()),
     ("nodes", node("h1", "b1", "r1")),
     *podgroup_seeds(),
+    *gang_and_job_seeds(),
 ]
 SOURCES = sorted({s for s, _ in SEEDS})
 assert {"podgroups_coscheduling", "podgroups_coscheduling_legacy", "podgroups_volcano", "podgroups_native",
@@ -85,6 +107,7 @@ PARSERS: dict[str, Any] = {
     "workloads": parse_workload, "localqueues": parse_local_queue, "topologies": parse_topology,
     "resourceflavors": parse_resource_flavor, "nodes": parse_node,
     **{s: (lambda s: lambda o: pg.PARSERS[s](s, o))(s) for s in pg.PARSERS},
+    **jb.PARSERS, "pods_kueue": lambda o: parse_pod(o, ("nvidia.com/gpu",)),
 }
 
 # ----- strategies -----------------------------------------------------------------------------
@@ -238,6 +261,12 @@ V1B1 = workload("bad1", version="v1beta1", hosts=["h1"], conditions=admitted_con
 COSCHED = next(o for s, o in SEEDS if s == "podgroups_coscheduling")
 VOLCANO = next(o for s, o in SEEDS if s == "podgroups_volcano")
 NATIVE = next(o for s, o in SEEDS if s == "podgroups_native")
+KAI = next(o for s, o in SEEDS if s == "podgroups_kai")
+COMPOSITE = next(o for s, o in SEEDS if s == "compositepodgroups_native")
+JOBSET = next(o for s, o in SEEDS if s == "jobsets")
+TRAINJOB = next(o for s, o in SEEDS if s == "trainjobs")
+LWS = next(o for s, o in SEEDS if s == "leaderworkersets")
+POD = next(o for s, o in SEEDS if s == "pods_kueue")
 # (source, seed, location of a field the parser reads, what it must be)
 READ_FIELDS = [
     ("workloads", V1B2, ("metadata", "name"), "name"),
@@ -268,6 +297,20 @@ READ_FIELDS = [
     ("podgroups_volcano", VOLCANO, ("status", "phase"), "str"),
     ("podgroups_volcano", VOLCANO, ("spec", "queue"), "str"),
     ("podgroups_native", NATIVE, ("spec", "schedulingPolicy"), "dict"),
+    ("podgroups_kai", KAI, ("spec", "minMember"), "int"),
+    ("podgroups_kai", KAI, ("spec", "queue"), "str"),
+    ("podgroups_kai", KAI, ("status", "schedulingConditions"), "list"),
+    ("podgroups_kai", KAI, ("status", "schedulingConditions", 0, "reasons", 0, "reason"), "str"),
+    ("compositepodgroups_native", COMPOSITE, ("spec", "parentCompositePodGroupName"), "str"),
+    ("compositepodgroups_native", COMPOSITE, ("spec", "schedulingPolicy", "gang", "minGroupCount"), "int"),
+    ("jobsets", JOBSET, ("status", "restarts"), "int"),
+    ("jobsets", JOBSET, ("status", "replicatedJobsStatus"), "list"),
+    ("trainjobs", TRAINJOB, ("status", "trainerStatus", "progressPercentage"), "int"),
+    ("trainjobs", TRAINJOB, ("status", "trainerStatus", "lastUpdatedTime"), "time"),
+    ("leaderworkersets", LWS, ("status", "readyReplicas"), "int"),
+    ("pods_kueue", POD, ("metadata", "annotations", "pod-group-name"), "str"),
+    ("pods_kueue", POD, ("spec", "schedulingGroup"), "dict"),
+    ("pods_kueue", POD, ("metadata", "name"), "name"),
 ]
 
 
@@ -487,4 +530,5 @@ async def test_series_limit_drops_counts_and_warns_once(start_collector: StartCo
     assert all(e["log_level"] == "warning" and e["limit"] == 30 for e in warnings)
     assert len({e["family"] for e in warnings}) == len(warnings)
     # the health series stay complete: each family has its own budget
-    assert len([s for s in samples if s.name == "gangscope_source_up"]) == 11  # 10 watched, queue_positions polled
+    # every watched source (22, the 7 pod sources included) and queue_positions polled
+    assert len([s for s in samples if s.name == "gangscope_source_up"]) == len(collector.sources.sources) + 1 == 23

@@ -54,8 +54,9 @@ def test_snapshot_logs_version_and_configuration_first() -> None:
     assert (event["command"], event["version"], event["python"], event["level"]) == (
         "snapshot", __version__, platform.python_version(), "info")
     assert event["config"] == {"assembly_timeout": 600.0, "eviction_domain_grace": 3600.0, "eviction_level": None,
-                               "format": "text", "from_file": str(dump), "gpu_resource": None, "log_level": "info", "placement_sizes": [1, 2, 4, 8],
-                               "topology_alias": ["example.com/rack=rack"], "topology_levels": ""}
+                               "format": "text", "from_file": str(dump), "gpu_resource": None, "log_level": "info", "placement_sizes": [1, 2, 4, 8], "topology_alias": ["example.com/rack=rack"], "topology_levels": "",
+                               "no_pods": False, "kai_scheduler_name": "kai-scheduler", "volcano_scheduler_name": "volcano",
+                               "progress_stale_after": 1800.0}
 
 
 def test_explain_redacts_a_password_in_the_prometheus_url() -> None:
@@ -106,3 +107,19 @@ def test_effective_config_redacts_secret_flags_and_credentials_in_text() -> None
         "urls": [f"https://a:{REDACTED}@c/"], "levels": ["k"], "interval": 1.5,
     }
     assert redact("see http://host:9090/x?a=b@c") == "see http://host:9090/x?a=b@c"  # a port is no password
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--total-shards", "3", "--shard", "3"], "shard 3 is not in [0, 3)"),
+    (["--total-shards", "0"], "--total-shards must be at least 1"),
+    (["--namespaces", "Team_A"], "'Team_A' is not a namespace name"),
+    (["--resources", "workloads,pods"], "unknown source(s) pods"),
+    (["--metric-allowlist", "a", "--metric-denylist", "b"], "mutually exclusive"),
+    (["--metric-denylist", "gangscope_(unclosed"], "is not a regular expression"),
+])
+def test_collector_rejects_bad_scope_flags(flags: list[str], says: str, tmp_path: Path) -> None:
+    """A wrong scope is a configuration error: exit 2 naming it, before touching the cluster."""
+    out = subprocess.run(gangscope("collector", "--kubeconfig", str(tmp_path / "none"), "--listen", "127.0.0.1:0", *flags),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert says in out.stderr

@@ -87,7 +87,7 @@ def test_demo_command_reports_and_exits_clean() -> None:
     # a job as Kueue shows it without waitForPodsReady, one waiting for preemptions, one held by a check
     gemma = out.split("$ gangscope explain research/gemma-eval\n", 1)[1]
     assert gemma.splitlines()[1] == "verdict: running", gemma[:300]
-    assert "Kueue writes no PodsReady here" in gemma
+    assert "Kueue writes no PodsReady here" in " ".join(gemma.split())
     qwen = out.split("$ gangscope explain ml-team/qwen-pretrain\n", 1)[1]
     assert "preempting in gpu-cluster-queue (queue ml-team-queue): waiting for" in " ".join(qwen.split())
     assert "position 1 of 4 in gpu-cluster-queue" in " ".join(qwen.split())  # with llama-70b-sft, four wait there
@@ -97,6 +97,19 @@ def test_demo_command_reports_and_exits_clean() -> None:
     assert len(explain) == 2, out
     assert explain[1].splitlines()[1] == "verdict: held at ASSEMBLY", explain[1][:500]
     assert re.search(r"^  assembly +BLOCKING +stuck assembling: PodGroup mixtral-sft", explain[1], re.M), explain[1][:800]
+    # the gangs and jobs of the other APIs: a KAI gang its queue's limit keeps out, a 1.37 composite
+    # gang, a TrainJob whose progress stopped, a JobSet that restarted
+    kai = " ".join(out.split("$ gangscope explain vision/sam-finetune\n", 1)[1].split())
+    assert "stuck assembling: PodGroup sam-finetune (kai), Unschedulable since" in kai
+    assert "scheduler: OverLimit: vision-queue quota has reached the allowable limit of GPUs." in kai
+    moe = " ".join(out.split("$ gangscope explain ml-team/moe-pipeline\n", 1)[1].split())
+    assert "moe-pipeline assembled (2/2 child groups assembled (moe-pipeline-experts assembled, moe-pipeline-router " \
+           "assembled))" in moe
+    sft = out.split("$ gangscope explain ml-team/gemma-sft\n", 1)[1]
+    assert sft.splitlines()[1] == "verdict: running but SLOW (job)"
+    assert "TrainJob gemma-sft progress stale for 40m (62% since" in " ".join(sft.split())
+    gb200 = " ".join(out.split("$ gangscope explain ml-team/llama-gb200\n", 1)[1].split())
+    assert "job ok JobSet llama-gb200 (4 restarts in rack-3-1)" in gb200
     assert "At +20 s" not in out, "the static scenario announces a timeline it does not play"
     assert "workloads by stage at the end: admission_checks=1, assembling=2" in out
     # Its temporary folder (kubeconfig, kubelet sockets) is gone.
@@ -108,7 +121,7 @@ def test_demo_command_reports_and_exits_clean() -> None:
 # What the demo promises a newcomer: these fire within two minutes of its start.
 PROMISED = ("GangscopeWorkloadInadmissible", "GangscopeGangStuckAssembling", "GangscopeGangIdleGPUs",
             "GangscopeNVLinkDown", "GangscopeDomainNodeFailureEvictions", "GangscopeWorkloadNodeFailureEviction",
-            "GangscopeFragmentationBlocked", "GangscopeWorkloadPlacementSpread")
+            "GangscopeJobProgressStalled", "GangscopeFragmentationBlocked", "GangscopeWorkloadPlacementSpread")
 FIRED = re.compile(r"^  \+ *(\d+) s  FIRING  (\w+)  (.*)$")
 
 
@@ -206,6 +219,16 @@ async def test_running_demo_serves_joined_series(static_demo: Demo) -> None:
             assert s.labels["uuid"] == gpu_uuid(node, int(s.labels["gpu"]))
 
         collector = await scrape(session, static_demo.collector.port)
+    unschedulable = {(s.labels["podgroup"], s.labels["api"], s.labels["reason"]) for s in collector
+                     if s.name == "gangscope_podgroup_unschedulable"}
+    assert unschedulable == {("sam-finetune", "kai", "OverLimit")}
+    parents = {s.labels["podgroup"]: s.labels["parent"] for s in collector if s.name == "gangscope_gang_info"}
+    assert parents["moe-pipeline-experts"] == parents["moe-pipeline-router"] == "moe-pipeline"
+    jobs = {(s.name, s.labels["kind"], s.labels["name"]): s.value for s in collector if s.name.startswith("gangscope_job_")
+            and s.name in ("gangscope_job_restarts_total", "gangscope_job_progress_ratio")}
+    assert jobs == {("gangscope_job_restarts_total", "JobSet", "llama-gb200"): 4,
+                    ("gangscope_job_restarts_total", "JobSet", "gemma-sft"): 0,
+                    ("gangscope_job_progress_ratio", "TrainJob", "gemma-sft"): 0.62}
     idle = {(s.labels["namespace"], s.labels["workload"].rsplit("-", 1)[0]): s.value
             for s in collector if s.name == "gangscope_gang_idle_gpus"}
     assert idle[("research", "job-t5-pretrain")] == 16

@@ -274,6 +274,42 @@ def test_secure_metrics_component_turns_on_tls_and_auth(secure: list[dict[str, A
         assert endpoint["tlsConfig"]["serverName"] == f"{name}.{NAMESPACE}.svc"
 
 
+def role_grants(objs: list[dict[str, Any]], kind: str, name: str, namespace: str | None = None) -> set[tuple[str, str, str]]:
+    role = next(o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name
+                and o["metadata"].get("namespace") == namespace)
+    return {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+
+
+def test_sharded_component_runs_the_same_pod_as_a_statefulset(base: list[dict[str, Any]], tmp_path: Path) -> None:
+    sharded = with_components(tmp_path, "sharded")
+    assert not [o for o in sharded if o["kind"] == "Deployment"]
+    ss = one(sharded, "StatefulSet", "gangscope-collector")
+    dep = copy.deepcopy(pod_spec(one(base, "Deployment", "gangscope-collector")))
+    pod = copy.deepcopy(pod_spec(ss))
+    container = pod["containers"][0]
+    assert container.pop("args") == [*dep["containers"][0].pop("args"), "--pod=$(POD_NAME)", "--pod-namespace=$(POD_NAMESPACE)"]
+    assert {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container.pop("env")} == {
+        "POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+    assert pod == dep, "the same pod as the Deployment's otherwise (drift would go unnoticed)"
+    assert ss["spec"]["serviceName"] == "gangscope-collector" and ss["metadata"]["namespace"] == NAMESPACE
+    assert ss["spec"]["template"]["metadata"]["labels"] == one(base, "Deployment", "gangscope-collector")["spec"]["template"]["metadata"]["labels"]
+    from exporter.kube.resources import SHARDING_RESOURCES
+    assert role_grants(sharded, "Role", "gangscope-collector-sharding", NAMESPACE) == {
+        (r.group, r.plural, v) for r in SHARDING_RESOURCES for v in r.verbs}
+    assert ("", "pods", "list") not in role_grants(sharded, "Role", "gangscope-collector-sharding", NAMESPACE)
+
+
+def test_namespaced_component_grants_namespaced_resources_through_a_role(tmp_path: Path) -> None:
+    objs = with_components(tmp_path, "namespaced")
+    assert not [o for o in objs if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "gangscope-collector"]
+    assert role_grants(objs, "Role", "gangscope-collector", "ml-team") == {
+        (r.group, r.plural, v) for r in COLLECTOR_RESOURCES if r.namespaced for v in r.verbs}
+    assert role_grants(objs, "ClusterRole", "gangscope-collector-cluster") == {
+        (r.group, r.plural, v) for r in COLLECTOR_RESOURCES if not r.namespaced for v in r.verbs}
+    args = parse_container_args(pod_spec(one(objs, "Deployment", "gangscope-collector"))["containers"][0]["args"])
+    assert args.namespaces == ["ml-team"]
+
+
 # --- generated parts -----------------------------------------------------------------------------
 
 def gen_deploy(*args: str) -> subprocess.CompletedProcess[str]:

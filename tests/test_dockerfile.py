@@ -258,7 +258,7 @@ def test_the_wheel_the_image_installs_holds_the_package_and_the_command(wheels: 
     assert re.search(r"^\[console_scripts\]\s*\ngangscope = exporter\.cli:main$", text, re.M), text
     runtime = sorted(r.split(">")[0].split("=")[0].split(";")[0].strip().lower() for r in requires if "extra ==" not in r)
     # Exactly what runs: every runtime dependency is imported by the code the image runs.
-    assert runtime == ["aiohttp", "grpcio", "kubernetes", "nvidia-ml-py", "orjson", "prometheus-client", "protobuf",
+    assert runtime == ["aiohttp", "grpcio", "isal", "kubernetes", "nvidia-ml-py", "orjson", "prometheus-client", "protobuf",
                        "pyyaml", "structlog"]
 
 

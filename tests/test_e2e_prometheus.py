@@ -141,11 +141,12 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path) -> None
             async def loaded() -> list[tuple[str, str]]:
                 return sorted((Path(g["file"]).name, g["name"]) for g in await prom.rules())
 
-            assert await poll(loaded, lambda g: len(g) == 14, 10, "rule groups loaded") == [
+            assert await poll(loaded, lambda g: len(g) == 15, 10, "rule groups loaded") == [
                 ("gangscope-alerts.yaml", "gangscope-admission"), ("gangscope-alerts.yaml", "gangscope-capacity"),
                 ("gangscope-alerts.yaml", "gangscope-evictions"),
                 ("gangscope-alerts.yaml", "gangscope-gangs"), ("gangscope-alerts.yaml", "gangscope-hardware"),
-                ("gangscope-alerts.yaml", "gangscope-interconnect"), ("gangscope-alerts.yaml", "gangscope-self"),
+                ("gangscope-alerts.yaml", "gangscope-interconnect"), ("gangscope-alerts.yaml", "gangscope-jobs"),
+                ("gangscope-alerts.yaml", "gangscope-self"),
                 ("gangscope-alerts.yaml", "gangscope-stragglers"), ("gangscope-rules.yaml", "gangscope-capacity.rules"),
                 ("gangscope-rules.yaml", "gangscope-dcgm.rules"),
                 ("gangscope-rules.yaml", "gangscope-gangs.rules"), ("gangscope-rules.yaml", "gangscope-hardware.rules"),
@@ -250,7 +251,7 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path) -> None
             # Wait until the collector has been up for one window (plus two scrapes): the born-counter
             # branch of the eviction alerts needs `up offset window == 1`.
             await asyncio.sleep(max(0.0, all_up + WINDOW + 2 - time.monotonic()))
-            (_, _, unhealthy), (_, _, evicted) = demo.steps
+            unhealthy, evicted = [obj for _, _, obj in demo.steps if obj["kind"] == "Workload"]  # the JobSet's steps aside
             demo.apply(unhealthy)
             await asyncio.sleep(2)
             demo.apply(evicted)

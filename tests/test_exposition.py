@@ -6,7 +6,7 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from exporter.exposition import Exposition, Family, escape_label_value, format_value
+from exporter.exposition import Exposition, Family, escape_label_value, format_value, with_labels
 
 G = Family("gangscope_test_gauge", "gauge", "A gauge.", ("a",))
 C = Family("gangscope_test_events_total", "counter", "A counter.", ("a",))
@@ -88,3 +88,39 @@ def test_format_value() -> None:
     assert format_value(float("-inf")) == "-Inf"
     assert format_value(1764500000.5) == "1764500000.5"
     assert escape_label_value('a"b\\c\nd') == 'a\\"b\\\\c\\nd'
+
+
+def test_series_cap_per_owner_drops_only_the_oversized_owner() -> None:
+    e = Exposition(max_series_per_family=100, max_series_per_owner=3)
+    e.register(G, C)
+    e.set("small", {G: [G.sample([("a", str(i))], i) for i in range(3)]})
+    e.set("huge", {G: [G.sample([("b", str(i))], i) for i in range(4)], C: [C.sample([("b", "x")], 1)]})
+    text = e.render(False).decode()
+    assert text.count("gangscope_test_gauge{") == 3 and 'b="' not in text.split("gangscope_test_events")[0]
+    assert 'gangscope_test_events_total{b="x"} 1\n' in text, "its other families stay"
+    assert 'gangscope_exposition_dropped_series_total{family="gangscope_test_gauge"} 4\n' in text
+
+
+def test_family_filter_and_constant_labels() -> None:
+    e = Exposition(exported=lambda name: name != C.name, const_labels=[("cluster", 'a"b')])
+    e.register(G, C)
+    e.set("o", {G: [G.sample([("a", "1")], 1), G.sample([], 2)], C: [C.sample([], 1)]})
+    text = e.render(False).decode()
+    assert C.name not in text, "a filtered family is neither stored nor described"
+    assert 'gangscope_test_gauge{cluster="a\\"b",a="1"} 1\n' in text
+    assert 'gangscope_test_gauge{cluster="a\\"b"} 2\n' in text
+    assert with_labels(b'# HELP x y\nx{} 1\nx 2\n', b'c="1"') == b'# HELP x y\nx{c="1"} 1\nx{c="1"} 2\n'
+
+
+def test_an_aggregate_family_is_held_to_the_family_cap_only() -> None:
+    """Per-domain counters of the whole process (one owner, a series per domain) are not an
+    oversized object: the per-owner cap leaves them alone."""
+    e = Exposition(max_series_per_family=50, max_series_per_owner=3)
+    e.register(G)
+    e.register(C, aggregate=True)
+    e.set("process", {C: [C.sample([("a", str(i))], i) for i in range(40)]})
+    e.set("object", {G: [G.sample([("a", str(i))], i) for i in range(4)]})
+    text = e.render(False).decode()
+    assert text.count("gangscope_test_events_total{") == 40 and "gangscope_test_gauge{" not in text
+    e.set("process", {C: [C.sample([("a", str(i))], i) for i in range(60)]})
+    assert "gangscope_test_events_total{" not in e.render(False).decode(), "the family cap still holds"

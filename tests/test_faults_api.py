@@ -45,7 +45,7 @@ WL_PATH = "/apis/kueue.x-k8s.io/v1beta2/workloads"
 # eviction counter (observed since start).
 NOT_OBJECT_STATE = ("gangscope_source_", "gangscope_parse_errors_total", "gangscope_exposition_",
                     "gangscope_topology_evictions_total", "gangscope_auth_", "gangscope_internal_errors_total",
-                    "gangscope_build_info", "process_", "python_")
+                    "gangscope_build_info", "gangscope_shard_ordinal", "gangscope_total_shards", "process_", "python_")
 
 
 # ----- truth and comparison ------------------------------------------------------------------

@@ -35,15 +35,22 @@ EVERYTHING: dict[str, Any] = {
     "topology": {"levels": ["example.com/block", "example.com/rack"], "aliases": {"example.com/rack": "row", "example.com/block": "pod"}},
     "tls": {"enabled": True, "collectorSecretName": "c-cert", "agentSecretName": "a-cert"},
     "metricsAuth": {"enabled": True},
+    "clusterName": "eu-west-1",
     "collector": {"port": 9500, "logLevel": "debug", "maxSeriesPerFamily": 50000, "discoveryInterval": 30,
+                  "maxSeriesPerOwner": 5000, "metricAllowlist": ["gangscope_workload_.*", "gangscope_gang_.*"],
+                  "metricDenylist": ["gangscope_workload_condition"], "namespaces": ["ml-team", "research"],
+                  "namespacesDenylist": ["kube-system"], "sources": ["workloads", "nodes"], "shard": 1, "totalShards": 3,
                   "insecureSkipTLSVerify": True, "assemblyTimeout": 900, "evictionLevel": "example.com/block", "evictionDomainGrace": 600,
                   "queuePositionInterval": 0, "queuePositionLimit": 200, "placementSizes": [8, 16], "gpuResources": ["nvidia.com/gpu", "amd.com/gpu"],
+                  "queuePositionInterval": 0, "queuePositionLimit": 200, "gpuResources": ["nvidia.com/gpu", "amd.com/gpu"],
+                  "watchPods": False, "kaiSchedulerName": "kai", "volcanoSchedulerName": "volcano-v2", "progressStaleAfter": 3600,
                   "extraArgs": ["--log-level=info"], "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}},
                   "nodeSelector": {"node-role.kubernetes.io/infra": ""}, "tolerations": [{"key": "infra", "operator": "Exists"}],
                   "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
                       {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}]}}},
                   "priorityClassName": "system-cluster-critical", "podAnnotations": {"example.com/team": "ml-platform"}},
     "agent": {"port": 9501, "logLevel": "warning", "maxSeriesPerFamily": 20000, "discoveryInterval": 120,
+              "maxSeriesPerOwner": 500, "metricAllowlist": ["gangscope_nvlink_.*"], "metricDenylist": ["gangscope_nic_.*"],
               "insecureSkipTLSVerify": True, "gpuResources": ["nvidia.com/gpu", "nvidia.com/mig-*"], "nvml": "real",
               "sampleInterval": 2, "nvmlTimeout": 5, "simProfile": "gb200", "pcieInterval": 0, "podResourcesInterval": 20,
               "podResourcesDir": "/var/snap/microk8s/common/var/lib/kubelet/pod-resources", "hostSysfs": "/host-sys",
@@ -61,6 +68,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "secure": {"tls": {"enabled": True}, "metricsAuth": {"enabled": True}},
     "network-policy": {"networkPolicy": {"enabled": True}},
     "everything": EVERYTHING,
+    "sharded": {"collector": {"sharding": {"enabled": True}}},
+    "namespaced": {"rbac": {"namespaced": True}, "collector": {"namespaces": ["ml-team"]}},
     "minimal": {"serviceMonitor": {"enabled": False}, "prometheusRule": {"enabled": False}, "dashboards": {"enabled": False},
                 "agent": {"priorityClass": {"create": False}}},
 }
@@ -69,6 +78,15 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
 COLLECTOR_FLAGS = {
     "--listen": ["--listen=:9500"],
     "--max-series-per-family": ["--max-series-per-family=50000"],
+    "--max-series-per-owner": ["--max-series-per-owner=5000"],
+    "--cluster-name": ["--cluster-name=eu-west-1"],
+    "--metric-allowlist": ["--metric-allowlist=gangscope_workload_.*,gangscope_gang_.*"],
+    "--metric-denylist": ["--metric-denylist=gangscope_workload_condition"],
+    "--namespaces": ["--namespaces=ml-team,research"],
+    "--namespaces-denylist": ["--namespaces-denylist=kube-system"],
+    "--resources": ["--resources=workloads,nodes"],
+    "--shard": ["--shard=1"],
+    "--total-shards": ["--total-shards=3"],
     "--tls-cert": ["--tls-cert=/etc/gangscope/tls/tls.crt"],
     "--tls-key": ["--tls-key=/etc/gangscope/tls/tls.key"],
     "--metrics-auth": ["--metrics-auth"],
@@ -83,11 +101,19 @@ COLLECTOR_FLAGS = {
     "--queue-position-interval": ["--queue-position-interval=0"],
     "--queue-position-limit": ["--queue-position-limit=200"],
     "--placement-sizes": ["--placement-sizes=8,16"],
+    "--no-pods": ["--no-pods"],
+    "--kai-scheduler-name": ["--kai-scheduler-name=kai"],
+    "--volcano-scheduler-name": ["--volcano-scheduler-name=volcano-v2"],
+    "--progress-stale-after": ["--progress-stale-after=3600"],
     "--log-level": ["--log-level=debug"],
 }
 AGENT_FLAGS = {
     "--listen": ["--listen=:9501"],
     "--max-series-per-family": ["--max-series-per-family=20000"],
+    "--max-series-per-owner": ["--max-series-per-owner=500"],
+    "--cluster-name": ["--cluster-name=eu-west-1"],
+    "--metric-allowlist": ["--metric-allowlist=gangscope_nvlink_.*"],
+    "--metric-denylist": ["--metric-denylist=gangscope_nic_.*"],
     "--tls-cert": ["--tls-cert=/etc/gangscope/tls/tls.crt"],
     "--tls-key": ["--tls-key=/etc/gangscope/tls/tls.key"],
     "--metrics-auth": ["--metrics-auth"],
@@ -109,6 +135,8 @@ AGENT_FLAGS = {
 }
 # Flags that are not values, and why.
 NOT_VALUES = {
+    "--pod": "collector.sharding.enabled sets it from the downward API (test_sharded_values_...)",
+    "--pod-namespace": "collector.sharding.enabled sets it from the downward API (test_sharded_values_...)",
     "--kubeconfig": "in a pod the process uses its service account",
     "--context": "in a pod the process uses its service account",
     "--version": "prints and exits",
@@ -198,6 +226,28 @@ def test_network_policy_values_render_the_base_with_its_component(rendered: dict
     policy = got[("NetworkPolicy", "gangscope-collector")]["spec"]
     assert policy["ingress"][0]["ports"] == [{"port": "metrics", "protocol": "TCP"}]
     assert [p["port"] for p in policy["egress"][0]["ports"]] == [443, 6443] and "to" not in policy["egress"][0]
+
+
+def test_sharded_values_render_the_base_with_the_sharded_component(rendered: dict[str, dict[str, Any]],
+                                                                  tmp_path: Path) -> None:
+    want = by_key(with_components(tmp_path, "sharded"))
+    want.pop(("Namespace", "gangscope"))
+    got = by_key(rendered["sharded"]["objects"])
+    assert got == want
+    ss = got[("StatefulSet", "gangscope-collector")]
+    args = parse_container_args(ss["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert (args.pod, args.pod_namespace) == ("$(POD_NAME)", "$(POD_NAMESPACE)")
+    assert ("Deployment", "gangscope-collector") not in got
+
+
+def test_namespaced_values_render_the_base_with_the_namespaced_component(rendered: dict[str, dict[str, Any]],
+                                                                        tmp_path: Path) -> None:
+    want = by_key(with_components(tmp_path, "namespaced"))
+    want.pop(("Namespace", "gangscope"))
+    got = by_key(rendered["namespaced"]["objects"])
+    assert got == want
+    assert got[("Role", "gangscope-collector")]["metadata"]["namespace"] == "ml-team"
+    assert ("ClusterRole", "gangscope-collector") not in got
 
 
 # --- every flag is a value ------------------------------------------------------------------------

@@ -419,3 +419,40 @@ async def test_resource_gone_midway_through_first_paged_list_leaves_nothing(kube
         await asyncio.wait_for(informer.run(), 3)
     assert [c for c, _ in cache.at_end] == [False, True] and cache.objects == {}
     assert informer.lists == 0 and not informer.synced.is_set()
+
+
+async def test_reads_the_watch_cache_first_and_consistently_after_410(kube_sim: SimApiServer,
+                                                                     start_informer: StartInformer) -> None:
+    """client-go's reflector (relistResourceVersion): the first LIST at resourceVersion=0 (served
+    from the API server's watch cache), continued pages with the token alone, and a relist after
+    410 at resourceVersion="" (a consistent read)."""
+    seed(kube_sim, 12)
+    r = await start_informer(page_size=5)
+    await r.synced()
+    first = [q for _, p, q in kube_sim.request_log if p == WL and "watch" not in q]
+    assert [q.get("resourceVersion") for q in first] == ["0", None, None]
+    await eventually(lambda: kube_sim.open_watches() == 1)
+    kube_sim.hang()
+    kube_sim.drop_watches()
+    kube_sim.create(make_object(WORKLOADS, "while-away", "ns-0"))
+    kube_sim.compact()
+    kube_sim.hang(False)
+    await eventually(lambda: r.informer.lists == 2)
+    relist = [q for _, p, q in kube_sim.request_log if p == WL and "watch" not in q][3:]
+    assert relist and relist[0].get("resourceVersion") is None and "continue" not in relist[0]
+    assert r.cache.versions() == truth(kube_sim, WORKLOADS)
+
+
+async def test_watch_timeouts_are_jittered(kube_sim: SimApiServer, start_informer: StartInformer) -> None:
+    """timeoutSeconds uniformly in [watch_timeout, 2 * watch_timeout], as client-go spreads
+    reconnections (reflector.go: minWatchTimeout .. 2*minWatchTimeout)."""
+    seed(kube_sim, 2)
+    r = await start_informer(watch_timeout=100)
+    await r.synced()
+    await eventually(lambda: kube_sim.open_watches() == 1)
+    for _ in range(12):
+        kube_sim.drop_watches()
+        n = kube_sim.count(WL, watch=True)
+        await eventually(lambda: kube_sim.count(WL, watch=True) > n)
+    timeouts = [int(q["timeoutSeconds"]) for _, p, q in kube_sim.request_log if "watch" in q]
+    assert all(100 <= t <= 200 for t in timeouts) and len(set(timeouts)) > 3

@@ -78,7 +78,7 @@ def test_native_podgroups_and_1_35_workload() -> None:
     alpha2 = pg.parse_native("podgroups_native", objs["jax-tpu-sim"])
     assert (alpha2.phase, alpha2.min_member, alpha2.workload_ref) == ("Unschedulable", 16, "jax-tpu-sim")
     assert alpha2.message == "minCount (16) cannot be satisfied: 6 scheduled, 10 remaining"
-    recs = pg.parse_native_workload("workloads_native", objs["lws-llama"])
+    recs = pg.parse_native_workload("workloads_native", objs["lws-llama"]).records
     assert [(r.name, r.min_member, r.phase, r.gang_state) for r in recs] == [
         ("lws-llama/leader", None, None, "unreported"), ("lws-llama/workers", 4, None, "unreported")]
     assert recs[1].owner_names[0] == ("LeaderWorkerSet", "llama-70b")

@@ -119,8 +119,8 @@ async def check_build_and_process_metrics(port: int) -> None:
 
 
 async def test_gzip_page_stays_cached_while_process_lines_change() -> None:
-    """The page is compressed once per change; each scrape continues its compressor with fresh
-    process lines, so two scrapes of an unchanged page differ only in those lines."""
+    """The page is compressed once per change; each scrape adds a gzip member of fresh process
+    lines, so two scrapes of an unchanged page differ only in those lines."""
     expo = Exposition()
     family = Family("gangscope_test_gauge", "gauge", "A gauge.", ("a",))
     expo.register(family)
@@ -134,8 +134,9 @@ async def test_gzip_page_stays_cached_while_process_lines_change() -> None:
     try:
         port = bound_port(runner)
         first = (await fetch(port, gzipped=True))[1]
+        compressed = app[GZIP_PAGES].compressions
         second = (await fetch(port, gzipped=True))[1]
-        assert app[GZIP_PAGES].compressions == 1
+        assert app[GZIP_PAGES].compressions == compressed > 0, "nothing compressed again but the process lines"
         assert first.endswith("gangscope_test_tick 1\n") and second.endswith("gangscope_test_tick 2\n")
         page = expo.render(False).decode()
         assert first.startswith(page) and second.startswith(page)

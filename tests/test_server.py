@@ -75,7 +75,8 @@ async def test_large_exposition_streams_whole_and_head_has_no_body() -> None:
 
 
 async def test_gzip_page_is_compressed_once_per_change_and_shared() -> None:
-    """Concurrent gzip scrapes of an unchanged exposition share one compression; a change makes a new one."""
+    """Concurrent gzip scrapes of an unchanged exposition share one compression; a change
+    recompresses only the block of owners it touched (the body is several gzip members)."""
     expo = Exposition()
     expo.register(G)
     for i in range(5000):
@@ -94,9 +95,13 @@ async def test_gzip_page_is_compressed_once_per_change_and_shared() -> None:
 
             bodies = await asyncio.gather(*(scrape() for _ in range(20)))
             assert all(b == expo.render(False) for b in bodies)
-            assert app[GZIP_PAGES].compressions == 1
+            blocks = [b for b in expo.render_blocks(False) if not isinstance(b, bytes)]
+            assert app[GZIP_PAGES].compressions == len(blocks) > 50
             expo.set(("o", 0), {G: [G.sample([("a", "0")], 42)]})
             assert 'gangscope_test_gauge{a="0"} 42\n' in (await scrape()).decode()
-            assert app[GZIP_PAGES].compressions == 2
+            assert app[GZIP_PAGES].compressions == len(blocks) + 1, "only the changed block again"
+            expo.delete(("o", 4999))
+            assert (await scrape()) == expo.render(False)
+            assert app[GZIP_PAGES].compressions == len(blocks) + 2
     finally:
         await runner.cleanup()

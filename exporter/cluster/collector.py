@@ -8,33 +8,43 @@ go through the same parsing and rendering code. :func:`add_collector_arguments` 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from ..config import add_gpu_resource, add_topology, gpu_resources, topology_from_args
 from ..exposition import Exposition
 from .capacity import DEFAULT_PLACEMENT_SIZES, parse_sizes
 from .gangs import DEFAULT_ASSEMBLY_TIMEOUT, GangIndex, add_gang_arguments, attach_gangs
+from .jobs import DEFAULT_PROGRESS_STALE, add_job_arguments, attach_jobs
+from .pods import PodStore, add_pod_arguments
 from .store import DEFAULT_EVICTION_GRACE, ClusterStore
 
 
 def build_collector(exposition: Exposition, *, gpu_resources: Sequence[str] = ("nvidia.com/gpu",),
                     level_keys: Sequence[str] = (), alias_overrides: Mapping[str, str] | None = None,
                     assembly_timeout: float = DEFAULT_ASSEMBLY_TIMEOUT, eviction_level: str | None = None,
-                    eviction_grace: float = DEFAULT_EVICTION_GRACE,
+                    eviction_grace: float = DEFAULT_EVICTION_GRACE, watch_pods: bool = True,
+                    progress_stale_after: float = DEFAULT_PROGRESS_STALE,
                     placement_sizes: Sequence[int] = DEFAULT_PLACEMENT_SIZES, shard: int = 0, total_shards: int = 1,
                     ) -> tuple[ClusterStore, dict[str, Any], GangIndex]:
     """The store, the gang index joined onto it, and every handler keyed by ``Resource.source``
     (see exporter.kube.resources): Kueue objects and Nodes go to the store, the PodGroup
-    sources (podgroups_*, workloads_native) to the gang index. ``shard``/``total_shards`` say
-    which part of the Workloads this collector sees (sharding sets them; the per-domain series
-    follow, see exporter.cluster.capacity; ``store.capacity.set_shards`` when they change).
+    sources (podgroups_*, compositepodgroups_native, workloads_native) to the gang index, the
+    pod sources (pods_*, and "pods" for dumps) to its pod store (``gangs.pods``; none with
+    ``watch_pods=False``), the job controllers (jobsets, trainjobs, leaderworkersets) to its job
+    index (``gangs.jobs``). ``shard``/``total_shards`` say which part of the Workloads this
+    collector sees (sharding sets them; the per-domain series follow, see
+    exporter.cluster.capacity; ``store.capacity.set_shards`` when they change).
     """
     store = ClusterStore(exposition, gpu_resources=gpu_resources, level_keys=level_keys,
                          alias_overrides=alias_overrides, eviction_level=eviction_level, eviction_grace=eviction_grace,
                          placement_sizes=placement_sizes, shard=shard, total_shards=total_shards)
-    gangs = attach_gangs(store, assembly_timeout=assembly_timeout)
-    handlers: dict[str, Any] = {**store.handlers(), **gangs.handlers()}
+    pods = PodStore(gpu_resources) if watch_pods else None
+    gangs = attach_gangs(store, assembly_timeout=assembly_timeout, pods=pods)
+    jobs = attach_jobs(store, gangs)
+    jobs.stale_after = progress_stale_after
+    handlers: dict[str, Any] = {**store.handlers(), **gangs.handlers(), **jobs.handlers(),
+                                **(pods.handlers() if pods is not None else {})}
     return store, handlers, gangs
 
 
@@ -43,6 +53,8 @@ def add_collector_arguments(p: argparse.ArgumentParser) -> None:
     add_topology(p)
     add_gpu_resource(p)
     add_gang_arguments(p)
+    add_pod_arguments(p)
+    add_job_arguments(p)
     p.add_argument("--eviction-level", default=None, metavar="LEVEL",
                    help="topology level (node label key or its label name) at which "
                         "gangscope_topology_evictions_total counts evictions (default: the level above the host)")
@@ -67,4 +79,22 @@ def collector_from_args(exposition: Exposition, args: argparse.Namespace) -> tup
     return build_collector(
         exposition, gpu_resources=gpu_resources(args), level_keys=levels.keys if args.topology_levels else (),
         alias_overrides=overrides, assembly_timeout=args.assembly_timeout, eviction_level=args.eviction_level,
-        eviction_grace=args.eviction_domain_grace, placement_sizes=args.placement_sizes)
+        eviction_grace=args.eviction_domain_grace, watch_pods=not args.no_pods,
+        progress_stale_after=args.progress_stale_after, placement_sizes=args.placement_sizes)
+
+
+def source_specs(args: argparse.Namespace, handlers: Mapping[str, Any], *, namespace: str | None = None,
+                 exclude: Collection[str] = ()) -> list[Any]:
+    """One :class:`exporter.kube.sources.SourceSpec` per watched resource that has a handler (but
+    the sources in ``exclude``), with the resource's own selectors (the pod sources' scheduler
+    names from the flags); with ``namespace``, namespaced resources are read in that namespace only
+    (live explain, for a user whose RBAC covers one namespace)."""
+    from ..kube.resources import COLLECTOR_RESOURCES
+    from ..kube.sources import SourceSpec
+    from .pods import pod_resources
+
+    pods = pod_resources(args)
+    resources = [pods.get(r.source, r) for r in COLLECTOR_RESOURCES if r.source in handlers and r.source not in exclude]
+    return [SourceSpec(r, handlers[r.source], namespace=namespace if r.namespaced else None,
+                       field_selector=r.field_selector, label_selector=r.label_selector)
+            for r in resources]

@@ -12,20 +12,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import signal
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import structlog
 
-from ..config import add_kube, add_logging, add_serving
-from ..exposition import Exposition
+from ..config import add_kube, add_logging, add_serving, exposition_from_args
 from ..kube.backoff import BackoffPolicy
 from ..kube.credentials import CredentialsError
-from ..kube.resources import COLLECTOR_RESOURCES
+from ..kube.resources import COLLECTOR_RESOURCES, QUEUE_POSITIONS, STATEFULSETS
+from ..kube.scope import Scope, parse_namespaces
+from ..kube.sharding import StatefulSetWatch, export_shard, resolve_with_retry
 from ..logs import start_logging
 from ..topology import TopologyError
-from .collector import add_collector_arguments, collector_from_args
+from .collector import add_collector_arguments, collector_from_args, source_specs
 from .queue_positions import DEFAULT_INTERVAL, DEFAULT_LIMIT, QueuePositionPoller
 
 log = structlog.get_logger(__name__)
@@ -36,6 +38,7 @@ DEFAULT_LISTEN = "0.0.0.0:9400"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_serving(p, DEFAULT_LISTEN)
     add_kube(p)
+    add_scope(p)
     add_collector_arguments(p)
     p.add_argument("--queue-position-interval", type=float, default=DEFAULT_INTERVAL, metavar="SECONDS",
                    help="seconds between polls of Kueue's visibility API for pending Workloads' queue positions "
@@ -43,6 +46,43 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--queue-position-limit", type=int, default=DEFAULT_LIMIT, metavar="N",
                    help="Workloads asked for per ClusterQueue and poll (Kueue's limit parameter; default 1000)")
     add_logging(p)
+
+
+def add_scope(p: argparse.ArgumentParser) -> None:
+    """What the collector watches: kube-state-metrics' flags of the same names."""
+    sources = ",".join(r.source for r in COLLECTOR_RESOURCES)
+    p.add_argument("--resources", default="", metavar="SOURCE,...",
+                   help=f"watch only these sources (default: all of {sources})")
+    p.add_argument("--namespaces", action="append", default=[], metavar="NS,...",
+                   help="watch namespaced resources only in these namespaces, one watch each (a Role per namespace is "
+                        "enough); default: all namespaces")
+    p.add_argument("--namespaces-denylist", action="append", default=[], metavar="NS,...",
+                   help="never watch these namespaces (comma-separated, repeatable)")
+    p.add_argument("--shard", type=int, default=0, help="this collector's shard, 0 to --total-shards - 1 (default 0)")
+    p.add_argument("--total-shards", type=int, default=1,
+                   help="split the namespaces into this many shards by FNV-1a 64 hash ranges (default 1: no sharding)")
+    p.add_argument("--pod", default=os.environ.get("POD_NAME", ""),
+                   help="this collector's pod (with --pod-namespace): take the shard from the pod's StatefulSet ordinal "
+                        "and the total from its spec.replicas, and follow changes (default $POD_NAME when "
+                        "--pod-namespace is given)")
+    p.add_argument("--pod-namespace", default="", help="namespace of --pod (enables automatic sharding)")
+
+
+def scope_from_args(args: argparse.Namespace) -> Scope:
+    """Raises ValueError on a bad namespace or shard."""
+    if args.total_shards < 1:
+        raise ValueError("--total-shards must be at least 1")
+    return Scope(parse_namespaces(args.namespaces), parse_namespaces(args.namespaces_denylist), args.shard, args.total_shards)
+
+
+def sources_from_args(args: argparse.Namespace) -> set[str]:
+    """The --resources selection (every collector source by default). Raises ValueError on an unknown one."""
+    known = [r.source for r in COLLECTOR_RESOURCES]
+    chosen = {s.strip() for s in args.resources.split(",") if s.strip()} or set(known)
+    unknown = sorted(chosen - set(known))
+    if unknown:
+        raise ValueError(f"--resources: unknown source(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    return chosen
 
 
 def tune_gc() -> None:
@@ -87,6 +127,9 @@ def run(args: argparse.Namespace) -> int:
     except TopologyError as exc:
         log.error("bad_topology_flags", error=str(exc))
         return 2
+    except ValueError as exc:  # the scope or the family filter (exporter.config, exporter.kube.scope)
+        log.error("bad_flags", error=str(exc))
+        return 2
     try:
         asyncio.run(serve(collector))
     except KeyboardInterrupt:  # a second Ctrl-C during shutdown
@@ -117,7 +160,13 @@ class Collector:
     def __init__(self, args: argparse.Namespace, *, backoff: BackoffPolicy | None = None,
                  client_options: Mapping[str, Any] | None = None) -> None:
         self.args = args
-        self.exposition = Exposition(args.max_series_per_family)
+        self.exposition = exposition_from_args(args)
+        self.scope = scope_from_args(args)
+        self.selected = sources_from_args(args)
+        self.autoshard = bool(args.pod_namespace and args.pod)
+        self._shard_problem = "waiting for the shard assignment" if self.autoshard else ""
+        self._reshards: list[asyncio.Task[None]] = []
+        export_shard(self.exposition, self.scope.shard, self.scope.total_shards)
         self.store, self.handlers, self.gangs = collector_from_args(self.exposition, args)
         self._backoff = backoff
         self._client_options = dict(client_options or {})
@@ -127,38 +176,94 @@ class Collector:
         from .. import serving
 
         from ..kube.client import KubeClient
-        from ..kube.sources import SourceSet, SourceSpec
+        from ..kube.sources import SourceSet
 
         args = self.args
         self.client = await KubeClient.create(args.kubeconfig, args.context, args.insecure_skip_tls_verify,
                                               **self._client_options)
-        specs = [SourceSpec(r, self.handlers[r.source]) for r in COLLECTOR_RESOURCES if r.source in self.handlers]
+        specs = [spec for spec in source_specs(args, self.handlers) if spec.resource.source in self.selected]
         self.positions = QueuePositionPoller(self.client, self.store, self.exposition,
                                              interval=args.queue_position_interval, limit=args.queue_position_limit,
-                                             discovery_interval=args.discovery_interval)
+                                             discovery_interval=args.discovery_interval
+                                             ) if QUEUE_POSITIONS.source in self.selected else None
         self.sources = SourceSet(self.client, specs, self.exposition, discovery_interval=args.discovery_interval,
-                                 backoff=self._backoff)
+                                 backoff=self._backoff, scope=self.scope)
+        self.shard_sources: SourceSet | None = None
         for name, state in self.sources.sources.items():
             self.handlers[name].health = state.health  # parse errors counted on the source's own health
         from ..explain import EXPLAIN_EXAMPLE, explain_route
 
         self.endpoint = await serving.start(
-            args, self.exposition, self.sources.ready, [explain_route(self.store, self.gangs)], post_json=self.client.post_json,
+            args, self.exposition, self.ready, [explain_route(self.store, self.gangs)], post_json=self.client.post_json,
             title="gangscope collector", links=[(EXPLAIN_EXAMPLE, "why a job is pending or slow, layer by layer (JSON)")],
-            sources=lambda: [state.health for state in self.sources.sources.values()])
+            sources=self._healths)
         self.gangs.start_timers()
         self.store.start_timers()
         self.port = self.endpoint.port
-        self._gc_task = asyncio.create_task(settle_gc_after_first_sync(self.sources.wait_ready))
-        await self.sources.start()
+        self._gc_task = asyncio.create_task(settle_gc_after_first_sync(self.wait_ready))
+        self._shard_task: asyncio.Task[None] | None = None
+        if self.autoshard:
+            self._shard_task = asyncio.create_task(self._follow_statefulset())
+        else:
+            await self.sources.start()
         self._positions_task = (asyncio.create_task(self._poll_positions(), name="source:queue_positions")
-                                if args.queue_position_interval > 0 else None)
+                                if self.positions is not None and args.queue_position_interval > 0 else None)
         log.info("collector_started", listen=args.listen, port=self.port, sources=[s.resource.source for s in specs],
+                 scope=self.scope.describe(), automatic_sharding=self.autoshard,
                  gpu_resources=list(self.store.gpu_resources), topology_labels=list(self.store.levels.aliases))
+
+    def ready(self) -> tuple[bool, str]:
+        if self._shard_problem:
+            return False, self._shard_problem
+        return self.sources.ready()
+
+    async def wait_ready(self, timeout: float | None = None) -> None:
+        async with asyncio.timeout(timeout):
+            while not self.ready()[0]:
+                await asyncio.sleep(0.02)
+
+    def _healths(self) -> list[Any]:
+        sets = [self.sources] + ([self.shard_sources] if self.shard_sources is not None else [])
+        return [state.health for s in sets for state in s.sources.values()]
+
+    async def _follow_statefulset(self) -> None:
+        """Automatic sharding (exporter.kube.sharding): find this pod's place, start the sources
+        within its shard, then follow the StatefulSet's replicas and reshard when they change."""
+        from ..kube.sources import SourceSet, SourceSpec
+
+        args = self.args
+
+        def problem(detail: str) -> None:
+            self._shard_problem = f"waiting for the shard assignment: {detail}"
+
+        found = await resolve_with_retry(self.client, args.pod, args.pod_namespace, args.discovery_interval, problem,
+                                         self._backoff)
+        await self._reshard(found.ordinal, found.replicas)
+        self._shard_problem = ""
+        await self.sources.start()
+        lock = asyncio.Lock()
+
+        async def reshard(replicas: int) -> None:
+            async with lock:
+                await self._reshard(found.ordinal, replicas)
+
+        watch = StatefulSetWatch(found.statefulset, found.replicas,
+                                 lambda replicas: self._reshards.append(asyncio.create_task(reshard(replicas))))
+        self.shard_sources = SourceSet(self.client, [SourceSpec(STATEFULSETS, watch, namespace=args.pod_namespace,
+                                                                field_selector=f"metadata.name={found.statefulset}")],
+                                       self.exposition, discovery_interval=args.discovery_interval, backoff=self._backoff)
+        await self.shard_sources.run()
+
+    async def _reshard(self, ordinal: int, replicas: int) -> None:
+        self.scope = self.scope.with_shard(ordinal, replicas)
+        export_shard(self.exposition, ordinal, replicas)
+        log.info("collector_sharded", **self.scope.describe())
+        await self.sources.set_scope(self.scope)
 
     async def _poll_positions(self) -> None:
         """Queue positions wait for the first sync: the pending ClusterQueues come from the store."""
         await self.sources.wait_ready()
+        assert self.positions is not None
         await self.positions.run()
 
     async def stop(self) -> None:
@@ -166,6 +271,11 @@ class Collector:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self._shard_task is not None:
+            self._shard_task.cancel()
+            for task in self._reshards:
+                task.cancel()
+            await asyncio.gather(self._shard_task, *self._reshards, return_exceptions=True)
         self.gangs.stop_timers()
         self.store.stop_timers()
         await self.sources.stop()

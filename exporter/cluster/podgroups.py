@@ -1,6 +1,6 @@
-"""PodGroups of the three gang-scheduling APIs, parsed into one record shape, and their families.
+"""PodGroups of the four gang-scheduling APIs, parsed into one record shape, and their families.
 
-A gang is "all of minMember pods bound, or none". Three APIs describe one, each with its own
+A gang is "all of minMember pods bound, or none". Four APIs describe one, each with its own
 words for the same few facts (research-gang.md):
 
 * Coscheduling (scheduler-plugins) ``scheduling.x-k8s.io/v1alpha1`` and its pre-2023 group
@@ -8,13 +8,31 @@ words for the same few facts (research-gang.md):
   ``status.phase`` and pod counters, no conditions.
 * Volcano ``scheduling.volcano.sh/v1beta1``: ``spec.minMember``, ``spec.queue``, ``status.phase``,
   pod counters and ``Unschedulable``/``Scheduled`` conditions with the scheduler's message.
-* Native ``scheduling.k8s.io`` PodGroup (v1beta1, v1alpha3, v1alpha2): ``spec.schedulingPolicy.gang
-  .minCount`` and the ``PodGroupScheduled``/``PodGroupInitiallyScheduled`` condition; no phase, no
-  counters. The 1.35 ``v1alpha1`` Workload has no status at all: each ``spec.podGroups[]`` entry
-  becomes a record without a phase, so it can still be joined and its minCount exported.
+* Native ``scheduling.k8s.io`` PodGroup (1.37 v1beta1 and v1alpha3, 1.36 v1alpha2):
+  ``spec.schedulingPolicy.gang.minCount`` and the ``PodGroupScheduled`` (1.36) /
+  ``PodGroupInitiallyScheduled`` (1.37) condition; no phase, no counters (kubernetes/api v0.36.0
+  scheduling/v1alpha2/types.go:463-510; 10b39a39 scheduling/v1beta1/types.go:722-785). In 1.37 a
+  PodGroup may name its parent ``CompositePodGroup`` (``spec.parentCompositePodGroupName``,
+  v1beta1/types.go:616, v1alpha3/types.go:550), whose ``gang.minGroupCount`` children must be
+  scheduled (v1alpha3/types.go:1177-1415; condition ``CompositePodGroupInitiallyScheduled``). The
+  1.35 ``v1alpha1`` Workload has no status at all: each ``spec.podGroups[]`` entry becomes a record
+  without a phase, so it can still be joined and its minCount exported; from 1.36 the Workload
+  holds only templates (``podGroupTemplates``, ``compositePodGroupTemplates``), kept as
+  :class:`NativeWorkload` for the join (its ``spec.controllerRef`` names the job).
+* KAI Scheduler ``scheduling.run.ai/v2alpha2`` (KAI-Scheduler d5bc503a
+  pkg/apis/scheduling/v2alpha2/podgroup_types.go): ``spec.minMember`` or ``minSubGroup`` over
+  ``subGroups`` (each with ``parent``, ``minMember``/``minSubGroup``, ``topologyConstraint``),
+  ``queue``, ``topologyConstraint{requiredTopologyLevel, preferredTopologyLevel, topology}``, and
+  ``status.schedulingConditions`` (type ``UnschedulableOnNodePool``, typed ``reasons[]``, the
+  deprecated ``reason``/``message``). No phase and no counters: commit b73c0fa1 removed the
+  never-populated ones (KAI-Scheduler#1650); the older CRD still serves them, never filled, so
+  they are ignored. The scheduler clears the scheduling conditions once no pod is pending
+  (pkg/scheduler/cache/status_updater/default_status_updater.go:218-228, 680-685) and does not
+  write them while pods are allocated (:309-312).
 
-Native objects have no phase; their condition is mapped to one (``Pending``, ``Scheduled``,
-``Unschedulable``, ``SchedulerError``) so one state set serves every API. Every record also says
+Native and KAI objects have no phase; their conditions are mapped to one (native ``Pending``,
+``Scheduled``, ``Unschedulable``, ``SchedulerError``, ``Invalid``; KAI ``Pending``, ``Unschedulable``,
+``Allocated``) so one state set serves every API. Every record also says
 which *gang state* its phase means (waiting, partial, assembled, finished, failed): that is what
 the join in :mod:`exporter.cluster.gangs` reasons with, whatever the API.
 
@@ -30,9 +48,9 @@ from typing import Any, Literal
 
 from ..exposition import Family, format_value
 from ..exposition import escape_label_value as esc
-from ..fields import ParseError, Problems, as_dict, as_int, as_list, as_str, parse_time
+from ..fields import ParseError, Problems, as_dict, as_int, as_list, as_str, named_metadata, parse_quantity, parse_time
 
-Api = Literal["coscheduling", "volcano", "native"]
+Api = Literal["coscheduling", "volcano", "native", "kai"]
 GangState = Literal["waiting", "partial", "assembled", "finished", "failed", "unreported"]
 
 COSCHEDULING_PODGROUP_LABEL = "scheduling.x-k8s.io/pod-group"
@@ -53,7 +71,12 @@ PHASES: dict[str, dict[str, GangState]] = {
     },
     "native": {
         "Pending": "waiting", "Unschedulable": "waiting", "SchedulerError": "waiting", "Scheduled": "assembled",
+        "Invalid": "waiting",
     },
+    # KAI: Unschedulable while a scheduling condition is True; Allocated when resources are
+    # allocated and no condition is left (it is cleared once nothing is pending); Pending says
+    # nothing (not processed yet, or finished and released): only the pods can tell.
+    "kai": {"Pending": "unreported", "Unschedulable": "waiting", "Allocated": "assembled"},
 }
 
 # How the phase timestamp was found: a condition's lastTransitionTime, the object's creation
@@ -62,12 +85,14 @@ SinceSource = Literal["condition", "created", "observed"]
 
 PODGROUP_PHASE = Family(
     "gangscope_podgroup_phase", "gauge",
-    "PodGroup phase as a state set over its API's phases (native: derived from the PodGroupScheduled condition).",
+    "PodGroup phase as a state set over its API's phases (native and KAI, which have none: derived from their "
+    "scheduling conditions).",
     ("namespace", "podgroup", "api", "phase"),
 )
 PODGROUP_MIN_MEMBER = Family(
     "gangscope_podgroup_min_member", "gauge",
-    "Pods the gang needs bound together (minMember, or gang minCount for native groups).",
+    "Pods the gang needs bound together (minMember, gang minCount for native groups, child groups (minGroupCount) for a "
+    "CompositePodGroup, the fewest pods that satisfy a KAI group's sub-groups).",
     ("namespace", "podgroup", "api"),
 )
 PODGROUP_PODS = Family(
@@ -81,7 +106,14 @@ PODGROUP_PHASE_TIMESTAMP = Family(
     "else the creation time while Pending, else when the collector saw the phase change.",
     ("namespace", "podgroup", "api"),
 )
-FAMILIES = (PODGROUP_PHASE, PODGROUP_MIN_MEMBER, PODGROUP_PODS, PODGROUP_PHASE_TIMESTAMP)
+PODGROUP_INFO = Family(
+    "gangscope_podgroup_info", "info",
+    "PodGroup placement request: queue (Volcano, KAI), parent (a native CompositePodGroup), topology levels "
+    "required and preferred (KAI topologyConstraint, native schedulingConstraints.topology), composite 1 for a "
+    "CompositePodGroup.",
+    ("namespace", "podgroup", "api", "queue", "parent", "required_topology", "preferred_topology", "composite"),
+)
+FAMILIES = (PODGROUP_PHASE, PODGROUP_MIN_MEMBER, PODGROUP_PODS, PODGROUP_PHASE_TIMESTAMP, PODGROUP_INFO)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +123,26 @@ class Condition:
     reason: str
     message: str
     last_transition: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class SubGroup:
+    """A KAI PodGroup's ``spec.subGroups[]`` entry (podgroup_types.go:149-178)."""
+
+    name: str
+    parent: str
+    min_member: int | None
+    min_subgroups: int | None
+    required_topology: str
+    preferred_topology: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unschedulable:
+    """Why the scheduler says the group cannot be placed: a typed reason and its message."""
+
+    reason: str
+    message: str
 
 
 @dataclass(slots=True)
@@ -114,6 +166,14 @@ class PodGroupRecord:
     queue: str = ""
     occupied_by: str = ""
     workload_ref: str = ""  # native: the scheduling.k8s.io Workload this group belongs to
+    template: str = ""  # native: the Workload's template it was made from
+    parent: str = ""  # native: spec.parentCompositePodGroupName
+    composite: bool = False  # a native CompositePodGroup: min_member counts child groups
+    subgroups: tuple[SubGroup, ...] = ()  # KAI
+    min_subgroups: int | None = None  # KAI spec.minSubGroup
+    required_topology: str = ""
+    preferred_topology: str = ""
+    unschedulable: tuple[Unschedulable, ...] = ()  # the scheduler's typed reasons (KAI, Volcano, native)
     conditions: tuple[Condition, ...] = ()
     phase_since: float | None = None
     since_source: SinceSource = "observed"
@@ -133,15 +193,18 @@ class PodGroupRecord:
     @property
     def message(self) -> str:
         """The scheduler's own words on why the group is not placed, when the API carries them."""
+        for u in self.unschedulable:
+            if u.message:
+                return u.message
         for cond in self.conditions:
-            if cond.status == "False" and cond.type in ("PodGroupScheduled", "PodGroupInitiallyScheduled") and cond.message:
+            if cond.status == "False" and cond.type in NATIVE_CONDITIONS and cond.message:
                 return cond.message
             if cond.status == "True" and cond.type == "Unschedulable" and cond.message:
                 return cond.message
         return ""
 
 
-def _conditions(status: Mapping, problems: Problems) -> tuple[Condition, ...]:
+def parse_conditions(status: Mapping, problems: Problems) -> tuple[Condition, ...]:
     out = []
     for i, c in enumerate(as_list(status.get("conditions"), "status.conditions", problems)):
         where = f"status.conditions[{i}]"
@@ -157,27 +220,29 @@ def _conditions(status: Mapping, problems: Problems) -> tuple[Condition, ...]:
     return tuple(out)
 
 
-def _metadata(source: str, api: Api, obj: Any, problems: Problems) -> PodGroupRecord:
-    if not isinstance(obj, dict):
-        raise ParseError("not an object")
-    meta = obj.get("metadata")
-    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
-        raise ParseError("object has no metadata.name")
+def owner_refs(meta: dict, problems: Problems) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """Owner uids and (kind, name) pairs of an object, the controller owner first: it is the job
+    a Kueue Workload is keyed on."""
     uids: list[str] = []
     names: list[tuple[str, str]] = []
     refs = [r for r in as_list(meta.get("ownerReferences"), "metadata.ownerReferences", problems) if isinstance(r, dict)]
-    # The controller owner first: it is the job a Kueue Workload is keyed on.
     for ref in sorted(refs, key=lambda r: not r.get("controller")):
         uid, name = ref.get("uid"), ref.get("name")
         if isinstance(uid, str) and uid:
             uids.append(uid)
         if isinstance(name, str) and name:
             names.append((str(ref.get("kind") or ""), name))
+    return tuple(uids), tuple(names)
+
+
+def _metadata(source: str, api: Api, obj: Any, problems: Problems) -> PodGroupRecord:
+    meta = named_metadata(obj)
+    uids, names = owner_refs(meta, problems)
     created = as_str(meta.get("creationTimestamp"), "metadata.creationTimestamp", problems)
     return PodGroupRecord(
         source=source, api=api, namespace=as_str(meta.get("namespace"), "metadata.namespace", problems), name=meta["name"],
         uid=as_str(meta.get("uid"), "metadata.uid", problems), created=parse_time(created) if created else None,
-        owner_uids=tuple(uids), owner_names=tuple(names),
+        owner_uids=uids, owner_names=names,
     )
 
 
@@ -209,7 +274,12 @@ def parse_volcano(source: str, obj: Any) -> PodGroupRecord:
     rec.queue = as_str(spec.get("queue"), "spec.queue", problems) or "default"
     rec.phase = as_str(status.get("phase"), "status.phase", problems) or "Pending"
     _counters(rec, status, problems)
-    rec.conditions = _conditions(status, problems)
+    rec.conditions = parse_conditions(status, problems)
+    # volcano-sh/volcano ed72c7c8 pkg/scheduler/framework/session.go:619-627: Unschedulable=True
+    # with the gang's reason (NotEnoughResources); it stays after the group runs (the Volcano doc's
+    # Running PodGroup carries one), so the gang index shows it only while the gang waits.
+    rec.unschedulable = tuple(Unschedulable(c.reason, c.message) for c in rec.conditions
+                              if c.type == "Unschedulable" and c.status == "True" and c.reason)
     rec.errors = problems
     return rec
 
@@ -221,9 +291,18 @@ def _gang_min_count(policy: dict, where: str, problems: Problems) -> int | None:
     return as_int(as_dict(gang, f"{where}.gang", problems).get("minCount"), f"{where}.gang.minCount", problems)
 
 
+# The native scheduling condition, by version: 1.36 PodGroupScheduled (v0.36.0
+# scheduling/v1alpha2/types.go:506), renamed PodGroupInitiallyScheduled in 1.37 (kubernetes#139743;
+# 10b39a39 v1beta1/types.go:769, v1alpha3/types.go:703: "Once this condition transitions to True, it
+# serves as a terminal state and will never revert to False, even if pods are subsequently evicted"),
+# and the CompositePodGroup's CompositePodGroupInitiallyScheduled (v1alpha3/types.go:1387).
+NATIVE_CONDITIONS = ("CompositePodGroupInitiallyScheduled", "PodGroupInitiallyScheduled", "PodGroupScheduled")
+
+
 def _native_phase(conditions: tuple[Condition, ...]) -> tuple[str, float | None]:
-    """Phase from the scheduling condition; ``PodGroupInitiallyScheduled`` (1.37) stays True once set."""
-    for ctype in ("PodGroupInitiallyScheduled", "PodGroupScheduled"):
+    """Phase from the scheduling condition; it reflects the first scheduling decision only, so a
+    gang that later lost a pod still says Scheduled: the pods (exporter.cluster.gangs) tell."""
+    for ctype in NATIVE_CONDITIONS:
         for c in conditions:
             if c.type != ctype:
                 continue
@@ -240,50 +319,244 @@ def parse_native(source: str, obj: Any) -> PodGroupRecord:
     spec, status = as_dict(obj.get("spec"), "spec", problems), as_dict(obj.get("status"), "status", problems)
     policy = as_dict(spec.get("schedulingPolicy"), "spec.schedulingPolicy", problems)
     rec.min_member = _gang_min_count(policy, "spec.schedulingPolicy", problems)
-    # v1beta1 spec.workloadRef{workloadName}; v1alpha2/3 spec.podGroupTemplateRef.workload{workloadName}.
-    ref = as_dict(spec.get("workloadRef"), "spec.workloadRef", problems)
-    if not ref:
-        tref = as_dict(spec.get("podGroupTemplateRef"), "spec.podGroupTemplateRef", problems)
-        ref = as_dict(tref.get("workload"), "spec.podGroupTemplateRef.workload", problems)
-    rec.workload_ref = as_str(ref.get("workloadName"), "workloadName", problems)
-    rec.conditions = _conditions(status, problems)
-    rec.phase, since = _native_phase(rec.conditions)
-    if since is not None:
-        rec.phase_since, rec.since_source = since, "condition"
+    _native_common(rec, spec, status, problems, "podGroupTemplateRef", "podGroupTemplateName")
     rec.errors = problems
     return rec
 
 
-def parse_native_workload(source: str, obj: Any) -> list[PodGroupRecord]:
-    """The 1.35 ``scheduling.k8s.io/v1alpha1`` Workload: one record per ``spec.podGroups[]`` entry.
+def _native_common(rec: PodGroupRecord, spec: dict, status: dict, problems: Problems, older_ref: str,
+                   older_template: str) -> None:
+    """What PodGroups and CompositePodGroups share: the Workload template they come from (1.37
+    ``spec.workloadRef{workloadName, templateName}``; 1.36 ``spec.<older_ref>.workload{workloadName,
+    <older_template>}``), parent, topology constraint, condition, phase."""
+    ref = as_dict(spec.get("workloadRef"), "spec.workloadRef", problems)
+    if not ref:
+        tref = as_dict(spec.get(older_ref), f"spec.{older_ref}", problems)
+        ref = as_dict(tref.get("workload"), f"spec.{older_ref}.workload", problems)
+    rec.workload_ref = as_str(ref.get("workloadName"), "workloadName", problems)
+    rec.template = as_str(ref.get("templateName", ref.get(older_template)), "templateName", problems)
+    rec.parent = as_str(spec.get("parentCompositePodGroupName"), "spec.parentCompositePodGroupName", problems)
+    if not rec.parent:  # an intermediate v1alpha2 shape (testdata golden becb2094): spec.parentRef
+        parent_ref = as_dict(spec.get("parentRef"), "spec.parentRef", problems)
+        rec.parent = as_str(parent_ref.get("compositePodGroupName"), "spec.parentRef.compositePodGroupName", problems)
+    rec.required_topology = _native_topology(spec, problems)
+    rec.conditions = parse_conditions(status, problems)
+    rec.phase, since = _native_phase(rec.conditions)
+    if since is not None:
+        rec.phase_since, rec.since_source = since, "condition"
+    rec.unschedulable = tuple(Unschedulable(c.reason, c.message) for c in rec.conditions
+                              if c.type in NATIVE_CONDITIONS and c.status == "False" and c.reason)
 
-    Named ``<workload>/<podGroup>`` (what a pod's ``spec.workloadRef{name, podGroup}`` points at);
-    ``spec.controllerRef`` names the job and counts as an owner; the record has no phase because
-    this API version has no status.
+
+def _native_topology(spec: dict, problems: Problems) -> str:
+    """``schedulingConstraints.topology[0].key`` (the only constraint allowed; an early v1alpha2
+    spelled it ``topologyConstraints[].topologyKey``, golden 15940cf2)."""
+    constraints = as_dict(spec.get("schedulingConstraints"), "spec.schedulingConstraints", problems)
+    for field_name, key_name in (("topology", "key"), ("topologyConstraints", "topologyKey")):
+        for i, t in enumerate(as_list(constraints.get(field_name), f"spec.schedulingConstraints.{field_name}", problems)):
+            key = as_str(as_dict(t, f"spec.schedulingConstraints.{field_name}[{i}]", problems).get(key_name),
+                         f"spec.schedulingConstraints.{field_name}[{i}].{key_name}", problems)
+            if key:
+                return key
+    return ""
+
+
+def parse_native_composite(source: str, obj: Any) -> PodGroupRecord:
+    """A 1.37 ``CompositePodGroup``: a gang of child groups (``gang.minGroupCount`` of them)."""
+    problems: Problems = []
+    rec = _metadata(source, "native", obj, problems)
+    rec.composite = True
+    spec, status = as_dict(obj.get("spec"), "spec", problems), as_dict(obj.get("status"), "status", problems)
+    policy = as_dict(spec.get("schedulingPolicy"), "spec.schedulingPolicy", problems)
+    gang = policy.get("gang")
+    if gang is not None:
+        rec.min_member = as_int(as_dict(gang, "spec.schedulingPolicy.gang", problems).get("minGroupCount"),
+                                "spec.schedulingPolicy.gang.minGroupCount", problems)
+    # an intermediate v1alpha2 (golden becb2094) named its template in compositePodGroupTemplateReference
+    _native_common(rec, spec, status, problems, "compositePodGroupTemplateReference", "compositePodGroupTemplateName")
+    rec.errors = problems
+    return rec
+
+
+def _kai_topology(raw: Any, where: str, problems: Problems) -> tuple[str, str]:
+    t = as_dict(raw, where, problems)
+    return (as_str(t.get("requiredTopologyLevel"), f"{where}.requiredTopologyLevel", problems),
+            as_str(t.get("preferredTopologyLevel"), f"{where}.preferredTopologyLevel", problems))
+
+
+def parse_kai(source: str, obj: Any) -> PodGroupRecord:
+    """A KAI Scheduler PodGroup (see the module docstring for what its status holds)."""
+    problems: Problems = []
+    rec = _metadata(source, "kai", obj, problems)
+    spec, status = as_dict(obj.get("spec"), "spec", problems), as_dict(obj.get("status"), "status", problems)
+    rec.min_member = as_int(spec.get("minMember"), "spec.minMember", problems)
+    rec.min_subgroups = as_int(spec.get("minSubGroup"), "spec.minSubGroup", problems)
+    rec.queue = as_str(spec.get("queue"), "spec.queue", problems)
+    rec.required_topology, rec.preferred_topology = _kai_topology(spec.get("topologyConstraint"), "spec.topologyConstraint", problems)
+    subgroups = []
+    for i, g in enumerate(as_list(spec.get("subGroups"), "spec.subGroups", problems)):
+        where = f"spec.subGroups[{i}]"
+        g = as_dict(g, where, problems)
+        name = as_str(g.get("name"), f"{where}.name", problems)
+        if not name:
+            problems.append(f"{where}: no name")
+            continue
+        required, preferred = _kai_topology(g.get("topologyConstraint"), f"{where}.topologyConstraint", problems)
+        subgroups.append(SubGroup(name, as_str(g.get("parent"), f"{where}.parent", problems),
+                                  as_int(g.get("minMember"), f"{where}.minMember", problems),
+                                  as_int(g.get("minSubGroup"), f"{where}.minSubGroup", problems), required, preferred))
+    rec.subgroups = tuple(subgroups)
+    if rec.min_member is None and subgroups:
+        rec.min_member = required_pods(rec)
+    reasons: list[Unschedulable] = []
+    since: list[float] = []
+    for i, c in enumerate(as_list(status.get("schedulingConditions"), "status.schedulingConditions", problems)):
+        where = f"status.schedulingConditions[{i}]"
+        c = as_dict(c, where, problems)
+        if as_str(c.get("status"), f"{where}.status", problems) != "True":
+            continue
+        ltt = as_str(c.get("lastTransitionTime"), f"{where}.lastTransitionTime", problems)
+        if ltt and (t := parse_time(ltt)) is not None:
+            since.append(t)
+        typed = []
+        for j, r in enumerate(as_list(c.get("reasons"), f"{where}.reasons", problems)):
+            r = as_dict(r, f"{where}.reasons[{j}]", problems)
+            reason = as_str(r.get("reason"), f"{where}.reasons[{j}].reason", problems)
+            if reason:
+                typed.append(Unschedulable(reason, as_str(r.get("message"), f"{where}.reasons[{j}].message", problems)))
+        if not typed:  # before reasons[] existed: the deprecated reason and message
+            typed.append(Unschedulable(as_str(c.get("reason"), f"{where}.reason", problems) or "Unschedulable",
+                                       as_str(c.get("message"), f"{where}.message", problems)))
+        reasons += [u for u in typed if u not in reasons]
+    rec.unschedulable = tuple(reasons)
+    allocated = as_dict(as_dict(status.get("resourcesStatus"), "status.resourcesStatus", problems).get("allocated"),
+                        "status.resourcesStatus.allocated", problems)
+    if reasons:
+        rec.phase = "Unschedulable"
+        if since:
+            rec.phase_since, rec.since_source = max(since), "condition"
+    elif any(_positive(v) for v in allocated.values()):
+        rec.phase = "Allocated"
+    else:
+        rec.phase = "Pending"
+    rec.errors = problems
+    return rec
+
+
+def _positive(quantity: Any) -> bool:
+    try:
+        return parse_quantity(quantity) > 0
+    except ValueError:
+        return False
+
+
+def required_pods(rec: PodGroupRecord) -> int | None:
+    """The fewest pods that satisfy a KAI PodGroup's sub-group tree: a leaf needs its minMember,
+    a node with minSubGroup k its k cheapest children, without it all of them
+    (podgroup_types.go:36-50, 156-168)."""
+    children: dict[str, list[SubGroup]] = {}
+    for g in rec.subgroups:
+        children.setdefault(g.parent, []).append(g)
+
+    def need(kids: list[SubGroup], k: int | None, seen: frozenset[str]) -> int:
+        costs = sorted(cost(g, seen) for g in kids)
+        return sum(costs[:k] if k is not None else costs)
+
+    def cost(g: SubGroup, seen: frozenset[str]) -> int:
+        if g.name in seen:  # a cycle: invalid, count nothing below it
+            return 0
+        kids = children.get(g.name, [])
+        if not kids:
+            return g.min_member or 0
+        return need(kids, g.min_subgroups, seen | {g.name})
+
+    roots = children.get("", [])
+    if not roots:
+        return rec.min_member
+    return need(roots, rec.min_subgroups, frozenset())
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    """A template of a native Workload: a PodGroup's (gang ``minCount``) or a CompositePodGroup's
+    (``minGroupCount`` child groups), and the composite template it sits under ("" at the top)."""
+
+    name: str
+    composite: bool
+    min_count: int | None
+    parent: str
+
+
+@dataclass(slots=True)
+class NativeWorkload:
+    """A ``scheduling.k8s.io`` Workload of any version.
+
+    1.35 (v1alpha1, kubernetes/api v0.35.0 scheduling/v1alpha1/types.go:114-200): ``spec.podGroups[]``
+    are the gangs themselves, one :class:`PodGroupRecord` each (``records``), named
+    ``<workload>/<podGroup>`` (what a pod's ``spec.workloadRef{name, podGroup}`` points at), without
+    a phase because that version has no status. 1.36 and later (v1alpha2 v0.36.0
+    scheduling/v1alpha2/types.go:62-84; v1beta1 and v1alpha3 10b39a39 v1beta1/types.go:130-176,
+    304-401): only templates; the gangs are PodGroup objects made from them (``records`` empty).
+    ``spec.controllerRef`` names the job either way and counts as an owner name for the join.
     """
+
+    namespace: str
+    name: str
+    controller: tuple[str, str] | None  # (kind, name)
+    templates: tuple[Template, ...]
+    records: list[PodGroupRecord]
+    errors: list[str]
+
+
+def _templates(raw: Any, where: str, parent: str, problems: Problems, out: list[Template], depth: int = 0) -> None:
+    for i, t in enumerate(as_list(raw, where, problems)):
+        w = f"{where}[{i}]"
+        t = as_dict(t, w, problems)
+        name = as_str(t.get("name"), f"{w}.name", problems)
+        policy = as_dict(t.get("schedulingPolicy"), f"{w}.schedulingPolicy", problems)
+        composite = where.endswith("compositePodGroupTemplates")
+        gang = policy.get("gang")
+        min_count = None
+        if gang is not None:
+            key = "minGroupCount" if composite else "minCount"
+            min_count = as_int(as_dict(gang, f"{w}.schedulingPolicy.gang", problems).get(key), f"{w}.schedulingPolicy.gang.{key}", problems)
+        if name:
+            out.append(Template(name, composite, min_count, parent))
+        if composite and depth < 8:  # the API allows depth 4 (v1beta1/types.go:126); a cycle cannot nest
+            _templates(t.get("podGroupTemplates"), f"{w}.podGroupTemplates", name, problems, out, depth + 1)
+            _templates(t.get("compositePodGroupTemplates"), f"{w}.compositePodGroupTemplates", name, problems, out, depth + 1)
+
+
+def parse_native_workload(source: str, obj: Any) -> NativeWorkload:
+    """A native Workload of any version (see :class:`NativeWorkload`); raises :class:`ParseError`
+    for one with neither pod groups nor templates."""
     problems: Problems = []
     base = _metadata(source, "native", obj, problems)
     spec = as_dict(obj.get("spec"), "spec", problems)
     ctrl = as_dict(spec.get("controllerRef"), "spec.controllerRef", problems)
     owner_names = base.owner_names
     ctrl_name = as_str(ctrl.get("name"), "spec.controllerRef.name", problems)
+    controller = None
     if ctrl_name:
-        owner_names = ((as_str(ctrl.get("kind"), "spec.controllerRef.kind", problems), ctrl_name),) + owner_names
-    out = []
+        controller = (as_str(ctrl.get("kind"), "spec.controllerRef.kind", problems), ctrl_name)
+        owner_names = (controller,) + owner_names
+    records = []
     for i, g in enumerate(as_list(spec.get("podGroups"), "spec.podGroups", problems)):
         where = f"spec.podGroups[{i}]"
         if not isinstance(g, dict) or not isinstance(g.get("name"), str) or not g["name"]:
             problems.append(f"{where}: no name")
             continue
-        out.append(PodGroupRecord(
+        records.append(PodGroupRecord(
             source=source, api="native", namespace=base.namespace, name=f"{base.name}/{g['name']}", uid=base.uid,
             created=base.created, owner_uids=base.owner_uids, owner_names=owner_names, workload_ref=base.name,
             min_member=_gang_min_count(as_dict(g.get("policy"), f"{where}.policy", problems), f"{where}.policy", problems),
         ))
-    if not out:
-        raise ParseError("; ".join(problems) or "spec.podGroups is empty")
-    out[0].errors = problems  # the object's problems, counted once
-    return out
+    templates: list[Template] = []
+    _templates(spec.get("podGroupTemplates"), "spec.podGroupTemplates", "", problems, templates)
+    _templates(spec.get("compositePodGroupTemplates"), "spec.compositePodGroupTemplates", "", problems, templates)
+    if not records and not templates:
+        raise ParseError("; ".join(problems) or "spec has neither podGroups (1.35) nor podGroupTemplates (1.36+)")
+    return NativeWorkload(base.namespace, base.name, controller, tuple(templates), records, problems)
 
 
 Parser = Callable[[str, Any], list[PodGroupRecord]]
@@ -294,7 +567,9 @@ PARSERS: dict[str, Parser] = {
     "podgroups_coscheduling_legacy": lambda s, o: [parse_coscheduling(s, o)],
     "podgroups_volcano": lambda s, o: [parse_volcano(s, o)],
     "podgroups_native": lambda s, o: [parse_native(s, o)],
-    "workloads_native": parse_native_workload,
+    "compositepodgroups_native": lambda s, o: [parse_native_composite(s, o)],
+    "podgroups_kai": lambda s, o: [parse_kai(s, o)],
+    "workloads_native": lambda s, o: parse_native_workload(s, o).records,
 }
 
 # kind/apiVersion group of a dumped object -> source, for offline dumps (snapshot, explain).
@@ -304,6 +579,8 @@ SOURCE_BY_GROUP_KIND: dict[tuple[str, str], str] = {
     ("scheduling.volcano.sh", "PodGroup"): "podgroups_volcano",
     ("scheduling.k8s.io", "PodGroup"): "podgroups_native",
     ("scheduling.k8s.io", "Workload"): "workloads_native",
+    ("scheduling.k8s.io", "CompositePodGroup"): "compositepodgroups_native",
+    ("scheduling.run.ai", "PodGroup"): "podgroups_kai",
 }
 
 
@@ -363,6 +640,11 @@ def render(rec: PodGroupRecord) -> dict[Family, list[str]]:
         ]
     if rec.phase_since is not None:
         out[PODGROUP_PHASE_TIMESTAMP] = [f"{PODGROUP_PHASE_TIMESTAMP.name}{{{base}}} {format_value(rec.phase_since)}\n"]
+    out[PODGROUP_INFO] = [
+        f'{PODGROUP_INFO.name}{{{base},queue="{esc(rec.queue)}",parent="{esc(rec.parent)}",'
+        f'required_topology="{esc(rec.required_topology)}",preferred_topology="{esc(rec.preferred_topology)}",'
+        f'composite="{1 if rec.composite else 0}"}} 1\n'
+    ]
     return out
 
 
@@ -381,5 +663,12 @@ def record_dict(rec: PodGroupRecord) -> dict[str, Any]:
         "gang_state": rec.gang_state, "phase_since": rec.phase_since, "phase_since_source": rec.since_source,
         "min_member": rec.min_member, "running": rec.running, "succeeded": rec.succeeded, "failed": rec.failed,
         "schedule_timeout_seconds": rec.schedule_timeout_seconds, "queue": rec.queue or None,
-        "message": rec.message or None,
+        "message": rec.message or None, "parent": rec.parent or None, "composite": rec.composite,
+        "workload_ref": rec.workload_ref or None, "template": rec.template or None,
+        "required_topology": rec.required_topology or None, "preferred_topology": rec.preferred_topology or None,
+        "unschedulable": [{"reason": u.reason, "message": u.message} for u in rec.unschedulable],
+        "subgroups": [{"name": g.name, "parent": g.parent or None, "min_member": g.min_member,
+                       "min_subgroups": g.min_subgroups, "required_topology": g.required_topology or None,
+                       "preferred_topology": g.preferred_topology or None} for g in rec.subgroups],
+        "min_subgroups": rec.min_subgroups,
     }

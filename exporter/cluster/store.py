@@ -69,7 +69,7 @@ from .localqueues import LocalQueue, parse_local_queue
 from .nodes import Node, parse_node
 from .workload_state import PodsAssembling, workload_state
 from .workloads import (
-    FAMILIES, TOPOLOGY_EVICTIONS, Assignment, Path, Shape, Workload, parse_workload, render_fragment, render_workload,
+    FAMILIES, TOPOLOGY_EVICTIONS, Assignment, Path, Workload, parse_workload, render_fragment, render_workload,
 )
 
 if TYPE_CHECKING:
@@ -82,7 +82,6 @@ R = TypeVar("R")
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 TOPOLOGY_EVICTIONS_OWNER = ("topology_evictions",)
 TOPOLOGY_UNRESOLVED_OWNER = ("topology_unresolved",)
-PLACEMENTS_LIMIT = 65536  # shared placed lists kept (they start over past it, like workloads._SHARED_LIMIT)
 DEFAULT_EVICTION_GRACE = 3600.0
 
 TOPOLOGY_UNRESOLVED = Family(
@@ -206,6 +205,7 @@ class ClusterStore:
                  clock: Callable[[], float] = time.time) -> None:
         self.exposition = exposition
         exposition.register(*FAMILIES, TOPOLOGY_UNRESOLVED)
+        exposition.register(TOPOLOGY_EVICTIONS, aggregate=True)  # one owner, a series per domain and reason
         self.gpu_resources = tuple(gpu_resources)
         self.clock = clock
         self._fixed_levels = tuple(level_keys)
@@ -228,7 +228,6 @@ class ClusterStore:
         self._by_owner_name: dict[tuple[str, str], set[WorkloadKey]] = {}
         self._by_queue: dict[tuple[str, str], set[WorkloadKey]] = {}
         self._place_cache: dict[tuple[Any, ...], tuple[Path, int]] = {}
-        self._placements: dict[tuple[Shape, frozenset[str] | None], list[tuple[Path, int]]] = {}  # (shape, fill) -> placed
         self._fragments: dict[Path, str] = {}
         self._resolutions: dict[tuple[str, ...], FlavorTopology] = {}  # sorted flavor names -> their Topology
         self._unresolved: dict[WorkloadKey, frozenset[tuple[str, str, str]]] = {}
@@ -353,18 +352,14 @@ class ClusterStore:
         (all levels with ``--topology-levels``; none when the Topology cannot be resolved, which
         :meth:`_note_unresolved` reports). The ``(path, pods)`` pairs are cached and shared:
         Workloads on the same hosts hold the same pairs rather than one tuple per domain each
-        (hundreds of thousands in a large cluster). Assignments of the same shape (see
-        :class:`Assignment`) and fill share the whole list.
+        (hundreds of thousands in a large cluster; 41 MiB of a realistic 20,000-Workload
+        cluster, bench/caches.py).
         """
         fill: frozenset[str] | None = None
         if not self._fixed_levels:
             assignment.topology = topo = self.flavor_topology(assignment)
             fill = topo.levels if topo.levels is not None else frozenset()
-        levels, shape = assignment.levels, assignment.shape
-        if shape is not None:
-            placed = self._placements.get((shape, fill))
-            if placed is not None:
-                return placed
+        levels = assignment.levels
         cache, paths, out = self._place_cache, self._paths, []
         for d in assignment.domains:
             k = (levels, d.values, d.count, fill)
@@ -372,10 +367,6 @@ class ClusterStore:
             if pair is None:
                 pair = cache[k] = (paths.path(levels, d.values, fill), d.count)
             out.append(pair)
-        if shape is not None:
-            if len(self._placements) >= PLACEMENTS_LIMIT:
-                self._placements.clear()
-            self._placements[(shape, fill)] = out
         return out
 
     # ---- workloads ------------------------------------------------------------------------
@@ -749,7 +740,6 @@ class ClusterStore:
 
     def _invalidate_paths(self, keys: Iterable[WorkloadKey]) -> None:
         self._place_cache.clear()
-        self._placements.clear()
         self._fragments.clear()
         self._rerender(keys, replace_paths=True)
         for cb in self.on_topology_change:

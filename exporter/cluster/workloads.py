@@ -139,14 +139,14 @@ _TIMESTAMPS = (("QuotaReserved", WORKLOAD_QUOTA_RESERVED), ("Admitted", WORKLOAD
 
 Path = tuple[tuple[str, str], ...]  # ((alias, value), ...) over the configured topology levels
 
-# Records share the immutable pieces that repeat across Workloads: a large cluster has a handful
-# of distinct conditions and one Domain per (host, pods), but tens of thousands of Workloads each
-# holding 16 or more. Sharing them saves a third of the collector's RSS and the time to build
-# them (bench/collector.py); nothing mutates a parsed record. The caches start over when they
-# grow past SHARED_LIMIT, like the time cache in .fields, so host churn cannot grow them forever.
-_CONDITIONS: dict[tuple[Any, ...], Condition] = {}
+# Records share the immutable pieces that repeat across Workloads: one Domain per (host, pods),
+# whichever Workloads held that host, and one dict per equal string map (flavors, templates).
+# On a realistic cluster (bench/cluster.py, bench/caches.py) they save 15 and 5 MiB; caches of
+# whole conditions and whole assignments saved nothing there (every Workload has its own times,
+# messages and hosts) and held memory, so there are none. Nothing mutates a parsed record. The
+# caches start over when they grow past SHARED_LIMIT, like the time cache in .fields, so host
+# churn cannot grow them forever.
 _DOMAINS: dict[int, dict[str, Domain]] = {}  # pods -> host value -> Domain((host,), pods)
-_ASSIGNMENTS: dict[tuple[Any, ...], tuple[tuple[Domain, ...], Shape]] = {}  # raw hostname assignment -> domains, shape
 _MAPS: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}  # flavors, pod template labels and annotations
 _intern = sys.intern
 
@@ -246,9 +246,9 @@ class PodSet:
 
 
 class Shape:
-    """The identity of a raw hostname assignment (see :class:`Assignment`): equal assignments
-    parsed while the cache holds theirs get the same Shape, which hashes in O(1) however many
-    hosts it stands for (a Workload may have 100,000)."""
+    """The identity of a parsed hostname assignment (see :class:`Assignment`): it hashes in O(1)
+    however many hosts it stands for (a Workload may have 100,000), so the store indexes the
+    assignment's hosts under it once."""
 
     __slots__ = ()
 
@@ -259,9 +259,8 @@ class Assignment:
 
     ``domains`` are the expanded domains as Kueue stores them (often only the hostname level);
     ``placed`` is filled by the store: one ``(full path, pods)`` per domain, upper levels taken
-    from Node labels for the levels of the flavor's own Topology (``topology``). ``shape`` identifies the raw hostname assignment the domains came from
-    (``None`` for other forms): Workloads with equal shapes share ``domains``, and the store
-    shares their ``placed`` list.
+    from Node labels for the levels of the flavor's own Topology (``topology``). ``shape``
+    identifies the hostname assignment the domains came from (``None`` for other forms).
     """
 
     name: str
@@ -429,38 +428,24 @@ def _past_execution(status: dict, p: Problems) -> int | None:
 
 def _conditions(raw: Any, p: Problems) -> dict[str, Condition]:
     out: dict[str, Condition] = {}
-    shared = _CONDITIONS
     for i, c in enumerate(as_list(raw, "status.conditions", p)):
         if not isinstance(c, dict):
             p.append(f"status.conditions[{i}]: expected an object")
-            continue
-        key = (c.get("type"), c.get("status"), c.get("reason"), c.get("message"), c.get("lastTransitionTime"))
-        try:  # the same raw fields, already parsed without a problem
-            cond = shared[key]
-        except (KeyError, TypeError):  # TypeError: an unhashable value where a string belongs
-            pass
-        else:
-            out[cond.type] = cond
             continue
         ctype = c.get("type")
         if not isinstance(ctype, str) or not ctype:
             p.append(f"status.conditions[{i}].type missing")
             continue
-        before = len(p)  # only a condition parsed without any problem is shared
         status = c.get("status")
         if isinstance(status, bool):  # unquoted YAML True/False in a hand-written dump
             p.append(f"status.conditions[{i}].status: boolean instead of a string")
             status = "True" if status else "False"
         w = f"status.conditions[{i}]"
         ltt = as_str(c.get("lastTransitionTime"), w + ".lastTransitionTime", p)
-        cond = out[ctype] = Condition(
+        out[ctype] = Condition(
             _intern(ctype), _intern(as_str(status, w + ".status", p)), _intern(as_str(c.get("reason"), w + ".reason", p)),
             as_str(c.get("message"), w + ".message", p), _intern(ltt), _time(ltt, w + ".lastTransitionTime", p),
         )
-        if len(p) == before:
-            if len(shared) >= SHARED_LIMIT:
-                shared.clear()
-            shared[key] = cond
     return out
 
 
@@ -690,8 +675,7 @@ def _host_domains(ta: Any) -> tuple[tuple[Domain, ...], Shape] | None:
     and a universal pod count, as shared Domains, and its shape (see :class:`Assignment`);
     ``None`` for any other shape or anything invalid, which :func:`iter_domains` then expands
     (or rejects with the precise error). The same expansion, but this runs for every Workload
-    of every event, so an assignment seen before (the same hosts, often: a gang re-admitted, or
-    gangs packed on the same racks) costs one lookup, and a host seen before creates nothing.
+    of every event, so it skips the general checks, and a host seen before creates nothing.
     """
     if ta.__class__ is not dict or "domains" in ta:
         return None
@@ -715,15 +699,8 @@ def _host_domains(ta: Any) -> tuple[tuple[Domain, ...], Shape] | None:
         if roots.__class__ is not list or len(roots) != n or prefix.__class__ is not str or suffix.__class__ is not str:
             return None
         parts.append((prefix, suffix, count, tuple(roots)))
-    raw = (levels[0], tuple(parts))
-    try:
-        return _ASSIGNMENTS[raw]
-    except KeyError:
-        pass
-    except TypeError:  # an unhashable root
-        return None
     out: list[Domain] = []
-    for prefix, suffix, count, roots in parts:  # a cached shape has string roots: check them here
+    for prefix, suffix, count, roots in parts:
         shared = _DOMAINS.get(count)
         if shared is None or len(shared) >= SHARED_LIMIT:
             shared = _DOMAINS[count] = {}
@@ -735,10 +712,7 @@ def _host_domains(ta: Any) -> tuple[tuple[Domain, ...], Shape] | None:
             if d is None:
                 d = shared[value] = Domain((_intern(value),), count)
             out.append(d)
-    if len(_ASSIGNMENTS) >= SHARED_LIMIT:
-        _ASSIGNMENTS.clear()
-    found = _ASSIGNMENTS[raw] = (tuple(out), Shape())
-    return found
+    return tuple(out), Shape()
 
 
 # Rendering builds each family's lines of one Workload as ``head.join(parts)``, where ``head``
@@ -756,8 +730,6 @@ _CHECK_PARTS = {
 _CONDITION_SUFFIXES: dict[tuple[str, str, str], bytes] = {}
 _PENDING_SUFFIXES: dict[tuple[str, str], bytes] = {}
 _POD_SUFFIXES: dict[tuple[Path, int], bytes] = {}
-_PLACED_PARTS: dict[int, tuple[Sequence[tuple[Path, int]], list[bytes]]] = {}  # id(placed) -> (placed, parts)
-_QUALITY_PARTS: dict[int, tuple[Sequence[tuple[Path, int]], list[tuple[bytes, bytes]]]] = {}  # likewise
 
 
 def _condition_suffix(c: Condition) -> bytes:
@@ -801,14 +773,8 @@ def _check_lines(wl: Workload, base: str, out: list[tuple[Family, bytes, int]]) 
 
 def _pod_parts(a: Assignment, fragment: Callable[[Path], str]) -> list[bytes]:
     """``b""`` and the ``<topology labels>} pods`` suffix of each domain of ``a.placed``, domains
-    with one path (an unknown Node) added up. A placed list the store shares (``a.shape`` set)
-    is computed once: the result is kept with the list, by identity."""
-    placed: Sequence[tuple[Path, int]] = a.placed
-    if a.shape is not None:
-        hit = _PLACED_PARTS.get(id(placed))
-        if hit is not None and hit[0] is placed:
-            return hit[1]
-    pairs = placed
+    with one path (an unknown Node) added up."""
+    pairs: Sequence[tuple[Path, int]] = a.placed
     if len({path for path, _ in pairs}) != len(pairs):  # domains with one known path (unknown Node) add up
         per_path: dict[Path, int] = {}
         for path, pods in pairs:
@@ -823,22 +789,14 @@ def _pod_parts(a: Assignment, fragment: Callable[[Path], str]) -> list[bytes]:
                 cache.clear()
             suffix = cache[pair] = f"{fragment(pair[0])}}} {pair[1]}\n".encode()
         parts.append(suffix)
-    if a.shape is not None:
-        if len(_PLACED_PARTS) >= SHARED_LIMIT:
-            _PLACED_PARTS.clear()
-        _PLACED_PARTS[id(placed)] = (placed, parts)  # holding ``placed`` keeps its id unique
     return parts
 
 
 def _quality_parts(a: Assignment) -> list[tuple[bytes, bytes]]:
     """``(spanned suffix, locality suffix)`` per level above the host where the assignment's
     pods have a domain: the distinct domains of that level, and the largest share of the pods in
-    one of them. Levels outside the flavor's Topology (all values "") are left out. Kept with a
-    shared placed list by identity, like :func:`_pod_parts`."""
+    one of them. Levels outside the flavor's Topology (all values "") are left out."""
     placed: Sequence[tuple[Path, int]] = a.placed
-    hit = _QUALITY_PARTS.get(id(placed))
-    if hit is not None and hit[0] is placed:
-        return hit[1]
     total = sum(pods for _, pods in placed)
     out: list[tuple[bytes, bytes]] = []
     if placed and total > 0:
@@ -852,10 +810,6 @@ def _quality_parts(a: Assignment) -> list[tuple[bytes, bytes]]:
                 label = f'level="{esc(placed[0][0][i][0])}"}} '
                 out.append(((label + f"{len(per_domain)}\n").encode(),
                             (label + format_value(max(per_domain.values()) / total) + "\n").encode()))
-    if a.shape is not None:
-        if len(_QUALITY_PARTS) >= SHARED_LIMIT:
-            _QUALITY_PARTS.clear()
-        _QUALITY_PARTS[id(placed)] = (placed, out)
     return out
 
 

@@ -11,6 +11,7 @@ message and the path, never a request header.
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -26,6 +27,27 @@ log = structlog.get_logger(__name__)
 JSON = "application/json"
 USER_AGENT = "gangscope/0.1"
 MAX_RETRY_AFTER = 600.0
+# A watch may stay silent for minutes (bookmarks come about once a minute), so a read timeout
+# cannot tell a quiet stream from a dead peer (a node or a load balancer gone without a FIN).
+# TCP keepalive can: probes after 15 s of silence, every 5 s, 6 unanswered ones drop the
+# connection, and TCP_USER_TIMEOUT bounds unacknowledged data the same way: a dead connection is
+# noticed within 45 s and the watch resumes elsewhere. client-go gets the same from HTTP/2 pings
+# (k8s.io/apimachinery pkg/util/net/http.go: ReadIdleTimeout 30 s, PingTimeout 15 s); aiohttp
+# speaks HTTP/1.1, so the kernel does it.
+KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_PROBES = 15, 5, 6
+DEAD_CONNECTION_SECONDS = KEEPALIVE_IDLE + KEEPALIVE_INTERVAL * KEEPALIVE_PROBES
+
+
+def keepalive_socket(addr_info: tuple[Any, ...]) -> socket.socket:
+    """A TCP socket that notices a dead peer within :data:`DEAD_CONNECTION_SECONDS`."""
+    family, type_, proto = addr_info[0], addr_info[1], addr_info[2]
+    sock = socket.socket(family=family, type=type_, proto=proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in (("TCP_KEEPIDLE", KEEPALIVE_IDLE), ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL),
+                          ("TCP_KEEPCNT", KEEPALIVE_PROBES), ("TCP_USER_TIMEOUT", DEAD_CONNECTION_SECONDS * 1000)):
+        if hasattr(socket, option):  # Linux; macOS lacks some (then its defaults apply)
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
+    return sock
 
 
 class ApiError(Exception):
@@ -99,7 +121,8 @@ class KubeClient:
         self.watch_read_slack = watch_read_slack
         self._session = aiohttp.ClientSession(
             headers={"User-Agent": USER_AGENT},
-            connector=aiohttp.TCPConnector(limit=0),  # one long-lived watch per resource plus lists
+            # one long-lived watch per resource plus lists, on sockets that notice a dead peer
+            connector=aiohttp.TCPConnector(limit=0, socket_factory=keepalive_socket),
         )
 
     @classmethod

@@ -24,6 +24,13 @@ Sources are independent: one forbidden or missing resource never affects the oth
 
 ``ready()`` is True once every *served* source has completed its first list (sources not served
 or forbidden do not hold readiness back: they are visible as down in the health series).
+
+A :class:`~.scope.Scope` (namespaces, denylist, shard) narrows every namespaced source and none
+of the cluster-scoped ones, so a source added to :mod:`.resources` later is scoped (and sharded)
+by its ``namespaced`` flag alone. :meth:`SourceSet.set_scope` changes it at run time (a resharded
+StatefulSet): the namespaced sources list again within the new scope, whose complete list
+replaces what their handlers held, so the namespaces that left the shard go and those that
+joined arrive, and nothing else moves.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from .client import ApiError, Forbidden, KubeClient, NotFound
 from .discovery import served_version
 from .informer import EventHandler, Informer
 from .resources import Resource
+from .scope import Scope
 
 log = structlog.get_logger(__name__)
 
@@ -90,8 +98,9 @@ class SourceSet:
 
     def __init__(self, client: KubeClient, specs: Iterable[SourceSpec], exposition: Exposition, *,
                  discovery_interval: float = 60.0, backoff: BackoffPolicy | None = None,
-                 page_size: int = 500, watch_timeout: int = 300):
+                 page_size: int = 500, watch_timeout: int = 300, scope: Scope | None = None):
         self.client = client
+        self.scope = scope or Scope()
         self.discovery_interval = discovery_interval
         self.backoff = backoff
         self.page_size = page_size
@@ -102,22 +111,42 @@ class SourceSet:
             if name in self.sources:
                 raise ValueError(f"source {name!r} given twice")
             self.sources[name] = SourceState(spec, SourceHealth(name, exposition))
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks: dict[str, asyncio.Task[None]] = {}
 
     async def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._supervise(s), name=f"source:{name}") for name, s in self.sources.items()]
+        self._tasks = {name: asyncio.create_task(self._supervise(s), name=f"source:{name}") for name, s in self.sources.items()}
 
     async def stop(self) -> None:
-        for task in self._tasks:
+        for task in self._tasks.values():
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        self._tasks = {}
+
+    async def set_scope(self, scope: Scope) -> None:
+        """Watch the namespaced sources within ``scope`` from now on (see the module docstring):
+        each one's informer is replaced by one that lists the new scope; cluster-scoped sources
+        are left alone. Readiness holds until every restarted source has listed again."""
+        if scope == self.scope:
+            return
+        self.scope = scope
+        started = bool(self._tasks)
+        restart = [name for name, s in self.sources.items() if s.spec.resource.namespaced]
+        for name in restart:
+            task = self._tasks.pop(name, None)
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            state = self.sources[name]
+            state.retire_informer()
+            state._synced_before = False
+            if started:
+                self._tasks[name] = asyncio.create_task(self._supervise(state), name=f"source:{name}")
 
     async def run(self) -> None:
         """Start and run until cancelled."""
         await self.start()
         try:
-            await asyncio.gather(*self._tasks)
+            await asyncio.gather(*self._tasks.values())
         finally:
             await self.stop()
 
@@ -176,7 +205,7 @@ class SourceSet:
             s.informer = Informer(self.client, spec.resource, version, spec.handler, health,
                                   namespace=spec.namespace, field_selector=spec.field_selector,
                                   label_selector=spec.label_selector, page_size=self.page_size,
-                                  watch_timeout=self.watch_timeout, backoff=self.backoff)
+                                  watch_timeout=self.watch_timeout, backoff=self.backoff, scope=self.scope)
             try:
                 await s.informer.run()
             except NotFound:

@@ -20,6 +20,7 @@ from typing import Any
 
 import structlog
 
+from ..config import exposition_from_args
 from ..exposition import Exposition
 from ..health import SourceHealth
 from ..kube.resources import AGENT_NODE, AGENT_PODS, TOPOLOGIES
@@ -59,7 +60,7 @@ class Agent:
 
     def __init__(self, args: argparse.Namespace, levels: TopologyLevels, nvml: Callable[[], Any] | None = None) -> None:
         self.args = args
-        self.exposition = Exposition(args.max_series_per_family)
+        self.exposition = exposition_from_args(args)
         self.exposition.register(*F.GPU_FAMILIES)
         self.node = NodeTopology(args.node_name, levels, self._relabel)
         # No levels given: follow the Kueue Topologies, as the collector does.

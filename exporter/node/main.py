@@ -15,7 +15,7 @@ import sys
 
 import structlog
 
-from ..config import add_kube, add_logging, add_serving, add_topology, topology_from_args
+from ..config import add_kube, add_logging, add_serving, add_topology, family_filter, topology_from_args
 from ..logs import start_logging
 from ..topology import TopologyError, TopologyLevels
 from .podresources import DEFAULT_RESOURCES, DEFAULT_SOCKET
@@ -82,6 +82,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.sim_profile and args.nvml == "real":
         log.error("bad_sim_profile_flag", reason="--sim-profile needs --nvml sim")
+        return 2
+    try:
+        family_filter(args)
+    except ValueError as exc:
+        log.error("bad_flags", error=str(exc))
         return 2
     try:
         stuck = asyncio.run(serve(args, levels))

@@ -5,8 +5,9 @@ whole cluster's pods), and this handler keeps three strings per pod. Join keys, 
 
 - workload: annotation ``kueue.x-k8s.io/workload``; podset: label ``kueue.x-k8s.io/podset``;
 - podgroup: label ``scheduling.x-k8s.io/pod-group`` (coscheduling; legacy
-  ``pod-group.scheduling.sigs.k8s.io``), Volcano annotation ``scheduling.k8s.io/group-name``,
-  native ``spec.schedulingGroup.podGroupName``.
+  ``pod-group.scheduling.sigs.k8s.io``), Volcano annotation ``scheduling.k8s.io/group-name``, KAI
+  annotation ``pod-group-name`` (KAI-Scheduler pkg/common/constants/constants.go:54), native
+  ``spec.schedulingGroup.podGroupName`` (the collector's exporter/cluster/pods.py reads the same keys).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ WORKLOAD_ANNOTATION = "kueue.x-k8s.io/workload"
 PODSET_LABEL = "kueue.x-k8s.io/podset"
 PODGROUP_LABELS = ("scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io")
 VOLCANO_ANNOTATION = "scheduling.k8s.io/group-name"
+KAI_ANNOTATION = "pod-group-name"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +50,8 @@ def pod_key_and_meta(obj: Mapping[str, Any]) -> tuple[tuple[str, str], PodMeta]:
     annotations = _str_map(meta.get("annotations"), "annotations")
     spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
     group = spec.get("schedulingGroup") if isinstance(spec.get("schedulingGroup"), dict) else {}
-    podgroup = next((labels[k] for k in PODGROUP_LABELS if labels.get(k)), "") or annotations.get(VOLCANO_ANNOTATION) or group.get("podGroupName") or ""
+    podgroup = (next((labels[k] for k in PODGROUP_LABELS if labels.get(k)), "") or annotations.get(VOLCANO_ANNOTATION)
+                or annotations.get(KAI_ANNOTATION) or group.get("podGroupName") or "")
     values = (annotations.get(WORKLOAD_ANNOTATION) or "", labels.get(PODSET_LABEL) or "", podgroup)
     if not all(isinstance(v, str) for v in values):
         raise ValueError("pod label or annotation value is not a string")

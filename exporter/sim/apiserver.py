@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import collections
+import re
 import ssl
 import threading
 import time
@@ -140,6 +141,30 @@ def parse_selector(text: str | None) -> list[Requirement]:
     return out
 
 
+_SHARD_RANGE = re.compile(r"\s*shardRange\(\s*object\.(metadata\.(?:uid|namespace))\s*,\s*'0x([0-9a-f]+)'\s*,\s*'0x([0-9a-f]+)'\s*\)\s*")
+
+
+def _fnv64a(text: str) -> int:
+    """FNV-1a 64 of the UTF-8 bytes, as k8s.io/apimachinery pkg/sharding/hash.go computes it."""
+    h = 14695981039346656037
+    for b in text.encode():
+        h = (h ^ b) * 1099511628211 % 2**64
+    return h
+
+
+def parse_shard_selector(text: str) -> Requirement:
+    """``shardRange(object.metadata.namespace, '0x..', '0x..') || ...`` (KEP-5866, 1.36 alpha) as
+    one field requirement: (field, "shard", ((start, end), ...)). Raises ValueError."""
+    ranges, key = [], None
+    for term in text.split("||"):
+        m = _SHARD_RANGE.fullmatch(term)
+        if m is None or (key is not None and m.group(1) != key):
+            raise ValueError(f"invalid shardSelector {text!r}")
+        key = m.group(1)
+        ranges.append((int(m.group(2), 16), int(m.group(3), 16)))
+    return (key or "", "shard", tuple(ranges))  # type: ignore[return-value]
+
+
 def _field_value(obj: dict[str, Any], path: str) -> str | None:
     cur: Any = obj
     for step in path.split("."):
@@ -153,6 +178,8 @@ def _matches(obj: dict[str, Any], fields: list[Requirement], labels: list[Requir
     for key, op, value in fields:
         actual = _field_value(obj, key) or ""  # the real server compares absent fields as ""
         if (op == "=" and actual != value) or (op == "!=" and actual == value):
+            return False
+        if op == "shard" and not any(start <= _fnv64a(actual) < end for start, end in value):  # type: ignore[union-attr]
             return False
     obj_labels = (obj.get("metadata") or {}).get("labels") or {}
     for key, op, value in labels:
@@ -260,6 +287,9 @@ class SimApiServer:
         # faults
         self.delay = 0.0
         self.ignore_partial_metadata = False
+        self.shard_selectors = True  # honour shardSelector (a 1.36+ server with ShardedListAndWatch); False: ignore it
+        # (group, plural) -> the namespaces a namespaced-only RBAC (Roles, no ClusterRole) allows
+        self.namespace_rbac: dict[tuple[str, str], set[str]] = {}
         self.drop_after_events: int | None = None
         self.drop_mid_event = False
         self._fail_rules: list[_FailRule] = []
@@ -608,7 +638,8 @@ class SimApiServer:
         if store is None or version not in store.versions or (namespace is not None and not store.namespaced):
             # The core group's own router answers with a Status; every other path falls through to the 404 page.
             return _error(404, "the server could not find the requested resource") if not group else _page_not_found()
-        if store.forbidden:
+        allowed = self.namespace_rbac.get((group, store.plural))
+        if store.forbidden or (allowed is not None and namespace not in allowed):
             scope = f'in the namespace "{namespace}"' if namespace is not None else "at the cluster scope"
             return _error(403, f'{store.qualified} is forbidden: User "sim" cannot list resource '
                                f'"{store.plural}" in API group "{store.group}" {scope}')
@@ -621,9 +652,15 @@ class SimApiServer:
             return web.Response(body=store.encoded(entry, version, partial), content_type="application/json")
         fields = parse_selector(request.query.get("fieldSelector"))
         labels = parse_selector(request.query.get("labelSelector"))
+        shard = request.query.get("shardSelector") if self.shard_selectors else None
+        if shard:
+            try:
+                fields.append(parse_shard_selector(shard))
+            except ValueError as exc:
+                return _error(400, str(exc))
         if _is_watch(request.query):
             return await self._watch(request, store, version, namespace, fields, labels, partial)
-        return self._list(request, store, version, namespace, fields, labels, partial)
+        return self._list(request, store, version, namespace, fields, labels, partial, shard_info=shard)
 
     def _subresource(self, request: web.Request, store: _Store, version: str, name: str) -> web.Response:
         """GET of a served subresource; only Kueue's ``clusterqueues/pendingworkloads`` exists."""
@@ -700,7 +737,7 @@ class SimApiServer:
         return _matches(entry.obj, fields, labels)
 
     def _list(self, request: web.Request, store: _Store, version: str, namespace: str | None,
-              fields: list[Requirement], labels: list[Requirement], partial: bool) -> web.Response:
+              fields: list[Requirement], labels: list[Requirement], partial: bool, shard_info: str | None = None) -> web.Response:
         limit = int(request.query.get("limit", "0") or 0)
         token = request.query.get("continue")
         if token:
@@ -718,6 +755,8 @@ class SimApiServer:
             snap_id, offset = uuid.uuid4().hex, 0
         end = len(snapshot.entries) if limit <= 0 else min(len(snapshot.entries), offset + limit)
         meta: dict[str, Any] = {"resourceVersion": str(snapshot.rv)}
+        if shard_info:  # echoed when honoured (ListMeta.shardInfo, KEP-5866)
+            meta["shardInfo"] = {"selector": shard_info}
         if end < len(snapshot.entries):
             self._snapshots[snap_id] = snapshot
             self._snapshots.move_to_end(snap_id)

@@ -23,7 +23,15 @@ elsewhere                 queued, inadmissible (quota, a Kueue 0.14-style ``Pend
 block-3 / rack-3-1        an NVL72 rack: 4 GB200 nodes (4 GPUs each) in one chassis and NVLink
                           clique running ``llama-gb200``, one of them with a degraded fabric,
                           and a fifth node labelled into the rack whose GPUs report another
-                          chassis and clique (the hardware-truth alerts)
+                          chassis and clique (the hardware-truth alerts); ``llama-gb200`` is
+                          a JobSet that restarted 4 times and restarts again at +25 s; the
+                          fifth node runs ``gemma-sft``, a Kubeflow TrainJob whose progress
+                          last moved (to 62%) 40 minutes ago
+block-1 / rack-1-2        ``moe-pipeline``: a Kubernetes 1.37 composite gang (a
+                          CompositePodGroup of two PodGroups, v1alpha3/v1beta1), admitted
+                          without a topology request on the rack ``mixtral-sft`` waits for
+elsewhere                 ``vision/sam-finetune``: a KAI Scheduler gang whose queue is over
+                          its limit (``OverLimit``), its two pods pending
 block-4 / rack-4-1, -4-2  fragmented free space: 2 racks of 3 nodes where ``ray-tune`` (2 pods x 4
                           GPUs, preferring one rack, spread over both) and ``sd-lora`` (1 pod x
                           2 GPUs) leave 38 GPUs free, room for three 8-GPU pods but only two in
@@ -32,11 +40,15 @@ block-4 / rack-4-1, -4-2  fragmented free space: 2 racks of 3 nodes where ``ray-
 ========================  ==========================================================
 
 Conditions, reasons and messages are the ones Kueue writes (exporter/cluster/workload_state.py
-cites where); the running gangs other than ``gemma-eval`` show Kueue with ``waitForPodsReady``.
+cites where); the running gangs other than ``gemma-eval`` and ``moe-pipeline`` show Kueue with
+``waitForPodsReady``. The KAI, native, JobSet and TrainJob objects follow their APIs' types (the
+sources are cited in exporter/cluster/podgroups.py and jobs.py): no real cluster printed a
+restarting JobSet, a TrainJob's trainerStatus or a 1.37 composite gang that could be copied.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -113,6 +125,8 @@ class Scenario:
     workloads: list[Obj] = field(default_factory=list)
     podgroups: list[Obj] = field(default_factory=list)
     volcano_podgroups: list[Obj] = field(default_factory=list)
+    gang_objects: list[Obj] = field(default_factory=list)  # KAI PodGroups, native Workloads/PodGroups/CompositePodGroups
+    job_objects: list[Obj] = field(default_factory=list)  # JobSets, TrainJobs
     pods: list[Obj] = field(default_factory=list)
     placements: list[Placement] = field(default_factory=list)
     timeline: list[tuple[float, str, Obj]] = field(default_factory=list)
@@ -122,7 +136,7 @@ class Scenario:
     def all_objects(self) -> list[Obj]:
         return [
             *self.nodes, *self.topologies, *self.resource_flavors, *self.local_queues,
-            *self.workloads, *self.podgroups, *self.volcano_podgroups, *self.pods,
+            *self.workloads, *self.podgroups, *self.volcano_podgroups, *self.gang_objects, *self.job_objects, *self.pods,
         ]
 
     def node_names(self) -> list[str]:
@@ -330,9 +344,19 @@ def _pod(wl: Obj, index: int, node: str | None, gpus: list[int], phase: str) -> 
         **tmpl.get("annotations", {}),
     }
     labels = {**tmpl.get("labels", {}), "kueue.x-k8s.io/podset": "main", "batch.kubernetes.io/job-completion-index": str(index)}
-    spec: Obj = {"containers": [{"name": "trainer", "image": "registry.example.com/ml/trainer:2026.11"}]}
+    per_pod = wl["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"]["limits"][GPU_RESOURCE]
+    spec: Obj = {"containers": [{"name": "trainer", "image": "registry.example.com/ml/trainer:2026.11",
+                                 "resources": {"limits": {GPU_RESOURCE: per_pod}, "requests": {GPU_RESOURCE: per_pod}}}],
+                 "schedulerName": "scheduler-plugins-scheduler"}
+    status: Obj = {"phase": phase}
     if node:
         spec["nodeName"] = node
+        ready = phase == "Running"
+        status["conditions"] = [{"type": "PodScheduled", "status": "True"},
+                                {"type": "Ready", "status": "True" if ready else "False"}]
+    else:
+        status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                 "message": "0/21 nodes are available: 21 Insufficient nvidia.com/gpu."}]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -345,7 +369,7 @@ def _pod(wl: Obj, index: int, node: str | None, gpus: list[int], phase: str) -> 
             "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": md["labels"]["kueue.x-k8s.io/job-uid"], "controller": True}],
         },
         "spec": spec,
-        "status": {"phase": phase},
+        "status": status,
     }
 
 
@@ -475,6 +499,8 @@ def build_default(now: datetime | None = None, blocks: int = 2, racks: int = 2, 
     sc.hardware[hosts[(1, 1)][1]] = NodeHardware(scenarios=("straggler",))  # one of llama-train's GPUs lags
     _nvl72_rack(sc, now, blocks + 1)
     _fragmented_block(sc, now, blocks + 2)
+    _composite_gang(sc, now, hosts[(1, 2)])
+    _kai_gang(sc, now)
     return sc
 
 
@@ -560,17 +586,134 @@ def _nvl72_rack(sc: Scenario, now: datetime, block: int) -> None:
     sc.workloads.append(wl)
     sc.podgroups.append(_podgroup("llama-gb200", "ml-team", wl["metadata"]["ownerReferences"][0]["uid"], 4, "Running", 4,
                                   created + timedelta(minutes=2)))
+    # llama-gb200 is a JobSet: Kueue's Workload is owned by it, its pods carry its labels.
+    jobset = _jobset_of(wl, "workers", 4, created, restarts=4)
+    sc.job_objects.append(jobset)
     bound = []
     for i, name in enumerate(names[:4]):
-        sc.pods.append(_pod(wl, i, name, list(range(gpus)), "Running"))
+        p = _pod(wl, i, name, list(range(gpus)), "Running")
+        _in_jobset(p, jobset, "workers")
+        sc.pods.append(p)
         bound.append((name, list(range(gpus))))
     sc.placements.append(Placement(wl["metadata"]["name"], "ml-team", "llama-gb200", bound))
+    _jobset_restart_timeline(sc, jobset, now)
+    _stalled_trainjob(sc, now, names[4], gpus)
+
+
+JOBSET_GROUP = "jobset.x-k8s.io/v1alpha2"
+
+
+def _jobset_of(wl: Obj, replicated_job: str, pods: int, created: datetime, restarts: int) -> Obj:
+    """The JobSet that owns ``wl`` (its owner reference becomes the JobSet), ready, after
+    ``restarts`` restarts under its failure policy (jobset api/jobset/v1alpha2/jobset_types.go:101-288;
+    the condition as pkg/controllers/failure_policy.go:244-258 and jobset_controller.go:1292-1303 write it)."""
+    ref = wl["metadata"]["ownerReferences"][0]
+    ref.update(apiVersion=JOBSET_GROUP, kind="JobSet")
+    name, ns = ref["name"], wl["metadata"]["namespace"]
+    restarted = created + timedelta(minutes=50)
+    return {
+        "apiVersion": JOBSET_GROUP, "kind": "JobSet",
+        "metadata": {"name": name, "namespace": ns, "uid": ref["uid"], "creationTimestamp": _ts(created),
+                     "labels": {"kueue.x-k8s.io/queue-name": wl["spec"]["queueName"]}},
+        "spec": {"replicatedJobs": [{"name": replicated_job, "replicas": 1, "template": {"spec": {
+            "parallelism": pods, "completions": pods, "completionMode": "Indexed"}}}],
+                 "failurePolicy": {"maxRestarts": 10, "rules": [{"name": "restart-on-node-failure", "action": "RestartJobSet"}]},
+                 "suspend": False},
+        "status": {
+            "restarts": restarts, "restartsCountTowardsMax": restarts,
+            "conditions": [
+                {"type": "Suspended", "status": "False", "reason": "ResumeJobs", "message": "jobset is resumed",
+                 "lastTransitionTime": _ts(created + timedelta(minutes=2))},
+                {"type": "RestartingJobSet", "status": "False", "reason": "JobsReady", "message": "all jobs are ready",
+                 "lastTransitionTime": _ts(restarted)},
+            ],
+            "replicatedJobsStatus": [{"name": replicated_job, "ready": 1, "active": 1, "succeeded": 0, "failed": 0,
+                                      "suspended": 0, "jobRestarts": [0]}],
+        },
+    }
+
+
+def _in_jobset(pod: Obj, jobset: Obj, replicated_job: str) -> None:
+    """A pod of a JobSet's child Job, labelled as the JobSet controller labels them (jobset_types.go:24-41)."""
+    meta = jobset["metadata"]
+    pod["metadata"]["labels"].update({"jobset.sigs.k8s.io/jobset-name": meta["name"], "jobset.sigs.k8s.io/jobset-uid": meta["uid"],
+                                      "jobset.sigs.k8s.io/replicatedjob-name": replicated_job, "jobset.sigs.k8s.io/job-index": "0"})
+    child = f"{meta['name']}-{replicated_job}-0"
+    pod["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": child,
+                                           "uid": _uid("job", meta["namespace"], child), "controller": True}]
+
+
+def _jobset_restart_timeline(sc: Scenario, jobset: Obj, now: datetime) -> None:
+    """At +25 s a worker fails and the JobSet restarts all Jobs (restarts 4 -> 5,
+    RestartingJobSet True); at +45 s the Jobs are ready again."""
+    restarting = copy.deepcopy(jobset)
+    st = restarting["status"]
+    st["restarts"] = st["restartsCountTowardsMax"] = 5
+    st["conditions"][1] = {"type": "RestartingJobSet", "status": "True", "reason": "FailurePolicy_restart-on-node-failure",
+                           "message": f"jobset {jobset['metadata']['name']} restarting: job "
+                                      f"{jobset['metadata']['name']}-workers-0 failed", "lastTransitionTime": _ts(now + timedelta(seconds=25))}
+    st["replicatedJobsStatus"][0].update(ready=0, active=0, failed=1)
+    ready = copy.deepcopy(restarting)
+    ready["status"]["conditions"][1] = {"type": "RestartingJobSet", "status": "False", "reason": "JobsReady",
+                                        "message": "all jobs are ready", "lastTransitionTime": _ts(now + timedelta(seconds=45))}
+    ready["status"]["replicatedJobsStatus"][0].update(ready=1, active=1, failed=0)
+    sc.timeline.append((25.0, "MODIFIED", restarting))
+    sc.timeline.append((45.0, "MODIFIED", ready))
+
+
+def _stalled_trainjob(sc: Scenario, now: datetime, node: str, gpus: int) -> None:
+    """``gemma-sft``: a Kubeflow TrainJob (trainer.kubeflow.org/v1alpha1, kubeflow/trainer
+    pkg/apis/trainer/v1alpha1/trainjob_types.go:500-592) on one GB200 node, hung: its training
+    process last reported 62% 40 minutes ago, while its pod still runs and holds the GPUs.
+    Kueue's Workload is owned by the TrainJob, which owns the JobSet that owns the pod's Job."""
+    created = now - timedelta(hours=3)
+    wl = _workload("gemma-sft", "ml-team", "ml-team-queue", 1, gpus, created, podgroup=None)
+    ref = wl["metadata"]["ownerReferences"][0]
+    ref.update(apiVersion="trainer.kubeflow.org/v1alpha1", kind="TrainJob")
+    _admit(wl, "gpu-cluster-queue", [node], created + timedelta(minutes=1), gpus, tas=False, flavor="gb200-tas")
+    wl["spec"]["podSets"][0].pop("topologyRequest")
+    wl["spec"]["podSets"][0]["name"] = "node"
+    wl["status"]["admission"]["podSetAssignments"][0]["name"] = "node"
+    wl["status"]["conditions"].append(_cond("PodsReady", "True", "Started", "All pods reached readiness and the workload is running",
+                                            created + timedelta(minutes=3)))
+    sc.workloads.append(wl)
+    trainjob = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "gemma-sft", "namespace": "ml-team", "uid": ref["uid"], "creationTimestamp": _ts(created),
+                     "labels": {"kueue.x-k8s.io/queue-name": "ml-team-queue"}},
+        "spec": {"runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": "torch-distributed"},
+                 "trainer": {"numNodes": 1, "resourcesPerNode": {"limits": {GPU_RESOURCE: str(gpus)}}}, "suspend": False},
+        "status": {
+            "conditions": [{"type": "Suspended", "status": "False", "reason": "Resumed", "message": "TrainJob is resumed",
+                            "lastTransitionTime": _ts(created + timedelta(minutes=1))}],
+            "jobsStatus": [{"name": "node", "ready": 1, "active": 1, "succeeded": 0, "failed": 0, "suspended": 0}],
+            "trainerStatus": {"progressPercentage": 62, "estimatedRemainingSeconds": 5400,
+                              "metrics": [{"name": "loss", "value": "1.9731"}, {"name": "currentEpoch", "value": "2"}],
+                              "lastUpdatedTime": _ts(now - timedelta(minutes=40))},
+        },
+    }
+    jobset = {
+        "apiVersion": JOBSET_GROUP, "kind": "JobSet",
+        "metadata": {"name": "gemma-sft", "namespace": "ml-team", "uid": _uid("jobset", "ml-team", "gemma-sft"),
+                     "creationTimestamp": _ts(created),
+                     "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "gemma-sft",
+                                          "uid": ref["uid"], "controller": True, "blockOwnerDeletion": True}]},
+        "spec": {"replicatedJobs": [{"name": "node", "replicas": 1, "template": {"spec": {"parallelism": 1, "completions": 1}}}]},
+        "status": {"restarts": 0, "replicatedJobsStatus": [{"name": "node", "ready": 1, "active": 1, "succeeded": 0, "failed": 0,
+                                                            "suspended": 0}],
+                   "conditions": [{"type": "Suspended", "status": "False", "reason": "ResumeJobs", "message": "jobset is resumed",
+                                   "lastTransitionTime": _ts(created + timedelta(minutes=1))}]},
+    }
+    sc.job_objects += [trainjob, jobset]
+    p = _pod(wl, 0, node, list(range(gpus)), "Running")
+    p["metadata"]["labels"]["kueue.x-k8s.io/podset"] = "node"
+    _in_jobset(p, jobset, "node")
+    sc.pods.append(p)
+    sc.placements.append(Placement(wl["metadata"]["name"], "ml-team", "", [(node, list(range(gpus)))]))
 
 
 def _node_failure_timeline(sc: Scenario, wl: Obj, failed_node: str, now: datetime) -> None:
     """At +20 s a node of ``wl`` fails (unhealthyNodes); at +40 s Kueue evicts it with NodeFailures and clears admission."""
-    import copy
-
     step1 = copy.deepcopy(wl)
     step1["status"]["unhealthyNodes"] = [{"name": failed_node}]
     _set_cond(step1, _cond("PodsReady", "False", "WaitForRecovery", "At least one pod has failed, waiting for recovery", now))
@@ -586,3 +729,120 @@ def _node_failure_timeline(sc: Scenario, wl: Obj, failed_node: str, now: datetim
     step2["status"]["schedulingStats"] = {"evictions": [{"reason": "NodeFailures", "underlyingCause": "", "count": 1}]}
     sc.timeline.append((20.0, "MODIFIED", step1))
     sc.timeline.append((40.0, "MODIFIED", step2))
+
+
+NATIVE = "scheduling.k8s.io"
+
+
+def _composite_gang(sc: Scenario, now: datetime, nodes: list[str]) -> None:
+    """``moe-pipeline``: a Kubernetes 1.37 composite gang. Its Job's native Workload (v1beta1)
+    holds a composite template of two PodGroup templates; the CompositePodGroup (v1alpha3, gang of
+    2 child groups; its status stays empty in 1.37) parents two PodGroups (v1beta1, gang of 2 pods
+    each, PodGroupInitiallyScheduled) whose pods name them in spec.schedulingGroup
+    (kubernetes/api 10b39a39 scheduling/v1beta1/types.go:130-176, 602-785; v1alpha3/types.go:1177-1415;
+    core/v1/types.go:4716). Kueue admitted it without a topology request and without waitForPodsReady,
+    on the rack whose hosts it assigned to ``mixtral-sft``."""
+    created = now - timedelta(minutes=90)
+    ns, job = "ml-team", "moe-pipeline"
+    groups = ("experts", "router")
+    wl = _workload(job, ns, "ml-team-queue", 2, GPUS_PER_NODE, created)
+    base = wl["spec"]["podSets"][0]
+    base.pop("topologyRequest")
+    base["template"]["metadata"]["annotations"].pop("kueue.x-k8s.io/podset-required-topology")
+    podsets = []
+    for g in groups:
+        ps = copy.deepcopy(base)
+        ps["name"] = g
+        ps["template"]["spec"]["schedulingGroup"] = {"podGroupName": f"{job}-{g}"}
+        podsets.append(ps)
+    wl["spec"]["podSets"] = podsets
+    _admit(wl, "gpu-cluster-queue", nodes, created + timedelta(minutes=1), GPUS_PER_NODE, tas=False)
+    wl["status"]["admission"]["podSetAssignments"] = [
+        {**wl["status"]["admission"]["podSetAssignments"][0], "name": g, "count": 2} for g in groups]
+    sc.workloads.append(wl)
+    owner = wl["metadata"]["ownerReferences"][0]
+    owner_ref = {"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": owner["uid"], "controller": True}
+    meta = lambda name, kind: {"name": name, "namespace": ns, "uid": _uid(kind, ns, name),  # noqa: E731
+                               "creationTimestamp": _ts(created + timedelta(minutes=1)), "ownerReferences": [owner_ref]}
+    sc.gang_objects.append({
+        "apiVersion": f"{NATIVE}/v1beta1", "kind": "Workload", "metadata": meta(job, "native-workload"),
+        "spec": {"controllerRef": {"apiGroup": "batch", "kind": "Job", "name": job}, "podGroupTemplates": [],
+                 "compositePodGroupTemplates": [{
+                     "name": "pipeline", "schedulingPolicy": {"gang": {"minGroupCount": 2}},
+                     "podGroupTemplates": [{"name": g, "schedulingPolicy": {"gang": {"minCount": 2}}} for g in groups]}]},
+    })
+    sc.gang_objects.append({
+        "apiVersion": f"{NATIVE}/v1alpha3", "kind": "CompositePodGroup", "metadata": meta(job, "cpg"),
+        "spec": {"workloadRef": {"workloadName": job, "templateName": "pipeline"},
+                 "schedulingPolicy": {"gang": {"minGroupCount": 2}}},
+        "status": {},
+    })
+    scheduled = _ts(created + timedelta(minutes=2))
+    for k, g in enumerate(groups):
+        name = f"{job}-{g}"
+        sc.gang_objects.append({
+            "apiVersion": f"{NATIVE}/v1beta1", "kind": "PodGroup", "metadata": meta(name, "pg"),
+            "spec": {"parentCompositePodGroupName": job, "workloadRef": {"workloadName": job, "templateName": g},
+                     "schedulingPolicy": {"gang": {"minCount": 2}}},
+            "status": {"conditions": [{"type": "PodGroupInitiallyScheduled", "status": "True", "reason": "Scheduled",
+                                       "message": "", "observedGeneration": 1, "lastTransitionTime": scheduled}]},
+        })
+        bound = []
+        for i in range(2):
+            node = nodes[2 * k + i]
+            p = _pod(wl, 2 * k + i, node, list(range(GPUS_PER_NODE)), "Running")
+            p["metadata"]["name"] = f"{name}-{i}"
+            p["metadata"]["uid"] = _uid("pod", ns, name, str(i))
+            p["metadata"]["labels"]["kueue.x-k8s.io/podset"] = g
+            p["spec"]["schedulingGroup"] = {"podGroupName": name}
+            p["spec"]["schedulerName"] = "default-scheduler"
+            sc.pods.append(p)
+            bound.append((node, list(range(GPUS_PER_NODE))))
+        sc.placements.append(Placement(wl["metadata"]["name"], ns, name, bound))
+
+
+def _kai_gang(sc: Scenario, now: datetime) -> None:
+    """``vision/sam-finetune``: a KAI Scheduler gang (scheduling.run.ai/v2alpha2, KAI-Scheduler
+    pkg/apis/scheduling/v2alpha2/podgroup_types.go) its queue's GPU limit keeps out: the scheduler's
+    typed reason OverLimit with its message (pkg/scheduler/api/unschedule_info.go:57-82) and queue
+    details (pkg/scheduler/plugins/proportion/capacity_policy/max_allowed_check.go:26-44), no phase,
+    as the real GB200 cluster prints a KAI PodGroup (tests/fixtures/gangs/real/kai-01). Its two pods
+    name it in the pod-group-name annotation and wait, unbound."""
+    created = now - timedelta(minutes=20)
+    ns, name = "vision", "sam-finetune"
+    message = ("vision-queue quota has reached the allowable limit of GPUs. Limit is 16 GPUs, currently 8 GPUs allocated "
+               "and workload requested 16 GPUs")
+    sc.gang_objects.append({
+        "apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": ns, "uid": _uid("kai", ns, name), "creationTimestamp": _ts(created),
+                     "labels": {"kai.scheduler/queue": "vision-queue"},
+                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": _uid("job", ns, name),
+                                          "controller": True}]},
+        "spec": {"minMember": 2, "queue": "vision-queue", "priorityClassName": "train",
+                 "topologyConstraint": {"topology": "gpu-topology", "requiredTopologyLevel": RACK_LABEL}},
+        "status": {
+            "resourcesStatus": {"requested": {GPU_RESOURCE: "16"}},
+            "schedulingConditions": [{
+                "type": "UnschedulableOnNodePool", "nodePool": "default", "status": "True", "transitionID": "3",
+                "lastTransitionTime": _ts(created + timedelta(seconds=5)), "reason": "Unschedulable", "message": f"OverLimit: {message}",
+                "reasons": [{"reason": "OverLimit", "message": message, "details": {"queueDetails": {
+                    "name": "vision-queue", "queueResourceLimits": {GPU_RESOURCE: "16"},
+                    "queueAllocatedResources": {GPU_RESOURCE: "8"}, "podGroupRequestedResources": {GPU_RESOURCE: "16"}}}}],
+            }],
+        },
+    })
+    for i in range(2):
+        sc.pods.append({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{name}-{i}", "namespace": ns, "uid": _uid("pod", ns, name, str(i)),
+                         "creationTimestamp": _ts(created),
+                         "labels": {"kai.scheduler/queue": "vision-queue", "batch.kubernetes.io/job-name": name},
+                         "annotations": {"pod-group-name": name, "sim.gangscope.io/gpus": ""},
+                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
+                                              "uid": _uid("job", ns, name), "controller": True}]},
+            "spec": {"schedulerName": "kai-scheduler", "containers": [{
+                "name": "trainer", "image": "registry.example.com/vision/sam:2026.11",
+                "resources": {"limits": {GPU_RESOURCE: "8"}, "requests": {GPU_RESOURCE: "8"}}}]},
+            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                                           "message": f"OverLimit: {message}"}]},
+        })

@@ -42,6 +42,18 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- with $c.maxSeriesPerFamily }}
 - --max-series-per-family={{ . | int64 }}
 {{- end }}
+{{- with $c.maxSeriesPerOwner }}
+- --max-series-per-owner={{ . | int64 }}
+{{- end }}
+{{- with $.Values.clusterName }}
+- --cluster-name={{ . }}
+{{- end }}
+{{- with $c.metricAllowlist }}
+- --metric-allowlist={{ join "," . }}
+{{- end }}
+{{- with $c.metricDenylist }}
+- --metric-denylist={{ join "," . }}
+{{- end }}
 {{- with $c.discoveryInterval }}
 - --discovery-interval={{ . }}
 {{- end }}

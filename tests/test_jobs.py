@@ -1,0 +1,184 @@
+"""The job around the gang: JobSets (restarts, RestartingJobSet, replicated jobs), TrainJobs
+(jobsStatus, trainerStatus progress going stale) and LeaderWorkerSets (group readiness from pods),
+joined to their Kueue Workload through the owner chain; exported series and explain's job layer."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from exporter.cluster import jobs as jb
+from exporter.explain import job_layer
+from exporter.health import SourceHealth
+from test_gang_evidence import T0, Cluster, objects, pod, ts, workload
+
+
+def jobset02() -> dict[str, Any]:
+    """kueue#8101's JobSet; the printed List omits the namespace (the thread's objects are in default)."""
+    [obj] = objects("jobset-02-kueue8101-trainjob-child-list.yaml")
+    obj["metadata"].setdefault("namespace", "default")
+    return obj
+
+
+def test_real_jobsets_read_as_printed() -> None:
+    [js1] = objects("jobset-01-kueue7649-suspended-child-no-conditions.yaml")
+    rec = jb.parse_jobset(js1)
+    assert (rec.restarts, rec.conditions, rec.errors, rec.running) == (0, (), [], True)
+    assert [(c.name, c.active, c.suspended) for c in rec.children] == [("workers", 0, 1), ("driver", 0, 0)]
+    rec2 = jb.parse_jobset(jobset02())
+    assert rec2.owner_names == (("TrainJob", "test-tas"),) and rec2.owner_uids == ("0de9019f-0de6-485f-9e03-5850a4d6fc2e",)
+    assert [(c.type, c.status, c.reason) for c in rec2.conditions] == [("Suspended", "False", "ResumeJobs")]
+
+
+def restarting_jobset(restarts: int = 3, job_restarts: list[int] | None = None) -> dict[str, Any]:
+    """A JobSet restarting under its failure policy, as the controller writes it
+    (jobset pkg/controllers/failure_policy.go:244-258; status fields jobset_types.go:208-288). No
+    real printed JobSet with restarts exists in the corpus (shared/fixtures/real/more/README.md):
+    this is the real kueue#8101 JobSet with the status the types and the controller define."""
+    obj = copy.deepcopy(jobset02())
+    obj["status"]["restarts"] = restarts
+    obj["status"]["restartsCountTowardsMax"] = restarts
+    obj["status"]["replicatedJobsStatus"][0]["jobRestarts"] = job_restarts or [1, 0]
+    obj["status"]["conditions"].append({
+        "type": "RestartingJobSet", "status": "True", "reason": "FailurePolicy_restart-on-node-failure",
+        "message": "jobset test-tas restarting: job test-tas-node-0 failed", "lastTransitionTime": "2025-12-05T19:30:00Z"})
+    return obj
+
+
+def test_jobset_restarts_are_a_counter_and_restarting_shows_in_explain() -> None:
+    c = Cluster()
+    wl = workload("trainjob-test-tas-2b8b5", "default", owner=("TrainJob", "test-tas", "0de9019f-0de6-485f-9e03-5850a4d6fc2e"))
+    c.add("workloads", wl)
+    c.add("jobsets", restarting_jobset())
+    key = (("kind", "JobSet"), ("name", "test-tas"), ("namespace", "default"))
+    assert c.series("gangscope_job_restarts_total") == {key: 4.0}  # 3 whole restarts + 1 Job restart
+    assert c.series("gangscope_job_info") == {(*key[:2], key[2], ("workload", "trainjob-test-tas-2b8b5")): 1.0}
+    assert c.series("gangscope_job_condition")[(("kind", "JobSet"), ("name", "test-tas"), ("namespace", "default"),
+                                               ("reason", "FailurePolicy_restart-on-node-failure"), ("status", "True"),
+                                               ("type", "RestartingJobSet"))] == 1
+    assert c.series("gangscope_job_child_jobs")[(("child", "node"), ("kind", "JobSet"), ("name", "test-tas"),
+                                                ("namespace", "default"), ("state", "active"))] == 1
+    layer = job_layer(c.store.workloads[("default", "trainjob-test-tas-2b8b5")], c.store, c.jobs, c.now)
+    assert layer["status"] == "blocking" and layer["evidence"]["problem"] == "restarting"
+    assert layer["summary"].startswith("JobSet test-tas restarting (4 restarts; FailurePolicy_restart-on-node-failure: ")
+    done = restarting_jobset(5)
+    done["status"]["conditions"][-1].update(status="False", reason="JobsReady", message="all jobs are ready")
+    c.add("jobsets", done, event="MODIFIED")
+    assert c.series("gangscope_job_restarts_total")[key] == 6
+    assert job_layer(c.store.workloads[("default", "trainjob-test-tas-2b8b5")], c.store, c.jobs, c.now)["summary"] == \
+        "JobSet test-tas (6 restarts)"
+
+
+def trainjob(progress: int | None, updated: float, *, name: str = "pytorch-distributed", suspended: bool = False) -> dict[str, Any]:
+    [obj] = objects("trainjob-02-kueue-pr7727-trainer-v2.1-jobsstatus.yaml")
+    obj = copy.deepcopy(obj)
+    if suspended:
+        obj["status"]["conditions"][0].update(status="True", reason="Suspended")
+    if progress is not None:
+        # trainerStatus as the Trainer docs print it (trainjob-03; no real one exists): v2.2+ with TrainJobStatus
+        obj["status"]["trainerStatus"] = {"progressPercentage": progress, "estimatedRemainingSeconds": 3600,
+                                          "metrics": [{"name": "loss", "value": "0.2347"}], "lastUpdatedTime": ts(updated)}
+    return obj
+
+
+def test_trainjob_progress_series_and_stale_progress() -> None:
+    c = Cluster(now=T0)
+    c.jobs.stale_after = 1200  # --progress-stale-after
+    c.add("workloads", workload("trainjob-pytorch-distributed-abc12", "default",
+                                owner=("TrainJob", "pytorch-distributed", "a8dc44ff-cb98-46cd-aa26-6b81bd9f8074")))
+    c.add("trainjobs", trainjob(45, T0 - 60))
+    key = (("kind", "TrainJob"), ("name", "pytorch-distributed"), ("namespace", "default"))
+    assert c.series("gangscope_job_progress_ratio") == {key: 0.45}
+    assert c.series("gangscope_job_progress_updated_timestamp_seconds") == {key: T0 - 60}
+    assert c.series("gangscope_job_progress_changed_timestamp_seconds") == {key: T0 - 60}
+    assert c.series("gangscope_job_progress_remaining_seconds") == {key: 3600}
+    assert c.series("gangscope_job_child_jobs")[(("child", "node"), *key[:2], key[2], ("state", "ready"))] == 1
+    # the trainer keeps reporting 45%: the last update moves, the change does not
+    c.now = T0 + 1500
+    c.add("trainjobs", trainjob(45, T0 + 1440), event="MODIFIED")
+    assert c.series("gangscope_job_progress_updated_timestamp_seconds") == {key: T0 + 1440}
+    assert c.series("gangscope_job_progress_changed_timestamp_seconds") == {key: T0 - 60}
+    wl = c.store.workloads[("default", "trainjob-pytorch-distributed-abc12")]
+    layer = job_layer(wl, c.store, c.jobs, c.now)
+    assert layer["status"] == "blocking" and layer["evidence"]["problem"] == "progress_stale"
+    assert layer["summary"] == ("TrainJob pytorch-distributed progress stale for 26m (45% since 2026-08-20T09:59:00Z, "
+                                "last report 2026-08-20T10:24:00Z)")
+    c.add("trainjobs", trainjob(46, T0 + 1490), event="MODIFIED")
+    assert c.series("gangscope_job_progress_changed_timestamp_seconds") == {key: T0 + 1490}
+    assert job_layer(wl, c.store, c.jobs, c.now)["summary"] == "TrainJob pytorch-distributed (46% done)"
+    c.now = T0 + 9000
+    c.add("trainjobs", trainjob(46, T0 + 1490, suspended=True), event="MODIFIED")
+    assert job_layer(wl, c.store, c.jobs, c.now)["status"] == "ok"  # suspended is not a hang
+
+
+def test_trainjobs_without_trainer_status_and_bad_values() -> None:
+    [v20] = objects("trainjob-01-kueue-pr7727-trainer-v2.0-no-jobsstatus.yaml")
+    rec = jb.parse_trainjob(v20)
+    assert (rec.progress, rec.children, rec.errors) == (None, (), [])
+    bad = trainjob(140, T0)
+    bad["status"]["trainerStatus"]["lastUpdatedTime"] = "yesterday"
+    rec = jb.parse_trainjob(bad)
+    assert rec.progress is None and len(rec.errors) == 2
+
+
+def lws(ready: int) -> dict[str, Any]:
+    """A LeaderWorkerSet as its types define it (lws leaderworkerset_types.go:124-173, 369-391; no
+    real printed one with a status exists in the corpus)."""
+    return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+            "metadata": {"name": "llama-70b", "namespace": "serving", "uid": "lws-uid"},
+            "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 4, "workerTemplate": {"spec": {"containers": []}}}},
+            "status": {"readyReplicas": ready, "replicas": 2,
+                       "conditions": [{"type": "Available", "status": "True", "reason": "AllGroupsReady", "message": "",
+                                       "lastTransitionTime": ts(T0)}]}}
+
+
+def lws_pods(group: int, ready: int, size: int = 4) -> list[dict[str, Any]]:
+    labels = {"leaderworkerset.sigs.k8s.io/name": "llama-70b", "leaderworkerset.sigs.k8s.io/group-index": str(group)}
+    return [pod(f"llama-70b-{group}-{i}", "serving", labels=labels, annotations={"leaderworkerset.sigs.k8s.io/size": str(size)},
+                node=f"g{group}-n{i}", ready=i < ready) for i in range(size)]
+
+
+def test_lws_groups_are_ready_from_their_pods_not_the_leader_alone() -> None:
+    c = Cluster()
+    c.add("workloads", workload("leaderworkerset-llama-70b-0-x", "serving", owner=("LeaderWorkerSet", "llama-70b", "lws-uid")))
+    c.add("leaderworkersets", lws(2))
+    c.list_pods("pods_lws", *lws_pods(0, 4), *lws_pods(1, 1))  # group 1: the leader ready, 3 workers not
+    key = (("kind", "LeaderWorkerSet"), ("name", "llama-70b"), ("namespace", "serving"))
+    groups = {dict(k)["state"]: v for k, v in c.series("gangscope_job_groups").items()}
+    assert groups == {"ready": 1, "not_ready": 1, "desired": 2}
+    assert c.series("gangscope_job_groups_reported_ready") == {key: 2}
+    layer = job_layer(c.store.workloads[("serving", "leaderworkerset-llama-70b-0-x")], c.store, c.jobs, c.now)
+    assert layer["status"] == "blocking"
+    assert layer["summary"] == ("LeaderWorkerSet llama-70b: 1 of 2 groups ready from their pods, its controller reports 2 "
+                                "(group 1 1/4 pods ready)")
+    c.add("pods_lws", *lws_pods(1, 4), event="MODIFIED")
+    assert {dict(k)["state"]: v for k, v in c.series("gangscope_job_groups").items()}["ready"] == 2
+
+
+def test_trainjob_pods_reach_their_workload_through_the_jobset() -> None:
+    """Without Kueue's workload annotation on the pods (TopologyAwareScheduling off), a TrainJob's
+    pods join its Workload by the jobset-uid label and the JobSet's owner (the TrainJob)."""
+    c = Cluster()
+    owner = ("TrainJob", "test-tas", "0de9019f-0de6-485f-9e03-5850a4d6fc2e")
+    c.add("workloads", workload("trainjob-test-tas-2b8b5", "default", owner=owner, count=2))
+    c.add("jobsets", jobset02())
+    labels = {"jobset.sigs.k8s.io/jobset-name": "test-tas", "jobset.sigs.k8s.io/jobset-uid": "79e4c170-5016-43e0-8aec-f1a9bf638a37"}
+    c.list_pods("pods_jobset", pod("test-tas-node-0-0", "default", labels=labels),
+                pod("test-tas-node-0-1", "default", labels=labels, node=None, phase="Pending", ready=False))
+    wl = c.store.workloads[("default", "trainjob-test-tas-2b8b5")]
+    assert [p.name for p in sorted(c.gangs.workload_pods(wl), key=lambda p: p.name)] == ["test-tas-node-0-0", "test-tas-node-0-1"]
+    assert wl.stage == "assembling"  # no PodsReady, no gang: 1 of 2 pods running
+    c.add("pods_jobset", pod("test-tas-node-0-1", "default", labels=labels, rv="2"), event="MODIFIED")
+    assert c.store.workloads[wl.key].stage == "running"
+
+
+@pytest.mark.parametrize("source", sorted(jb.PARSERS))
+def test_malformed_jobs_are_counted(source: str) -> None:
+    c = Cluster()
+    h = c.h[source]
+    h.health = SourceHealth(source, c.expo)
+    h.replace([{"metadata": {"name": "x", "namespace": "n"}, "status": {"conditions": "nope", "restarts": "3"}},
+               {"metadata": {}}, 5])
+    assert h.health.parse_errors >= 3 and h.health.objects == 1

@@ -1,0 +1,341 @@
+"""Sharding and HA against the simulated API server: the shards together are one collector.
+
+The hash and its ranges are checked against Go's FNV-1a and the Kubernetes API reference's own
+examples (exporter/kube/scope.py cites them); the collectors run the real wiring
+(tests/collectors.py) over a realistic cluster from bench/cluster.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families as parse_text
+
+from collectors import make_collector, started_collector
+from exporter.cluster.main import Collector
+from exporter.kube.resources import AGENT_PODS, COLLECTOR_RESOURCES, STATEFULSETS
+from exporter.kube.scope import HASH_SPACE, Scope, fnv1a_64, shard_range
+from exporter.sim.apiserver import SimApiServer
+from waiting import eventually
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from cluster import build_cluster  # noqa: E402
+
+# Series that say something about the process rather than the cluster: each shard has its own.
+PROCESS_FAMILIES = ("gangscope_source_", "gangscope_parse_errors", "gangscope_internal_errors", "gangscope_build_info",
+                    "gangscope_shard_ordinal", "gangscope_total_shards", "gangscope_exposition_dropped", "process_",
+                    "python_info")
+# Series that record when this process saw something rather than what the objects say: two
+# processes (shards, replicas) started at different times differ there (docs/deploy.md, HA).
+OBSERVED = ("gangscope_topology_evictions_total", "gangscope_podgroup_phase_timestamp_seconds")
+Series = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def test_fnv1a_64_is_go_hash_fnv_new64a() -> None:
+    # Test vectors of the FNV reference (isthe.com/chongo/tech/comp/fnv) that Go's hash/fnv passes.
+    assert fnv1a_64("") == 0xCBF29CE484222325
+    assert fnv1a_64("a") == 0xAF63DC4C8601EC8C
+    assert fnv1a_64("foobar") == 0x85944171F73967E8
+    assert fnv1a_64("ünïcode") == fnv1a_64("ünïcode".encode().decode())  # bytes of UTF-8, not code points
+
+
+def test_ranges_cut_the_hash_space_as_the_api_reference_does() -> None:
+    for total in (1, 2, 3, 4, 7, 64):
+        ranges = [shard_range(i, total) for i in range(total)]
+        assert ranges[0][0] == 0 and ranges[-1][1] == HASH_SPACE
+        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+    # ListOptions.shardSelector's 4-shard example (k8s.io/apimachinery pkg/apis/meta/v1/types.go), by namespace.
+    assert [Scope(shard=i, total_shards=4).shard_selector() for i in range(4)] == [
+        "shardRange(object.metadata.namespace, '0x0000000000000000', '0x4000000000000000')",
+        "shardRange(object.metadata.namespace, '0x4000000000000000', '0x8000000000000000')",
+        "shardRange(object.metadata.namespace, '0x8000000000000000', '0xc000000000000000')",
+        "shardRange(object.metadata.namespace, '0xc000000000000000', '0x10000000000000000')",
+    ]
+    namespaces = [f"team-{i}" for i in range(500)]
+    owners = [[s for s in range(3) if Scope(shard=s, total_shards=3).keeps(ns)] for ns in namespaces]
+    assert all(len(o) == 1 for o in owners), "every namespace in exactly one shard"
+    assert Scope(shard=5, total_shards=3, idle=True).keeps("team-1") is False
+    with pytest.raises(ValueError):
+        Scope(shard=3, total_shards=3)
+    with pytest.raises(ValueError):
+        Scope(namespaces=("Not_A_Namespace",))
+
+
+def serve_cluster(sim: SimApiServer, workloads: int = 240, seed: int = 3) -> set[str]:
+    for r in COLLECTOR_RESOURCES:
+        sim.serve(r)
+    cluster = build_cluster(workloads, nodes=512, seed=seed, namespaces=40)
+    sim.bulk_load(cluster.objects())
+    return {j.namespace for j in cluster.jobs}
+
+
+async def scrape(port: int) -> Series:
+    async with aiohttp.ClientSession() as s:
+        async with s.get(f"http://127.0.0.1:{port}/metrics") as r:
+            text = await r.text()
+    return {(s.name, frozenset(s.labels.items())): s.value for f in parse_text(text) for s in f.samples}
+
+
+def cluster_series(series: Series) -> Series:
+    return {k: v for k, v in series.items() if not k[0].startswith(PROCESS_FAMILIES)}
+
+
+def read_series(series: Series) -> Series:
+    """What the objects say: the cluster series, observed times as 0 (their presence still counts)."""
+    return {k: (0.0 if k[0] in OBSERVED else v) for k, v in cluster_series(series).items()}
+
+
+def namespaces_of(series: Series) -> set[str]:
+    return {dict(labels)["namespace"] for _, labels in series if "namespace" in dict(labels)}
+
+
+async def test_three_shards_together_are_one_collector(kube_sim: SimApiServer, kube_sim_kubeconfig: str) -> None:
+    namespaces = serve_cluster(kube_sim)
+    whole = await started_collector(kube_sim_kubeconfig)
+    shards = [await started_collector(kube_sim_kubeconfig, "--shard", str(i), "--total-shards", "3") for i in range(3)]
+    try:
+        expected = read_series(await scrape(whole.port))
+        parts = [read_series(await scrape(c.port)) for c in shards]
+        union: Series = {}
+        for part in parts:
+            assert not union.keys() & part.keys(), "no series in two shards"
+            union.update(part)
+        assert union == expected
+        assert len(expected) > 3000 and namespaces_of(expected) == namespaces
+        for i, (part, collector) in enumerate(zip(parts, shards)):
+            assert namespaces_of(part) == {ns for ns in namespaces if Scope(shard=i, total_shards=3).keeps(ns)}
+            own = await scrape(collector.port)
+            assert own[("gangscope_shard_ordinal", frozenset({("shard_ordinal", str(i))}))] == i
+            assert own[("gangscope_total_shards", frozenset())] == 3
+        # The simulated server honours shardSelector: each shard was sent only its namespaces.
+        listed = [q for _, p, q in kube_sim.request_log if p.endswith("/workloads") and "shardSelector" in q]
+        assert listed and all(s.sources.sources["workloads"].informer.shard_selector_honoured for s in shards)
+    finally:
+        for c in (whole, *shards):
+            await c.stop()
+
+
+async def test_client_side_sharding_when_the_server_ignores_the_selector(kube_sim: SimApiServer,
+                                                                         kube_sim_kubeconfig: str) -> None:
+    namespaces = serve_cluster(kube_sim, workloads=120)
+    kube_sim.shard_selectors = False  # an API server before 1.36, or without the feature gate
+    collector = await started_collector(kube_sim_kubeconfig, "--shard", "1", "--total-shards", "2")
+    try:
+        served = namespaces_of(cluster_series(await scrape(collector.port)))
+        assert served == {ns for ns in namespaces if Scope(shard=1, total_shards=2).keeps(ns)}
+        assert collector.sources.sources["workloads"].informer.shard_selector_honoured is False
+        # Events of other shards' namespaces are dropped too, not only the list's objects.
+        other = next(ns for ns in namespaces if ns not in served)
+        wl = next(o for o in kube_sim.objects(COLLECTOR_RESOURCES[0]) if o["metadata"]["namespace"] == other)
+        wl["metadata"]["labels"]["touched"] = "yes"
+        kube_sim.update(wl)
+        mine = next(ns for ns in served)
+        wl = next(o for o in kube_sim.objects(COLLECTOR_RESOURCES[0]) if o["metadata"]["namespace"] == mine)
+        kube_sim.delete(wl)
+        await eventually(lambda: collector.store.workload(mine, wl["metadata"]["name"]) is None)
+        assert {w.namespace for w in collector.store.workloads.values()} == served
+    finally:
+        await collector.stop()
+
+
+def shard_pod(sim: SimApiServer, replicas: int, ordinal: int) -> None:
+    sim.serve(STATEFULSETS)
+    sim.serve(AGENT_PODS)
+    sim.create({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                "metadata": {"name": "gangscope-collector", "namespace": "gangscope", "uid": "ss-uid"},
+                "spec": {"replicas": replicas, "serviceName": "gangscope-collector"}})
+    sim.create({"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": f"gangscope-collector-{ordinal}", "namespace": "gangscope",
+        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "gangscope-collector",
+                             "uid": "ss-uid", "controller": True}]}, "spec": {}})
+
+
+def set_replicas(sim: SimApiServer, replicas: int) -> None:
+    ss = next(o for o in sim.objects(STATEFULSETS))
+    ss["spec"]["replicas"] = replicas
+    sim.update(ss)
+
+
+async def test_statefulset_shards_follow_its_replicas(kube_sim: SimApiServer, kube_sim_kubeconfig: str) -> None:
+    namespaces = serve_cluster(kube_sim)
+    shard_pod(kube_sim, replicas=2, ordinal=1)
+    collector = make_collector(kube_sim_kubeconfig, "--pod", "gangscope-collector-1", "--pod-namespace", "gangscope")
+    await collector.start()
+    try:
+        await collector.wait_ready(10)
+
+        async def served() -> tuple[set[str], Series]:
+            series = await scrape(collector.port)
+            return namespaces_of(cluster_series(series)), series
+
+        def expected(total: int) -> set[str]:
+            return {ns for ns in namespaces if Scope(shard=1, total_shards=total).keeps(ns)}
+
+        got, series = await served()
+        assert got == expected(2) and series[("gangscope_total_shards", frozenset())] == 2
+        before = {k: v for k, v in series.items() if k[0] == "gangscope_workload_info"}
+        set_replicas(kube_sim, 3)  # scaled up: shard 1 of 3 now
+        for _ in range(200):
+            got, series = await served()
+            if got == expected(3):
+                break
+            await asyncio.sleep(0.05)
+        assert got == expected(3), "exactly the namespaces of the new range, no others"
+        assert series[("gangscope_total_shards", frozenset())] == 3
+        assert series[("gangscope_shard_ordinal", frozenset({("shard_ordinal", "1")}))] == 1
+        after = {k: v for k, v in series.items() if k[0] == "gangscope_workload_info"}
+        kept = {k for k in before if dict(k[1])["namespace"] in expected(3)}
+        assert kept <= after.keys(), "series of namespaces that stay are unchanged"
+        set_replicas(kube_sim, 1)  # this pod is being scaled away: it keeps nothing
+        for _ in range(200):
+            got, series = await served()
+            if not got:
+                break
+            await asyncio.sleep(0.05)
+        assert not got and not any(k[0] == "gangscope_shard_ordinal" for k in series)
+        assert series[("gangscope_total_shards", frozenset())] == 1
+    finally:
+        await collector.stop()
+
+
+async def test_a_pod_without_a_statefulset_waits_not_ready(kube_sim: SimApiServer, kube_sim_kubeconfig: str) -> None:
+    serve_cluster(kube_sim, workloads=10)
+    kube_sim.serve(STATEFULSETS)
+    kube_sim.serve(AGENT_PODS)
+    kube_sim.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "lonely", "namespace": "gangscope"}, "spec": {}})
+    collector = make_collector(kube_sim_kubeconfig, "--pod", "lonely", "--pod-namespace", "gangscope")
+    await collector.start()
+    try:
+        await eventually(lambda: "no StatefulSet controller" in collector.ready()[1])
+        assert not collector.ready()[0]
+        async with aiohttp.ClientSession() as s:
+            async with s.get(f"http://127.0.0.1:{collector.port}/readyz") as r:
+                assert r.status == 503 and "StatefulSet" in await r.text()
+    finally:
+        await collector.stop()
+
+
+async def test_two_replicas_serve_identical_series(kube_sim: SimApiServer, kube_sim_kubeconfig: str) -> None:
+    """HA: a replica started later, after changes, serves what the first serves. Excluded: what
+    is observed rather than read (documented in docs/deploy.md, "High availability")."""
+    serve_cluster(kube_sim, workloads=150)
+    poll = ("--queue-position-interval", "0.3")  # positions are polled (Kueue's visibility API): both have polled
+    first = await started_collector(kube_sim_kubeconfig, *poll)
+    try:
+        for wl in list(kube_sim.objects(COLLECTOR_RESOURCES[0]))[:20]:
+            for c in wl["status"]["conditions"]:
+                if c["type"] == "QuotaReserved" and c["status"] == "False":
+                    c["message"] = "couldn't assign flavors: 8 more needed"
+            kube_sim.update(wl)
+        second = await started_collector(kube_sim_kubeconfig, *poll)
+        try:
+            async def comparable(c: Collector) -> Series:
+                return read_series(await scrape(c.port))
+
+            async def same() -> bool:
+                return await comparable(first) == await comparable(second)
+
+            await eventually(same, timeout=10, interval=0.2)
+            assert len(await comparable(first)) > 1000
+        finally:
+            await second.stop()
+    finally:
+        await first.stop()
+
+
+async def test_watched_namespaces_need_only_roles(kube_sim: SimApiServer, kube_sim_kubeconfig: str) -> None:
+    """--namespaces: one list and watch per namespace, so Roles in those namespaces are enough."""
+    namespaces = sorted(serve_cluster(kube_sim, workloads=120))
+    mine = namespaces[:3]
+    for r in COLLECTOR_RESOURCES:
+        if r.namespaced:
+            kube_sim.namespace_rbac[(r.group, r.plural)] = set(mine)
+    collector = await started_collector(kube_sim_kubeconfig, "--namespaces", ",".join(mine[:2]), "--namespaces", mine[2])
+    try:
+        series = await scrape(collector.port)
+        assert namespaces_of(cluster_series(series)) == set(mine)
+        up = {dict(k[1])["source"]: v for k, v in series.items() if k[0] == "gangscope_source_up"}
+        assert up["workloads"] == up["localqueues"] == up["podgroups_coscheduling"] == 1
+        wl_requests = [p for _, p, q in kube_sim.request_log if p.endswith("/workloads")]
+        assert wl_requests and all("/namespaces/" in p for p in wl_requests)
+        assert {p.split("/namespaces/")[1].split("/")[0] for p in wl_requests} == set(mine)
+        # Each namespace's watch follows its own changes.
+        wl = next(o for o in kube_sim.objects(COLLECTOR_RESOURCES[0]) if o["metadata"]["namespace"] == mine[1])
+        kube_sim.delete(wl)
+        await eventually(lambda: collector.store.workload(mine[1], wl["metadata"]["name"]) is None)
+    finally:
+        await collector.stop()
+
+
+async def test_namespace_denylist(kube_sim: SimApiServer, kube_sim_kubeconfig: str) -> None:
+    namespaces = sorted(serve_cluster(kube_sim, workloads=120))
+    denied = namespaces[:2]
+    collector = await started_collector(kube_sim_kubeconfig, "--namespaces-denylist", ",".join(denied))
+    try:
+        assert namespaces_of(cluster_series(await scrape(collector.port))) == set(namespaces) - set(denied)
+        selectors = {q.get("fieldSelector") for _, p, q in kube_sim.request_log if p.endswith("/workloads")}
+        assert selectors == {f"metadata.namespace!={denied[0]},metadata.namespace!={denied[1]}"}
+    finally:
+        await collector.stop()
+
+
+async def test_resources_selects_the_sources(kube_sim: SimApiServer, kube_sim_kubeconfig: str) -> None:
+    serve_cluster(kube_sim, workloads=30)
+    collector = await started_collector(kube_sim_kubeconfig, "--resources", "workloads,nodes,topologies")
+    try:
+        series = await scrape(collector.port)
+        assert {dict(k[1])["source"] for k in series if k[0] == "gangscope_source_up"} == {"workloads", "nodes", "topologies"}
+        assert not any(k[0].startswith("gangscope_podgroup_") for k in series)
+        assert not any(p.endswith("/podgroups") or p.endswith("/localqueues") for _, p, _ in kube_sim.request_log)
+    finally:
+        await collector.stop()
+
+
+def _labels(series: Series) -> list[dict[str, Any]]:
+    return [dict(k[1]) for k in series]
+
+
+async def test_cluster_name_and_metric_lists(kube_sim: SimApiServer, kube_sim_kubeconfig: str) -> None:
+    serve_cluster(kube_sim, workloads=30)
+    named = await started_collector(kube_sim_kubeconfig, "--cluster-name", 'eu-"west"-1',
+                                    "--metric-denylist", "gangscope_workload_condition,gangscope_gang_.*")
+    allowed = await started_collector(kube_sim_kubeconfig, "--metric-allowlist", "gangscope_workload_(info|stage)")
+    try:
+        series = await scrape(named.port)
+        assert all(labels.get("cluster") == 'eu-"west"-1' for labels in _labels(series))
+        names = {k[0] for k in series}
+        assert "process_resident_memory_bytes" in names and "gangscope_workload_info" in names
+        assert not any(n == "gangscope_workload_condition" or n.startswith("gangscope_gang_") for n in names)
+        only = {k[0] for k in await scrape(allowed.port) if k[0].startswith("gangscope_")}
+        assert only == {"gangscope_workload_info", "gangscope_workload_stage"}
+    finally:
+        await named.stop()
+        await allowed.stop()
+
+
+async def test_series_cap_per_owner_flag(kube_sim: SimApiServer, kube_sim_kubeconfig: str) -> None:
+    """--max-series-per-owner: a job on more hosts than the cap leaves only gangscope_workload_topology_pods."""
+    serve_cluster(kube_sim, workloads=120)
+    collector = await started_collector(kube_sim_kubeconfig, "--max-series-per-owner", "8")
+    try:
+        series = await scrape(collector.port)
+        pods: dict[str, int] = {}
+        for name, labels in series:
+            if name == "gangscope_workload_topology_pods":
+                workload = dict(labels)["workload"]
+                pods[workload] = pods.get(workload, 0) + 1
+        big = [w for w in collector.store.workloads.values() if sum(len(a.placed) for a in w.last_assignments) > 8]
+        assert big and all(w.name not in pods for w in big)
+        assert pods and max(pods.values()) <= 8
+        infos = {dict(labels)["workload"] for name, labels in series if name == "gangscope_workload_info"}
+        assert {w.name for w in big} <= infos, "their other families stay"
+        dropped = {dict(labels)["family"]: v for (name, labels), v in series.items()
+                   if name == "gangscope_exposition_dropped_series_total"}
+        assert dropped["gangscope_workload_topology_pods"] > 0
+    finally:
+        await collector.stop()
