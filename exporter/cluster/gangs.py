@@ -1,47 +1,75 @@
-"""Gangs: PodGroups joined to Kueue Workloads, assembly diagnosis, and their series.
+"""Gangs: PodGroups joined to Kueue Workloads, assembly judged from the best evidence, and their series.
 
 How to attach (collector main, snapshot, explain)::
 
-    gangs = attach_gangs(store, assembly_timeout=600.0)   # store: exporter.cluster.store.ClusterStore
+    gangs = attach_gangs(store, assembly_timeout=600.0, pods=pod_store)   # store: ClusterStore;
+                                  # pods: exporter.cluster.pods.PodStore (None: PodGroup status only)
     handlers = gangs.handlers()   # {source: PodGroupHandler}, the sources podgroups_coscheduling,
                                   # podgroups_coscheduling_legacy, podgroups_volcano, podgroups_native,
-                                  # workloads_native (exporter.kube.resources); replace(objects) /
-                                  # apply(event_type, obj); set handlers[s].health = SourceHealth(...)
-                                  # to count parse errors and objects there
-    gangs.start_timers()          # once, inside the collector's event loop (stuck-assembly deadlines)
+                                  # compositepodgroups_native, podgroups_kai, workloads_native
+                                  # (exporter.kube.resources); replace(objects) / apply(event_type, obj);
+                                  # set handlers[s].health = SourceHealth(...) to count parse errors
+    gangs.start_timers()          # once, inside the collector's event loop (stuck-assembly deadlines,
+                                  # the idle GPU-seconds counter's tick)
     gangs.gangs_of((ns, workload)) / gangs.find_podgroups(ns, name) -> [Gang]   # explain
 
-It registers itself on ``store.on_workload_change``, so a Workload event re-resolves the joins
-its keys reach; a PodGroup event re-resolves that group. Offline users (snapshot, explain) need
-no timers: every gang is evaluated at the clock of its last change, ``reevaluate()`` re-checks
-all of them at the current time.
+It registers itself on ``store.on_workload_change`` and ``pods.on_change``, so a Workload event
+re-resolves the joins its keys reach, a PodGroup event re-resolves that group, and a pod event
+re-judges the gangs, Workloads and composite parents whose pods changed. Offline users
+(snapshot, explain) need no timers: every gang is evaluated at the clock of its last change,
+``reevaluate()`` re-checks all of them at the current time.
 
-``GangIndex`` keeps every PodGroup record (three APIs, :mod:`exporter.cluster.podgroups`) and a
-reference to every Workload record (:mod:`exporter.cluster.workloads`), with indexes for the join
-keys of ARCHITECTURE.md, in that order of trust:
+Join keys (ARCHITECTURE.md), in that order of trust:
 
 1. ``template``: a pod template of the Workload names the group (label
    ``scheduling.x-k8s.io/pod-group``, legacy ``pod-group.scheduling.sigs.k8s.io``, Volcano
-   annotation ``scheduling.k8s.io/group-name``, native ``spec.schedulingGroup.podGroupName``);
+   annotation ``scheduling.k8s.io/group-name``, KAI annotation ``pod-group-name``, native
+   ``spec.schedulingGroup.podGroupName``);
 2. ``owner_uid``: the Workload's controller owner uid (also label ``kueue.x-k8s.io/job-uid``) is
    an owner uid of the PodGroup;
-3. ``owner_name``: the Workload owner's name equals the PodGroup's name (or, for a 1.35 native
-   Workload's pod group, its ``spec.controllerRef`` name).
+3. ``owner_name``: the Workload owner's name equals the PodGroup's name, or the ``spec.controllerRef``
+   name of the native Workload the group belongs to (1.35 pod groups, 1.36+ PodGroups).
 
-A PodGroup joins the one Workload with the most trusted key (ties: the Workload name); a
-Workload can have several PodGroups. A change on either side re-resolves only the PodGroups the
-changed object's keys reach, then re-renders those gangs' lines.
+**Evidence.** How many members of a gang are running comes, in this order of trust, from the
+live pods (:mod:`exporter.cluster.pods`, where the gang's pods are watched), the PodGroup's own
+counters (Coscheduling, Volcano), and last its phase or condition. A gang whose running (plus
+succeeded) members reach its minimum is assembled whatever the phase says: Coscheduling's own
+controller calls that ``Running`` (scheduler-plugins 903da7df
+pkg/controllers/podgroup_controller.go:125-127), but its status can lag: the legacy controller
+moved ``Scheduling`` on only once its ``scheduled`` counter reached minMember
+(pkg/controller/podgroup.go:251-257 at 56e2398e^), which is how kubernetes-sigs/scheduler-plugins#446
+printed ``phase: Scheduling`` with ``running: 3`` of 3 (tests/fixtures/gangs/real). From
+counters, the rest of that controller's order holds: ``Finished`` when succeeded reach the
+minimum, ``Failed`` when a member failed and failed+running+succeeded reach it (:121-135). From
+pods, a failed pod left over from an earlier attempt does not fail a gang whose running pods
+reach the minimum (the Job replaced it). The native condition reflects only the first scheduling
+decision (10b39a39 scheduling/v1beta1/types.go:722-750): with pods, a gang that lost a member
+below minCount is ``partially_bound`` again; a changed ``minCount`` (mutable in 1.37 beta,
+v1beta1/types.go:444-460) is judged at its event. A native CompositePodGroup is assembled only when
+``minGroupCount`` of its child groups (all of them without a gang policy) are
+(v1alpha3/types.go:1339-1347); a KAI PodGroup with sub-groups when ``minSubGroup`` of its children
+are, each leaf at its ``minMember`` (KAI-Scheduler podgroup_types.go:36-50, 149-178).
 
 The gang's stage is exported in its own state set ``gangscope_gang_stage``, and it answers one
 question for the Workload's stage (:mod:`exporter.cluster.workload_state`): where Kueue writes no
 ``PodsReady`` (no ``waitForPodsReady``), an admitted Workload is ``running`` unless a joined gang
-says its pods are still assembling (:meth:`GangIndex.pods_assembling`). The gang stages:
+says its pods are still assembling (:meth:`GangIndex.pods_assembling`), or, with no gang joined,
+unless its own pods do (fewer running or succeeded than its pod sets count). The gang stages:
 ``not_admitted`` (the joined Workload is not admitted: an admission problem, not an assembly one),
 ``assembling`` (waiting within the window), ``stuck`` (waiting past ``scheduleTimeoutSeconds`` or
-``--assembly-timeout``), ``partially_bound`` (some pods bound, the rest cannot be placed:
-Volcano/Coscheduling ``Unknown``, or 0 < running < minMember), ``assembled``, ``finished``,
-``failed`` and ``unreported`` (1.35 native groups carry no status). Being stuck depends on the
-clock, so each waiting gang gets a timer at its deadline instead of re-evaluating on scrape.
+``--assembly-timeout``), ``partially_bound`` (some pods bound, the rest cannot be placed),
+``assembled``, ``finished``, ``failed``, ``unreported`` (no status and no pods to judge by: 1.35
+native groups, a KAI group the scheduler has not written) and ``empty`` (its pods are watched and
+none exists, and no admitted Workload waits for it: a hand-made group nothing joined, as on the
+real KAI cluster of tests/fixtures/gangs/real/kai-05). The window counts from the group's creation, the
+Workload's admission, or the moment the gang fell back below its minimum, whichever is latest.
+Being stuck depends on the clock, so each waiting gang gets a timer at its deadline instead of
+re-evaluating on scrape.
+
+``gangscope_gang_idle_gpus`` is the GPUs of the bound pods of a gang below its minimum (from
+pods; from counters, running pods times the template's GPUs per pod), and
+``gangscope_gang_idle_gpu_seconds_total`` integrates it over time: advanced at every evaluation
+and every ``IDLE_TICK`` seconds while a gang is idle, so a scrape reads it without rendering.
 """
 
 from __future__ import annotations
@@ -51,7 +79,7 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 
@@ -60,19 +88,31 @@ from ..exposition import escape_label_value as esc
 from ..fields import ParseError
 from ..health import SourceHealth
 from . import podgroups as pg
-from .podgroups import PodGroupRecord
+from .podgroups import NativeWorkload, PodGroupRecord
+from .pods import KAI_ANNOTATION, Pod, PodChanges, PodCounts, PodStore
 from .store import ClusterStore
 from .workloads import Workload
+
+if TYPE_CHECKING:
+    from .jobs import JobIndex
 
 log = structlog.get_logger(__name__)
 
 DEFAULT_ASSEMBLY_TIMEOUT = 600.0
+IDLE_TICK = 10.0  # seconds between advances of the idle GPU-seconds counter of idle gangs
 
 Via = Literal["template", "owner_uid", "owner_name"]
+Evidence = Literal["pods", "counters", "children", "phase"]
 _RANK: dict[str, int] = {"template": 0, "owner_uid": 1, "owner_name": 2}
-GANG_STAGES = ("not_admitted", "assembling", "stuck", "partially_bound", "assembled", "finished", "failed", "unreported")
+GANG_STAGES = ("not_admitted", "assembling", "stuck", "partially_bound", "assembled", "finished", "failed", "unreported",
+               "empty")
+WAITING_STAGES = ("assembling", "stuck", "partially_bound")
+# Stages after which waiting again restarts the window (a gang that lost a member, pods that
+# appeared for a group that had none); not "unreported": better evidence arriving (the pods'
+# first LIST) is not a change of the gang.
+REGRESSED_FROM = ("assembled", "finished", "failed", "empty")
 # What a gang stage says about its Workload's pods: still assembling (True), all placed (False),
-# nothing (absent: not admitted yet, or a 1.35 native group without status).
+# nothing (absent: not admitted yet, or a group without status or pods).
 PODS_ASSEMBLING = {"assembling": True, "stuck": True, "partially_bound": True,
                    "assembled": False, "finished": False, "failed": False}
 
@@ -81,37 +121,77 @@ WlKey = tuple[str, str]  # (namespace, name)
 
 _GANG = ("namespace", "workload", "podgroup")
 GANG_INFO = Family(
-    "gangscope_gang_info", "info", "A Kueue Workload joined to its PodGroup (1 per pair); join_key says which key matched.",
-    ("namespace", "workload", "podgroup", "api", "join_key"),
+    "gangscope_gang_info", "info",
+    "A Kueue Workload joined to its PodGroup (1 per pair); join_key says which key matched, parent names the "
+    "native CompositePodGroup the group belongs to.",
+    ("namespace", "workload", "podgroup", "api", "join_key", "parent"),
 )
 GANG_STAGE = Family(
     "gangscope_gang_stage", "gauge",
-    "Assembly stage of the gang (state set): not_admitted, assembling, stuck, partially_bound, assembled, finished, failed, unreported.",
+    "Assembly stage of the gang (state set): not_admitted, assembling, stuck, partially_bound, assembled, finished, "
+    "failed, unreported, empty.",
     (*_GANG, "stage"),
 )
 GANG_ASSEMBLY_STUCK = Family(
     "gangscope_gang_assembly_stuck", "gauge",
-    "1 when the gang has waited longer than scheduleTimeoutSeconds (else --assembly-timeout) since admission without reaching Running.",
+    "1 when the gang has waited longer than scheduleTimeoutSeconds (else --assembly-timeout) since admission without "
+    "its running members reaching the minimum.",
     _GANG,
 )
 GANG_IDLE_GPUS = Family(
     "gangscope_gang_idle_gpus", "gauge",
-    "GPUs held by running pods of a gang with fewer than minMember running: allocated, no training possible.",
+    "GPUs held by bound pods of a gang whose running members have not reached its minimum: allocated, no training "
+    "possible (from live pods; from PodGroup counters, running pods times GPUs per pod).",
     _GANG,
 )
 GANG_DEADLINE = Family(
     "gangscope_gang_assembly_deadline_timestamp_seconds", "gauge",
-    "When a waiting gang counts as stuck: admission (or PodGroup creation) plus its timeout.",
+    "When a waiting gang counts as stuck: admission (or PodGroup creation, or its fall below the minimum) plus its timeout.",
     _GANG,
 )
-FAMILIES = (GANG_INFO, GANG_STAGE, GANG_ASSEMBLY_STUCK, GANG_IDLE_GPUS, GANG_DEADLINE)
+GANG_PODS = Family(
+    "gangscope_gang_pods", "gauge",
+    "Members of the gang by state from the best evidence: live pods (bound, running, ready, pending, succeeded, "
+    "failed), else the PodGroup's counters (running, succeeded, failed).",
+    (*_GANG, "state"),
+)
+GANG_IDLE_GPU_SECONDS = Family(
+    "gangscope_gang_idle_gpu_seconds_total", "counter",
+    "GPU-seconds held idle by the gang while it was below its minimum (gangscope_gang_idle_gpus integrated over "
+    "time since the collector started).",
+    ("namespace", "podgroup", "api"),
+)
+PODGROUP_UNSCHEDULABLE = Family(
+    "gangscope_podgroup_unschedulable", "gauge",
+    "1 per reason the gang scheduler gives while the gang waits: KAI schedulingConditions reasons (e.g. "
+    "PodSchedulingErrors, OverLimit, QueueDoesNotExist), Volcano's Unschedulable reason, the native "
+    "condition's reason (Unschedulable, SchedulerError).",
+    ("namespace", "podgroup", "api", "reason"),
+)
+FAMILIES = (GANG_INFO, GANG_STAGE, GANG_ASSEMBLY_STUCK, GANG_IDLE_GPUS, GANG_DEADLINE, GANG_PODS, PODGROUP_UNSCHEDULABLE)
 
 # Workload template keys that name a PodGroup, and the API each one names.
 TEMPLATE_LABELS = (
     (pg.COSCHEDULING_PODGROUP_LABEL, "coscheduling"),
     (pg.COSCHEDULING_LEGACY_PODGROUP_LABEL, "coscheduling"),
 )
-TEMPLATE_ANNOTATIONS = ((pg.VOLCANO_GROUP_ANNOTATION, "volcano"),)
+TEMPLATE_ANNOTATIONS = ((pg.VOLCANO_GROUP_ANNOTATION, "volcano"), (KAI_ANNOTATION, "kai"))
+
+
+@dataclass(frozen=True, slots=True)
+class Members:
+    """How many members of a gang are in each state, and by which evidence (None: not reported)."""
+
+    evidence: Evidence
+    running: int | None = None
+    succeeded: int | None = None
+    failed: int | None = None
+    bound: int | None = None
+    ready: int | None = None
+    pending: int | None = None
+    members: int | None = None
+    bound_gpus: float | None = None
+    reached: bool | None = None  # the minimum is met (None: no minimum to judge by)
 
 
 @dataclass(slots=True)
@@ -128,14 +208,21 @@ class Gang:
     timeout: float
     gpus_per_pod: float | None
     idle_gpus: float | None
+    members: Members | None = None
+    regressed_at: float | None = None  # when it last fell from a non-waiting stage back to waiting
 
     def as_dict(self) -> dict[str, Any]:
+        m = self.members
         return {
             "podgroup": pg.record_dict(self.podgroup),
             "workload": self.workload.name if self.workload else None,
             "join_key": self.via, "stage": self.stage, "stuck": self.stuck, "wait_start": self.wait_start,
             "deadline": self.deadline, "timeout_seconds": self.timeout, "gpus_per_pod": self.gpus_per_pod,
             "idle_gpus": self.idle_gpus,
+            "evidence": m.evidence if m is not None else "phase",
+            "members": None if m is None or m.evidence == "phase" else {
+                "running": m.running, "succeeded": m.succeeded, "failed": m.failed, "bound": m.bound, "ready": m.ready,
+                "pending": m.pending, "total": m.members, "bound_gpus": m.bound_gpus},
         }
 
 
@@ -172,24 +259,125 @@ def gpus_per_pod(wl: Workload, rec: PodGroupRecord, via: Via | None) -> float | 
     return min(values) if values else None
 
 
-def evaluate(rec: PodGroupRecord, wl: Workload | None, via: Via | None, now: float, default_timeout: float) -> Gang:
-    """The gang's stage, stuck flag, deadline and idle GPUs at ``now`` (pure: tests call it directly)."""
-    state = rec.gang_state
+# ---- evidence ----------------------------------------------------------------------------------
+
+def subgroups_satisfied(rec: PodGroupRecord, done: dict[str, int], total: int) -> bool:
+    """A KAI PodGroup's sub-group tree against running-or-succeeded pods per sub-group (``done``)."""
+    children: dict[str, list[pg.SubGroup]] = {}
+    for g in rec.subgroups:
+        children.setdefault(g.parent, []).append(g)
+
+    def enough(kids: list[pg.SubGroup], k: int | None, seen: frozenset[str]) -> bool:
+        ok = sum(1 for g in kids if satisfied(g, seen))
+        return ok >= (k if k is not None else len(kids))
+
+    def satisfied(g: pg.SubGroup, seen: frozenset[str]) -> bool:
+        if g.name in seen:
+            return False
+        kids = children.get(g.name)
+        if not kids:
+            return done.get(g.name, 0) >= (g.min_member or 0)
+        return enough(kids, g.min_subgroups, seen | {g.name})
+
+    roots = children.get("", [])
+    if rec.min_subgroups is not None or not rec.min_member:
+        return enough(roots, rec.min_subgroups, frozenset())
+    return total >= rec.min_member and enough(roots, None, frozenset())
+
+
+def pod_members(rec: PodGroupRecord, pods: list[Pod]) -> Members:
+    """The gang's members from its live pods."""
+    counts: PodCounts = PodStore.counts(pods)
+    done = counts.running + counts.succeeded
+    if rec.subgroups:
+        per: dict[str, int] = {}
+        for p in pods:
+            if p.phase in ("Running", "Succeeded") and p.gang is not None:
+                per[p.gang[2]] = per.get(p.gang[2], 0) + 1
+        reached: bool | None = subgroups_satisfied(rec, per, done)
+    else:
+        reached = None if rec.min_member is None else done >= rec.min_member
+    return Members("pods", counts.running, counts.succeeded, counts.failed, counts.bound, counts.ready, counts.pending,
+                   counts.members, counts.bound_gpus, reached)
+
+
+def counter_members(rec: PodGroupRecord) -> Members | None:
+    """The gang's members from the PodGroup's counters (Coscheduling, Volcano), if it has them."""
+    if rec.running is None:
+        return None
+    done = rec.running + (rec.succeeded or 0)
+    return Members("counters", rec.running, rec.succeeded or 0, rec.failed or 0,
+                   reached=None if rec.min_member is None else done >= rec.min_member)
+
+
+def _evidence(m: Members | None) -> str:
+    return m.evidence if m is not None else "phase"
+
+
+def gang_state(rec: PodGroupRecord, m: Members | None) -> str:
+    """waiting, partial, assembled, finished, failed, unreported or empty (the stage before the
+    Workload's admission and the clock are considered), from the best evidence."""
+    phase_state = rec.gang_state
+    if m is not None and m.evidence == "pods" and m.members == 0:
+        return phase_state if phase_state in ("finished", "failed") else "empty"
+    if m is None or m.evidence == "phase" or m.reached is None:
+        return phase_state
+    minimum = rec.min_member or 0
+    succeeded, failed, running = m.succeeded or 0, m.failed or 0, m.running or 0
+    if m.evidence == "counters":
+        # The Coscheduling controller's own order (podgroup_controller.go:121-135); a phase that
+        # already says assembled is not undone by counters: Volcano's Running counts bound
+        # members (volcano ed72c7c8 pkg/scheduler/framework/session.go:601-607), its counter
+        # running ones, and both are written in one session.
+        if minimum and succeeded >= minimum:
+            return "finished"
+        if failed and failed + running + succeeded >= minimum:
+            return "failed"
+        if m.reached or phase_state == "assembled":
+            return "assembled"
+    elif m.reached:
+        if m.evidence == "pods" and minimum and succeeded >= minimum and not m.bound:
+            return "finished"
+        return "assembled"
+    if phase_state in ("finished", "failed"):
+        return phase_state  # the scheduler's terminal word, and the members are below the minimum
+    if m.evidence == "pods":
+        return "partial" if m.bound and m.bound < minimum else "waiting"
+    return "partial" if running or phase_state == "partial" else "waiting"
+
+
+def evaluate(rec: PodGroupRecord, wl: Workload | None, via: Via | None, now: float, default_timeout: float,
+             members: Members | None = None, previous: Gang | None = None) -> Gang:
+    """The gang's stage, stuck flag, deadline and idle GPUs at ``now`` (pure: tests call it directly).
+
+    ``members`` is the best evidence (:meth:`GangIndex.members`; None: counters, else the phase);
+    ``previous`` the gang's last evaluation, for when it fell back below its minimum."""
+    if members is None:
+        members = counter_members(rec)
+    state = gang_state(rec, members)
     timeout = float(rec.schedule_timeout_seconds) if rec.schedule_timeout_seconds else default_timeout
     admitted_at = None
     not_admitted = False
+    admitted = False
     if wl is not None:
         adm = wl.conditions.get("Admitted")
+        finished = wl.condition_true("Finished")
         if adm is not None and adm.status == "True":
-            admitted_at = adm.last_transition_seconds
-        elif not wl.condition_true("Finished"):
+            admitted_at, admitted = adm.last_transition_seconds, not finished
+        elif not finished:
             not_admitted = True
-    starts = [t for t in (rec.created, admitted_at) if t is not None]
+    if state == "empty" and admitted:
+        state = "waiting"  # Kueue admitted the job: its pods are due
+    regressed_at = previous.regressed_at if previous is not None else None
+    if (state in ("waiting", "partial") and previous is not None and previous.stage in REGRESSED_FROM
+            and _evidence(previous.members) == _evidence(members)):
+        # It was assembled (or had nothing to assemble) and now waits again, by the same evidence.
+        # Better evidence arriving (the pods' first LIST after the PodGroup's counters) says when
+        # nothing fell back: "now" would be the moment this process listed, which differs between
+        # replicas and shards; the window then runs from the objects' own times.
+        regressed_at = now
+    starts = [t for t in (rec.created, admitted_at, regressed_at) if t is not None]
     wait_start = max(starts) if starts else None
-    running = rec.running
-    partial = state == "partial" or (
-        state == "waiting" and running is not None and rec.min_member is not None and 0 < running < rec.min_member
-    )
     deadline = stuck = None
     if state in ("waiting", "partial") and not not_admitted:
         deadline = wait_start + timeout if wait_start is not None else None
@@ -198,15 +386,20 @@ def evaluate(rec: PodGroupRecord, wl: Workload | None, via: Via | None, now: flo
         stage = state
     elif not_admitted:
         stage = "not_admitted"
-    elif partial:
+    elif state == "empty":
+        stage = state
+    elif state == "partial":
         stage = "partially_bound"
     else:
         stage = "stuck" if stuck else "assembling"
     per_pod = gpus_per_pod(wl, rec, via) if wl is not None else None
+    waiting = stage in WAITING_STAGES
     idle = None
-    if per_pod is not None and running is not None:
-        idle = running * per_pod if partial and not not_admitted else 0.0
-    return Gang(rec, wl, via, stage, bool(stuck), wait_start, deadline, timeout, per_pod, idle)
+    if members is not None and members.bound_gpus is not None:
+        idle = members.bound_gpus if waiting else 0.0
+    elif per_pod is not None and members is not None and members.evidence == "counters":
+        idle = (members.running or 0) * per_pod if stage == "partially_bound" else 0.0
+    return Gang(rec, wl, via, stage, bool(stuck), wait_start, deadline, timeout, per_pod, idle, members, regressed_at)
 
 
 def render_gang(g: Gang) -> dict[Family, list[str]]:
@@ -214,15 +407,30 @@ def render_gang(g: Gang) -> dict[Family, list[str]]:
     base = f'namespace="{esc(rec.namespace)}",workload="{esc(g.workload.name if g.workload else "")}",podgroup="{esc(rec.name)}"'
     out: dict[Family, list[str]] = {fam: [] for fam in FAMILIES}
     if g.workload is not None and g.via is not None:
-        out[GANG_INFO] = [f'{GANG_INFO.name}{{{base},api="{rec.api}",join_key="{g.via}"}} 1\n']
+        out[GANG_INFO] = [f'{GANG_INFO.name}{{{base},api="{rec.api}",join_key="{g.via}",parent="{esc(rec.parent)}"}} 1\n']
     out[GANG_STAGE] = [f'{GANG_STAGE.name}{{{base},stage="{s}"}} {1 if s == g.stage else 0}\n' for s in GANG_STAGES]
-    if g.stage != "unreported":
+    if g.stage not in ("unreported", "empty"):
         out[GANG_ASSEMBLY_STUCK] = [f"{GANG_ASSEMBLY_STUCK.name}{{{base}}} {1 if g.stuck else 0}\n"]
     if g.idle_gpus is not None:
         out[GANG_IDLE_GPUS] = [f"{GANG_IDLE_GPUS.name}{{{base}}} {format_value(g.idle_gpus)}\n"]
     if g.deadline is not None:
         out[GANG_DEADLINE] = [f"{GANG_DEADLINE.name}{{{base}}} {format_value(g.deadline)}\n"]
+    m = g.members
+    if m is not None and m.evidence in ("pods", "counters"):
+        states = ("bound", "running", "ready", "pending", "succeeded", "failed")
+        out[GANG_PODS] = [f'{GANG_PODS.name}{{{base},state="{s}"}} {getattr(m, s)}\n' for s in states
+                          if getattr(m, s) is not None]
+    if g.stage in WAITING_STAGES and rec.unschedulable:
+        pbase = f'namespace="{esc(rec.namespace)}",podgroup="{esc(rec.name)}",api="{rec.api}"'
+        reasons = sorted({u.reason for u in rec.unschedulable})
+        out[PODGROUP_UNSCHEDULABLE] = [f'{PODGROUP_UNSCHEDULABLE.name}{{{pbase},reason="{esc(r)}"}} 1\n' for r in reasons]
     return out
+
+
+def _same_lines(a: Gang, b: Gang) -> bool:
+    """Whether two evaluations of a gang render the same lines (and hold the same idle GPUs)."""
+    return (a.podgroup is b.podgroup and a.workload is b.workload and a.via == b.via and a.stage == b.stage
+            and a.stuck == b.stuck and a.deadline == b.deadline and a.idle_gpus == b.idle_gpus and a.members == b.members)
 
 
 class _Multi(dict):
@@ -268,11 +476,11 @@ class PodGroupHandler:
 
 
 class GangIndex:
-    """PodGroups of every source, the Workloads they may join, and the gang series.
+    """PodGroups of every source, the Workloads they may join, their pods, and the gang series.
 
-    Workloads and their owner indexes are the store's; this keeps the PodGroups, the template
-    index (which PodGroup names the Workloads' pod templates carry) and the joins.
-    ``clock`` is wall time (tests pass a fake one).
+    Workloads and their owner indexes are the store's, pods the pod store's; this keeps the
+    PodGroups, native Workloads' templates, the template index (which PodGroup names the
+    Workloads' pod templates carry) and the joins. ``clock`` is wall time (tests pass a fake one).
     """
 
     def __init__(
@@ -280,14 +488,18 @@ class GangIndex:
         store: ClusterStore,
         assembly_timeout: float = DEFAULT_ASSEMBLY_TIMEOUT,
         clock: Callable[[], float] = time.time,
+        pods: PodStore | None = None,
     ) -> None:
         self.store = store
         self.exposition = store.exposition
         self.assembly_timeout = assembly_timeout
         self.clock = clock
-        self.exposition.register(*pg.FAMILIES, *FAMILIES)
+        self.pods = pods
+        self.jobs: JobIndex | None = None  # set by exporter.cluster.jobs.attach_jobs
+        self.exposition.register(*pg.FAMILIES, *FAMILIES, GANG_IDLE_GPU_SECONDS)
         self.podgroups: dict[PgKey, PodGroupRecord] = {}
         self.gangs: dict[PgKey, Gang] = {}
+        self.native_workloads: dict[WlKey, NativeWorkload] = {}
         self._handlers = {source: PodGroupHandler(self, source) for source in pg.PARSERS}
         # source -> (namespace, object name) -> keys of its records (a 1.35 native Workload has several)
         self._objects: dict[str, dict[WlKey, list[PgKey]]] = {source: {} for source in pg.PARSERS}
@@ -297,42 +509,60 @@ class GangIndex:
         self._pg_name = _Multi()  # (ns, api, name) -> pg keys
         self._pg_owner_uid = _Multi()  # uid -> pg keys
         self._pg_owner_name = _Multi()  # (ns, name or controllerRef name) -> pg keys
+        self._pg_native_wl = _Multi()  # (ns, native Workload name) -> pg keys that name it
+        self._children = _Multi()  # (ns, parent CompositePodGroup name) -> pg keys of its children
         self._joined_to: _Multi = _Multi()  # wl key -> pg keys joined to it
         self._resolving = 0  # > 0 while a Workload event re-resolves its gangs
+        self._parent_depth = 0  # composite parents being re-judged, nested
         self._to_sync: set[WlKey] = set()  # Workloads whose gangs changed since the last sync
         self._timers: dict[PgKey, asyncio.TimerHandle] = {}
+        self._tick: asyncio.TimerHandle | None = None
+        self._idle: dict[PgKey, list[float]] = {}  # key -> [GPU-seconds so far, since when, idle GPUs now]
         self._loop: asyncio.AbstractEventLoop | None = None
         store.on_workload_change.append(self._workload_changed)
         store.pods_assembling.append(self.pods_assembling)
+        if pods is not None:
+            pods.on_change.append(self._pods_changed)
 
     # ---- wiring
     def handlers(self) -> dict[str, PodGroupHandler]:
         return dict(self._handlers)
 
     def start_timers(self) -> None:
-        """Arm stuck-assembly timers in the running loop (offline users evaluate at one instant)."""
+        """Arm stuck-assembly timers and the idle counter's tick in the running loop (offline users
+        evaluate at one instant)."""
         self._loop = asyncio.get_running_loop()
         for key, gang in self.gangs.items():
             self._arm(key, gang)
+        self._tick = self._loop.call_later(IDLE_TICK, self._advance_idle)
 
     def stop_timers(self) -> None:
         for handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
+        if self._tick is not None:
+            self._tick.cancel()
+            self._tick = None
         self._loop = None
 
     # ---- PodGroup side
     def upsert_object(self, source: str, obj: Any) -> None:
         try:
-            records = pg.PARSERS[source](source, obj)
+            if source == "workloads_native":
+                native = pg.parse_native_workload(source, obj)
+                records, errors = native.records, list(native.errors)
+            else:
+                native = None
+                records = pg.PARSERS[source](source, obj)
+                errors = []
         except ParseError as exc:
             self.parse_error(source, 1, str(exc), obj)
             return
-        errors = [e for r in records for e in pg.phase_errors(r)]
+        errors += [e for r in records for e in pg.phase_errors(r)]
         if errors:
             self.parse_error(source, len(errors), "; ".join(errors), obj)
-        first = records[0]
-        okey = (first.namespace, first.workload_ref if source == "workloads_native" else first.name)
+        meta = obj["metadata"]
+        okey = (str(meta.get("namespace") or ""), meta["name"])
         objects = self._objects[source]
         old_keys = set(objects.get(okey, ()))
         now = self.clock()
@@ -342,6 +572,8 @@ class GangIndex:
         for key in old_keys:
             self._drop_podgroup(key)
         objects[okey] = [r.key for r in records]
+        if native is not None:
+            self._put_native_workload(okey, native)
         self._count(source)
 
     def delete_object(self, source: str, obj: Any) -> None:
@@ -351,6 +583,8 @@ class GangIndex:
         okey = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         for key in self._objects[source].pop(okey, ()):
             self._drop_podgroup(key)
+        if source == "workloads_native":
+            self._put_native_workload(okey, None)
         self._count(source)
 
     def replace_source(self, source: str, objects: Iterable[Any]) -> None:
@@ -369,7 +603,19 @@ class GangIndex:
         for okey in before - seen:
             for key in self._objects[source].pop(okey, ()):
                 self._drop_podgroup(key)
+            if source == "workloads_native":
+                self._put_native_workload(okey, None)
         self._count(source)
+
+    def _put_native_workload(self, okey: WlKey, native: NativeWorkload | None) -> None:
+        """A native Workload's templates and controller: the PodGroups naming it may join anew."""
+        if native is None:
+            if self.native_workloads.pop(okey, None) is None:
+                return
+        else:
+            self.native_workloads[okey] = native
+        for key in list(self._pg_native_wl.of(okey)):
+            self._resolve(key)
 
     def _put_podgroup(self, rec: PodGroupRecord, now: float) -> None:
         key = rec.key
@@ -386,8 +632,14 @@ class GangIndex:
         if rec.source == "workloads_native":
             for _, name in rec.owner_names[:1]:
                 self._pg_owner_name.add((ns, name), key)
+        elif rec.workload_ref:
+            self._pg_native_wl.add((ns, rec.workload_ref), key)
+        if rec.parent:
+            self._children.add((ns, rec.parent), key)
         self.exposition.set(("podgroup", *key), pg.render(rec))
         self._resolve(key)
+        for parent in {previous.parent if previous else "", rec.parent} - {""}:
+            self._resolve_parent(ns, parent)
 
     def _unindex_podgroup(self, rec: PodGroupRecord) -> None:
         key, ns = rec.key, rec.namespace
@@ -397,6 +649,10 @@ class GangIndex:
         self._pg_owner_name.discard((ns, rec.name), key)
         for _, name in rec.owner_names[:1]:
             self._pg_owner_name.discard((ns, name), key)
+        if rec.workload_ref:
+            self._pg_native_wl.discard((ns, rec.workload_ref), key)
+        if rec.parent:
+            self._children.discard((ns, rec.parent), key)
 
     def _drop_podgroup(self, key: PgKey) -> None:
         rec = self.podgroups.pop(key, None)
@@ -405,13 +661,17 @@ class GangIndex:
         self._unindex_podgroup(rec)
         gang = self.gangs.pop(key, None)
         self._disarm(key)
+        self._idle.pop(key, None)
         self.exposition.delete(("podgroup", *key))
         self.exposition.delete(("gang", *key))
+        self.exposition.delete(("gang_idle", *key))
         if gang is not None and gang.workload is not None:
             self._joined_to.discard(gang.workload.key, key)
             self._to_sync.add(gang.workload.key)
             if not self._resolving:
                 self._sync_workloads()
+        if rec.parent:
+            self._resolve_parent(rec.namespace, rec.parent)
 
     # ---- Workload side
     def _workload_changed(self, key: WlKey) -> None:
@@ -436,6 +696,9 @@ class GangIndex:
                 affected |= self._pg_owner_uid.of(uid)
             if wl.owner is not None and wl.owner.name:
                 affected |= self._pg_owner_name.of((wl.namespace, wl.owner.name))
+                for (ns, name), native in self.native_workloads.items():
+                    if ns == wl.namespace and native.controller is not None and native.controller[1] == wl.owner.name:
+                        affected |= self._pg_native_wl.of((ns, name))
         self._resolving += 1
         try:
             for pg_key in affected:
@@ -444,6 +707,46 @@ class GangIndex:
             self._resolving -= 1
         self._to_sync.add(key)
         self._sync_workloads()
+
+    # ---- pods
+    def _pods_changed(self, changes: PodChanges) -> None:
+        """Re-judge the gangs, composite parents and Workloads whose pods changed."""
+        affected: set[PgKey] = set()
+        for ns, api, name in changes.gangs:
+            affected |= self._pg_name.of((ns, api, name))
+        if changes.covered:
+            affected |= {k for k in self.podgroups if self.pods is not None and self.pods.covers(k[0])}
+        self._resolving += 1
+        try:
+            for key in affected:
+                self._resolve(key)
+        finally:
+            self._resolving -= 1
+        workloads = self.store.workloads
+        self._to_sync.update(k for k in changes.workloads if k in workloads)
+        for uid in changes.owners:
+            self._to_sync.update(wl.key for wl in self.store.workloads_by_owner_uid(uid))
+            if self.jobs is not None:
+                for owner in self.jobs.owners_of(uid):
+                    self._to_sync.update(wl.key for wl in self.store.workloads_by_owner_uid(owner))
+        self._sync_workloads()
+
+    def members(self, rec: PodGroupRecord) -> Members | None:
+        """The best evidence for a gang (see the module docstring)."""
+        if rec.composite:
+            kids = [self.gangs[k] for k in self._children.of((rec.namespace, rec.name)) if k in self.gangs]
+            done = sum(1 for g in kids if g.stage in ("assembled", "finished"))
+            partial = sum(1 for g in kids if g.stage == "partially_bound")
+            need = rec.min_member if rec.min_member is not None else len(kids)
+            gpus = sum((g.members.bound_gpus or 0.0) for g in kids if g.stage in ("assembled", "finished")
+                       and g.members is not None and g.members.bound_gpus is not None)
+            return Members("children", done + partial, 0, 0, members=len(kids), bound_gpus=gpus,
+                           reached=bool(kids) and done >= need)
+        if self.pods is not None:
+            pods = self.pods.of_gang(rec.namespace, rec.api, rec.name)
+            if pods or self.pods.covers(rec.source):
+                return pod_members(rec, pods)
+        return counter_members(rec)
 
     # ---- join + render
     def best_workload(self, rec: PodGroupRecord) -> tuple[Workload | None, Via | None]:
@@ -470,6 +773,10 @@ class GangIndex:
             if rec.source == "workloads_native":
                 for _, name in rec.owner_names[:1]:
                     consider(self.store.workloads_by_owner_name(ns, name), "owner_name")
+            elif rec.workload_ref:
+                native = self.native_workloads.get((ns, rec.workload_ref))
+                if native is not None and native.controller is not None:
+                    consider(self.store.workloads_by_owner_name(ns, native.controller[1]), "owner_name")
         return found
 
     def _resolve(self, key: PgKey) -> None:
@@ -482,20 +789,71 @@ class GangIndex:
             self._joined_to.discard(old.workload.key, key)
         if wl is not None:
             self._joined_to.add(wl.key, key)
-        self._render(key, evaluate(rec, wl, via, self.clock(), self.assembly_timeout))
+        self._render(key, evaluate(rec, wl, via, self.clock(), self.assembly_timeout, self.members(rec), old))
+
+    def _resolve_parent(self, namespace: str, parent: str) -> None:
+        """A child changed: re-judge the CompositePodGroup(s) of that name in the namespace (up a
+        hierarchy at most 4 deep, v1beta1/types.go:126; deeper, or a cycle, stops here)."""
+        if self._parent_depth >= 8:
+            return
+        self._parent_depth += 1
+        try:
+            for key in list(self._pg_name.of((namespace, "native", parent))):
+                if key[0] == "compositepodgroups_native":
+                    self._resolve(key)
+        finally:
+            self._parent_depth -= 1
 
     def _render(self, key: PgKey, gang: Gang) -> None:
         old = self.gangs.get(key)
         self.gangs[key] = gang
-        self.exposition.set(("gang", *key), render_gang(gang))
+        if old is None or not _same_lines(old, gang):  # most pod events change no count the gang exports
+            self.exposition.set(("gang", *key), render_gang(gang))
+            self._set_idle(key, gang)
         self._arm(key, gang)
         self._to_sync.update(g.workload.key for g in (old, gang) if g is not None and g.workload is not None)
+        if old is not None and old.stage != gang.stage and gang.podgroup.parent:
+            self._resolve_parent(gang.podgroup.namespace, gang.podgroup.parent)
         if not self._resolving:  # a Workload event syncs once, after all its gangs are resolved
             self._sync_workloads()
 
+    # ---- idle GPU-seconds
+    def _set_idle(self, key: PgKey, gang: Gang) -> None:
+        """Advance the gang's idle GPU-seconds to now at its old rate, then take the new rate."""
+        now = self.clock()
+        acc = self._idle.get(key)
+        if acc is None:
+            if gang.idle_gpus is None:
+                return
+            acc = self._idle[key] = [0.0, now, 0.0]
+        acc[0] += acc[2] * max(0.0, now - acc[1])
+        acc[1], acc[2] = now, gang.idle_gpus or 0.0
+        self._render_idle(key)
+
+    def _render_idle(self, key: PgKey) -> None:
+        rec = self.podgroups[key]
+        total = self._idle[key][0]
+        self.exposition.set(("gang_idle", *key), {GANG_IDLE_GPU_SECONDS: [
+            f'{GANG_IDLE_GPU_SECONDS.name}{{namespace="{esc(rec.namespace)}",podgroup="{esc(rec.name)}",'
+            f'api="{rec.api}"}} {format_value(round(total, 3))}\n']})
+
+    def _advance_idle(self) -> None:
+        """The tick: move the counters of the gangs idle now (others do not change)."""
+        now = self.clock()
+        for key, acc in self._idle.items():
+            if acc[2] > 0 and key in self.podgroups:
+                acc[0] += acc[2] * max(0.0, now - acc[1])
+                acc[1] = now
+                self._render_idle(key)
+        if self._loop is not None:
+            self._tick = self._loop.call_later(IDLE_TICK, self._advance_idle)
+
+    # ---- the Workload's pods
     def pods_assembling(self, wl_key: WlKey) -> bool | None:
-        """The joined gangs' word on the Workload's pods (see :data:`PODS_ASSEMBLING`): True if
-        any gang is still assembling, False if all that say anything are placed, else None."""
+        """The word on an admitted Workload's pods (see :data:`PODS_ASSEMBLING`): True if a joined
+        gang is still assembling, False if all joined gangs that say anything are placed; with no
+        gang's word, its own watched pods: True while fewer run (or have succeeded) than its pod
+        sets count, False once they all do; None when nothing is known."""
         answer = None
         for k in self._joined_to.of(wl_key):
             gang = self.gangs.get(k)
@@ -504,11 +862,33 @@ class GangIndex:
                 return True
             if said is False:
                 answer = False
+        if answer is None and self.pods is not None:
+            wl = self.store.workloads.get(wl_key)
+            if wl is not None:
+                pods = self.workload_pods(wl)
+                if pods:  # none seen proves nothing: the pods may not be watched
+                    counts = PodStore.counts(pods)
+                    need = sum(ps.count for ps in wl.podsets)
+                    return counts.running + counts.succeeded < need
         return answer
 
+    def workload_pods(self, wl: Workload) -> list[Pod]:
+        """A Kueue Workload's watched pods: by Kueue's workload annotation, by its owner's uid (or the
+        ``kueue.x-k8s.io/job-uid`` label), and through the owner's child JobSet (a TrainJob's)."""
+        if self.pods is None:
+            return []
+        found = {p.uid: p for p in self.pods.of_workload(wl.namespace, wl.name)}
+        for uid in ClusterStore.owner_uids(wl):
+            uids = [uid, *(self.jobs.children_of(uid) if self.jobs is not None else ())]
+            for u in uids:
+                for p in self.pods.of_owner(u):
+                    if p.namespace == wl.namespace and (not p.workload or p.workload == wl.name):
+                        found[p.uid] = p
+        return list(found.values())
+
     def _sync_workloads(self) -> None:
-        """Re-render the Workloads whose stage rests on their gangs' word (admitted, no PodsReady)
-        and whose gangs now say something else."""
+        """Re-render the Workloads whose stage rests on their gangs' or pods' word (admitted, no
+        PodsReady) and whose word is now another."""
         while self._to_sync:
             wl_key = self._to_sync.pop()
             state = wl.state if (wl := self.store.workloads.get(wl_key)) is not None else None
@@ -531,12 +911,14 @@ class GangIndex:
         self._timers.pop(key, None)
         gang = self.gangs.get(key)
         if gang is not None:
-            self._render(key, evaluate(gang.podgroup, gang.workload, gang.via, self.clock(), self.assembly_timeout))
+            self._render(key, evaluate(gang.podgroup, gang.workload, gang.via, self.clock(), self.assembly_timeout,
+                                       gang.members, gang))
 
     def reevaluate(self) -> None:
         """Re-evaluate every gang at the current clock (offline tools and tests; the collector uses timers)."""
         for key, gang in list(self.gangs.items()):
-            self._render(key, evaluate(gang.podgroup, gang.workload, gang.via, self.clock(), self.assembly_timeout))
+            self._render(key, evaluate(gang.podgroup, gang.workload, gang.via, self.clock(), self.assembly_timeout,
+                                       self.members(gang.podgroup), gang))
 
     # ---- lookups (explain)
     def gangs_of(self, wl_key: WlKey) -> list[Gang]:
@@ -544,6 +926,11 @@ class GangIndex:
 
     def find_podgroups(self, namespace: str, name: str) -> list[Gang]:
         return [g for k, g in sorted(self.gangs.items()) if k[1] == namespace and k[2] == name]
+
+    def children(self, gang: Gang) -> list[Gang]:
+        """The child groups of a CompositePodGroup."""
+        rec = gang.podgroup
+        return [self.gangs[k] for k in sorted(self._children.of((rec.namespace, rec.name))) if k in self.gangs]
 
     # ---- health
     def parse_error(self, source: str, count: int, detail: str, obj: Any) -> None:
@@ -569,6 +956,7 @@ def attach_gangs(
     store: ClusterStore,
     assembly_timeout: float = DEFAULT_ASSEMBLY_TIMEOUT,
     clock: Callable[[], float] = time.time,
+    pods: PodStore | None = None,
 ) -> GangIndex:
-    """The gang index of a process, hooked on ``store``; registers the podgroup and gang families."""
-    return GangIndex(store, assembly_timeout, clock)
+    """The gang index of a process, hooked on ``store`` (and ``pods``); registers the podgroup and gang families."""
+    return GangIndex(store, assembly_timeout, clock, pods)
