@@ -38,6 +38,7 @@ GANGSCOPE = frozenset(
         "gangscope_workload_past_execution_seconds",
         # capacity per domain
         "gangscope_domain_gpus",
+        "gangscope_domain_gpus_bound",
         "gangscope_domain_placeable_pods",
         "gangscope_domains",
         "gangscope_workload_fit",

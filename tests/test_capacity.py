@@ -282,6 +282,59 @@ def test_sharded_collectors_export_what_adds_up() -> None:
     assert domains(expo, "rack") == {"free": 0, "partial": 1, "full": 0, "unavailable": 2}
 
 
+def bound(expo: Exposition, level: str) -> dict[str, float]:
+    """``domain name -> bound GPUs`` of one level (``gangscope_domain_gpus_bound``)."""
+    return {dict(k)[level]: v for k, v in values(expo, "gangscope_domain_gpus_bound").items() if ("level", level) in k}
+
+
+def test_bound_gpus_are_the_schedulers_view() -> None:
+    """``gangscope_domain_gpus_bound``: GPUs of the bound, non-terminal watched pods per domain,
+    beside Kueue's ``used``. In cluster(), Kueue counts a's 1 x 4 GPUs on h1 and on h2 (r1: 8)
+    and b's 8 on h5 (r3)."""
+    from test_gang_evidence import pod
+
+    expo, store, h = cluster()
+    assert values(expo, "gangscope_domain_gpus_bound") == {}  # no pod source has listed: nothing known yet
+    kueue = {"kueue.x-k8s.io/podset": "main"}
+    h["pods_kueue"].replace([
+        pod("a-0", "team", node="h1", gpus=4, labels=kueue),  # bound and running: 4 on h1
+        pod("a-1", "team", node=None, gpus=4, phase="Pending", labels=kueue),  # Kueue counts it on h2, not bound yet
+        pod("x", "team", node="h3", gpus=2, labels=kueue),  # on the cordoned h3: bound, outside Kueue's usage
+        pod("b-0", "team", node="h5", gpus=8, phase="Failed", labels=kueue),  # finished: holds nothing
+        pod("y", "team", node="gone", gpus=8, labels=kueue),  # a node that is not a known GPU host: in no domain
+    ])
+    # r1 = h1 4 + h2 0; r2 = h3 2; r3 = h4 0 + h5 0; b1 = 6, b2 = 0
+    assert bound(expo, "host") == {"h1": 4, "h2": 0, "h3": 2, "h4": 0, "h5": 0}
+    assert bound(expo, "rack") == {"r1": 4, "r2": 2, "r3": 0}
+    assert bound(expo, "block") == {"b1": 6, "b2": 0}
+    assert gpus(expo, "rack", "b1", "r1")["used"] == 8  # Kueue's view: 4 more than bound
+    # a-1 is bound to h2: the views agree on r1; x goes: r2 back to 0
+    h["pods_kueue"].apply("MODIFIED", pod("a-1", "team", node="h2", gpus=4, labels=kueue, rv="2"))
+    h["pods_kueue"].apply("DELETED", pod("x", "team", node="h3", gpus=2, labels=kueue, rv="3"))
+    assert bound(expo, "rack") == {"r1": 8, "r2": 0, "r3": 0}
+    assert bound(expo, "block") == {"b1": 8, "b2": 0}
+    # without pod watches (--no-pods) the family is not exported
+    expo2, _, h2 = collector(watch_pods=False)
+    h2["topologies"].replace([topology()])
+    h2["nodes"].replace([gpu_node("h1", "b1", "r1")])
+    assert "pods_kueue" not in h2 and values(expo2, "gangscope_domain_gpus_bound") == {}
+    assert gpus(expo2, "rack", "b1", "r1")["capacity"] == 8
+
+
+def test_a_dump_with_pods_gives_bound_gpus() -> None:
+    """``snapshot`` of ``kubectl get nodes,pods,...``: the dump's pods are the complete list."""
+    from exporter import loader
+    from test_gang_evidence import pod
+
+    e = Exposition()
+    _, handlers, _ = build_collector(e)
+    objs = [topology(), gpu_node("h1", "b1", "r1"), gpu_node("h2", "b1", "r1"),
+            pod("p0", "team", node="h1", gpus=8), pod("p1", "team", node="h2", gpus=2, phase="Pending", ready=False)]
+    loader.feed(e, handlers, [("dump", o) for o in objs], "snapshot")
+    # a pod bound and still starting holds its GPUs: r1 = 8 + 2
+    assert bound(e, "host") == {"h1": 8, "h2": 2} and bound(e, "rack") == {"r1": 10}
+
+
 class RecordingExposition(Exposition):
     """Records the owners each change renders."""
 

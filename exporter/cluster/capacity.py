@@ -18,7 +18,13 @@ This module keeps both per host and sums them per domain of every topology level
   cache counts it (tas_flavor.go:264-308). Pods Kueue did not place (non-TAS usage) are not in it;
 * **free**: per host ``capacity - used`` on available hosts (0 on the others), summed;
 * **placeable pods** of each size in ``--placement-sizes``: per host ``free // size``, summed,
-  the way Kueue counts the pods a leaf domain fits (tas_flavor_snapshot.go:1899-1928, 1930-1995).
+  the way Kueue counts the pods a leaf domain fits (tas_flavor_snapshot.go:1899-1928, 1930-1995);
+* **bound** (``gangscope_domain_gpus_bound``, where pods are watched): the scheduler's view, the
+  GPUs requested by the bound, non-terminal pods of the pod store (:class:`.pods.PodStore`,
+  ``gpus_bound_on``) on each host. The pod store holds the pods of Kueue's jobs, of gangs and of
+  job controllers, not every pod: bound GPUs of other pods are not in it. ``used`` minus ``bound``
+  is what Kueue counts that no pod holds yet (admitted, not yet bound: pods being created or
+  scheduled) and, negative, GPUs that watched pods hold outside Kueue's accounting.
 
 Every change is incremental: a Node or Workload event changes its hosts' numbers, which are
 applied as deltas to the host's domains (one per level) and marked dirty; a flush renders only
@@ -40,11 +46,14 @@ tolerate. Not modelled: node affinity, other resources than GPUs, pod sets compe
 hosts, inner slice layers beyond the outermost.
 
 **Sharding.** Capacity and unavailable GPUs come from Nodes, which every shard watches; used
-GPUs from Workloads, which shards split. So with several shards, ``used`` is exported by every
-shard (per-domain sums over shards add up) and ``capacity``/``unavailable`` by shard 0 only,
-while free GPUs, placeable pods, domain states, fit and fragmentation, which need every
-Workload's usage, are left to the recording rules over those sums (alerts/config.yaml,
-``capacity``) and exported in-process only by an unsharded collector (:meth:`set_shards`).
+GPUs from Workloads and bound GPUs from pods, which shards split by namespace. So with several
+shards, ``used`` and ``bound`` are exported by every shard (per-domain sums over shards add up:
+``sum without (instance, pod)`` of the shards equals the unsharded collector's series) and
+``capacity``/``unavailable`` by shard 0 only, while free GPUs, placeable pods, domain states, fit
+and fragmentation, which need every Workload's usage, are left to the recording rules over those
+sums (alerts/config.yaml, ``capacity``) and exported in-process only by a collector that sees
+every namespace (:meth:`set_shards`). A collector limited to some namespaces (``--namespaces``,
+``--namespaces-denylist``) exports capacity and its namespaces' usage, nothing that needs all.
 """
 
 from __future__ import annotations
@@ -65,6 +74,7 @@ if TYPE_CHECKING:
     from ..topologies import ResourceFlavor, Topology
     from ..topology import TopologyLevels
     from .nodes import Node
+    from .pods import PodChanges, PodStore
     from .workloads import PodSet, Workload
 
 Path = tuple[tuple[str, str], ...]
@@ -73,6 +83,8 @@ WorkloadKey = tuple[str, str]
 DEFAULT_PLACEMENT_SIZES = (1, 2, 4, 8)
 FLUSH_DELAY = 1.0  # seconds from the first change to the flush that renders it (collector only)
 STATES = ("capacity", "unavailable", "used", "free")
+_BOUND = len(STATES)  # index of the bound GPUs in a host's numbers and a domain's sums
+_PLACEABLE = _BOUND + 1  # the placeable pods per size follow
 DOMAIN_STATES = ("free", "partial", "full", "unavailable")
 
 DOMAIN_GPUS = Family(
@@ -112,7 +124,14 @@ WORKLOAD_DOMAINS_NEEDED = Family(
     "its flavor, largest first); compare with gangscope_workload_domains_spanned.",
     ("namespace", "workload", "podset", "level"),
 )
-FAMILIES = (DOMAIN_GPUS, DOMAIN_PLACEABLE, DOMAINS, WORKLOAD_FIT, FRAGMENTATION_BLOCKED, WORKLOAD_DOMAINS_NEEDED)
+DOMAIN_BOUND = Family(
+    "gangscope_domain_gpus_bound", "gauge",
+    "GPUs requested by the bound, non-terminal pods the collector watches (Kueue's jobs, gangs, job controllers) on the "
+    "domain's nodes: the scheduler's view, beside Kueue's view, gangscope_domain_gpus with state used. Exported where pods "
+    "are watched, once their first LIST completed.",
+    ("level",), topology=True,
+)
+FAMILIES = (DOMAIN_GPUS, DOMAIN_BOUND, DOMAIN_PLACEABLE, DOMAINS, WORKLOAD_FIT, FRAGMENTATION_BLOCKED, WORKLOAD_DOMAINS_NEEDED)
 
 _DOMAINS_OWNER = ("capacity_domains",)
 _BLOCKED_OWNER = ("capacity_fragmentation",)
@@ -151,7 +170,7 @@ class Host:
 
 @dataclass(slots=True)
 class Domain:
-    """Sums over one domain's hosts: capacity, unavailable, used, free, placeable per size."""
+    """Sums over one domain's hosts: capacity, unavailable, used, free, bound, placeable per size."""
 
     sums: list[float]
     extra_used: float = 0  # usage Kueue assigned to the domain itself, not to a host in it
@@ -319,16 +338,17 @@ class Capacity:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._hold = 0
+        self._pods: PodStore | None = None
         self.set_shards(shard, total_shards, render=False)
         self._reset_domains()
 
     # ---- configuration ------------------------------------------------------------------------
 
-    def set_shards(self, shard: int, total_shards: int, render: bool = True) -> None:
+    def set_shards(self, shard: int, total_shards: int, *, every_namespace: bool = True, render: bool = True) -> None:
         """This collector's shard (see module doc): shard 0 exports the Nodes' side, every shard
-        its own usage, and only an unsharded collector what needs all usage."""
+        its own usage, and only an unsharded collector of every namespace what needs all usage."""
         self.node_owner = shard == 0
-        self.complete = total_shards <= 1
+        self.complete = total_shards <= 1 and every_namespace
         if render:
             for level, domains in enumerate(self._domains):
                 self._dirty_domains.update((level, path) for path in domains)
@@ -339,6 +359,30 @@ class Capacity:
             self._render_domain_counts()
             self._render_blocked()
             self._schedule()
+
+    def attach_pods(self, pods: PodStore) -> None:
+        """Count the pod store's bound GPUs per host from now on (``gangscope_domain_gpus_bound``)."""
+        self._pods = pods
+        pods.on_change.append(self._pods_changed)
+        self._pods_changed(None)
+
+    def _pods_changed(self, changes: PodChanges | None) -> None:
+        """Nodes whose bound GPUs changed, or (``None``, a first LIST) every host."""
+        if changes is None or changes.covered:
+            self._dirty_hosts.update(self.hosts)
+            self._dirty_domains.update((level, path) for level, domains in enumerate(self._domains) for path in domains)
+        else:
+            for node in changes.nodes:
+                hostname = self._node_host.get(node)
+                if hostname is not None:
+                    self._dirty_hosts.add(hostname)
+        self._schedule()
+        self.settle()
+
+    @property
+    def bound_known(self) -> bool:
+        """Whether bound GPUs are exported: pods are watched and a pod source has listed."""
+        return self._pods is not None and self._pods.listed
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Flush by timer in ``loop`` from now on (the collector)."""
@@ -523,7 +567,7 @@ class Capacity:
                 key = where[: level + 1]
                 dom = domains.get(key)
                 if dom is None:
-                    dom = domains[key] = Domain([0.0] * (len(STATES) + len(self.sizes)))
+                    dom = domains[key] = Domain([0.0] * (_PLACEABLE + len(self.sizes)))
                 dom.extra_used += gpus
                 self._dirty_domains.add((level, key))
         self._free_changed = True
@@ -560,10 +604,11 @@ class Capacity:
     def _numbers(self, hostname: str, host: Host) -> tuple[float, ...]:
         cap = host.gpus
         used = self._used.get(hostname, 0)
+        bound = self._pods.gpus_bound_on(host.node) if self._pods is not None else 0.0
         if self.available(host):
             free = max(0.0, cap - used)
-            return (cap, 0, used, free, *(free // s for s in self.sizes))
-        return (cap, cap, used, 0, *(0 for _ in self.sizes))
+            return (cap, 0, used, free, bound, *(free // s for s in self.sizes))
+        return (cap, cap, used, 0, bound, *(0 for _ in self.sizes))
 
     # ---- domains --------------------------------------------------------------------------------
 
@@ -666,8 +711,10 @@ class Capacity:
             if name == "used" or (name == "free" and self.complete) or (name in ("capacity", "unavailable") and self.node_owner):
                 gpus.append(f'gangscope_domain_gpus{{{head},state="{name}"}} {format_value(value)}\n')
         lines: dict[Family, list[str]] = {DOMAIN_GPUS: gpus}
+        if self.bound_known:
+            lines[DOMAIN_BOUND] = [f'gangscope_domain_gpus_bound{{{head}}} {format_value(dom.sums[_BOUND])}\n']
         if self.complete:
-            placeable = dom.sums[4:]
+            placeable = dom.sums[_PLACEABLE:]
             if dom.extra_used:  # usage not on a host: take it from the largest sizes' count too
                 placeable = [max(0.0, p - dom.extra_used // s) for p, s in zip(placeable, self.sizes)]
             lines[DOMAIN_PLACEABLE] = [

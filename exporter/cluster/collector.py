@@ -40,6 +40,8 @@ def build_collector(exposition: Exposition, *, gpu_resources: Sequence[str] = ("
                          alias_overrides=alias_overrides, eviction_level=eviction_level, eviction_grace=eviction_grace,
                          placement_sizes=placement_sizes, shard=shard, total_shards=total_shards)
     pods = PodStore(gpu_resources) if watch_pods else None
+    if pods is not None:
+        store.capacity.attach_pods(pods)
     gangs = attach_gangs(store, assembly_timeout=assembly_timeout, pods=pods)
     jobs = attach_jobs(store, gangs)
     jobs.stale_after = progress_stale_after

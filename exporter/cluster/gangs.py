@@ -370,11 +370,12 @@ def evaluate(rec: PodGroupRecord, wl: Workload | None, via: Via | None, now: flo
         state = "waiting"  # Kueue admitted the job: its pods are due
     regressed_at = previous.regressed_at if previous is not None else None
     if (state in ("waiting", "partial") and previous is not None and previous.stage in REGRESSED_FROM
-            and _evidence(previous.members) == _evidence(members)):
-        # It was assembled (or had nothing to assemble) and now waits again, by the same evidence.
-        # Better evidence arriving (the pods' first LIST after the PodGroup's counters) says when
-        # nothing fell back: "now" would be the moment this process listed, which differs between
-        # replicas and shards; the window then runs from the objects' own times.
+            and _evidence(previous.members) == _evidence(members) and previous.members != members):
+        # It was assembled (or had nothing to assemble) and now waits again, because its members
+        # changed by the same evidence. Better evidence arriving (the pods' first LIST after the
+        # PodGroup's counters) or the Workload joined after its pods says nothing fell back: "now"
+        # would be the moment this process listed, which differs between replicas and shards; the
+        # window then runs from the objects' own times.
         regressed_at = now
     starts = [t for t in (rec.created, admitted_at, regressed_at) if t is not None]
     wait_start = max(starts) if starts else None
