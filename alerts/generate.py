@@ -787,6 +787,18 @@ def capacity_rules(cfg: Config) -> list[dict[str, Any]]:
         {"record": "cluster:gangscope_domain_gpus:sum", "expr": f"sum by (state) ({per_host})"},
         {"record": "cluster:gangscope_domain_gpus_free:sum", "expr": f"sum({host}:gangscope_domain_gpus_free:sum)"},
     ]
+    # Kueue's view against the scheduler's: GPUs Kueue counts as used that no watched pod holds yet
+    # (admitted, pods not created or not scheduled); below 0, watched pods hold GPUs outside Kueue's
+    # accounting. Summed over shards like used GPUs: each shard exports its own Workloads and pods.
+    for depth in range(len(levels), 0, -1):
+        by = _by(levels[:depth])
+        level = levels[depth - 1]
+        out.append({
+            "record": f"{level}:gangscope_domain_gpus_unbound:sum",
+            "expr": (f'sum by ({by}) (gangscope_domain_gpus{{level="{level}", state="used"}})\n'
+                     f'- on ({by}) sum by ({by}) (gangscope_domain_gpus_bound{{level="{level}"}})'),
+        })
+    out.append({"record": "cluster:gangscope_domain_gpus_unbound:sum", "expr": f"sum({levels[-1]}:gangscope_domain_gpus_unbound:sum)"})
     live = 'unless on (namespace, workload) (max by (namespace, workload) (gangscope_workload_stage{stage="finished"}) == 1)'
     execution = "namespace_workload:gangscope_workload_execution_seconds:sum"
     per_cq = "* on (namespace, workload) group_left (cluster_queue)\n  topk by (namespace, workload) (1, gangscope_workload_info)"

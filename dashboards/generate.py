@@ -519,6 +519,11 @@ def capacity() -> dash.Dashboard:
                     series("Domains by state", "Domains of each level that are free (nothing used), partial, full or unavailable "
                            "(gangscope_domains; an unsharded collector's).", "short",
                            Q("max by (level, state) (gangscope_domains)", "{{level}} {{state}}"), span=12),
+                    series("Kueue's view against the scheduler's", "GPUs Kueue counts as used that no watched pod holds yet "
+                           "(admitted pods not created or not scheduled), per block; below 0, watched pods hold GPUs outside Kueue's "
+                           "accounting (block:gangscope_domain_gpus_unbound:sum: used minus gangscope_domain_gpus_bound).", "short",
+                           Q(f"block:gangscope_domain_gpus_unbound:sum{{{block}}}", "{{block}}"),
+                           Q("cluster:gangscope_domain_gpus_unbound:sum", "cluster"), span=12),
                 ],
             ),
             (
