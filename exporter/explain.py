@@ -728,6 +728,11 @@ async def _load_live(args: argparse.Namespace, store: ClusterStore, gangs: GangI
         if wl is None:
             return
         await _load_nodes(client, wl, handlers[NODES.source])
+        if wl.stage in WAITING_STAGES and any(ps.topology is not None for ps in wl.podsets):
+            await _load_capacity(args, client, store, handlers)
+            _, wl, _ = resolve(store, gangs, namespace, name)  # the Workload as the cluster-wide list has it
+            if wl is None:
+                return
         if not wl.cluster_queue or wl.state is None or wl.state.pending is None:
             return
         try:  # optional: not served or forbidden leaves the position out
@@ -739,6 +744,30 @@ async def _load_live(args: argparse.Namespace, store: ClusterStore, gangs: GangI
             store.queue_positions[wl.key] = found[0][wl.key]
     finally:
         await client.close()
+
+
+async def _load_capacity(args: argparse.Namespace, client: Any, store: ClusterStore, handlers: dict[str, Any]) -> None:
+    """Every Node and every Workload of the cluster, for the placement layer's fit of a waiting
+    Workload with a topology request: free GPUs per domain are the Nodes' capacity minus every
+    Workload's usage (exporter.cluster.capacity). A user who may not list them cluster-wide gets
+    the layer without the numbers, and a note saying why."""
+    from .cluster.collector import source_specs
+    from .exposition import Exposition
+    from .kube.resources import NODES, WORKLOADS
+    from .kube.sources import SourceSet
+
+    specs = [spec for spec in source_specs(args, handlers) if spec.resource.source in (NODES.source, WORKLOADS.source)]
+    sources = SourceSet(client, specs, Exposition(), discovery_interval=args.discovery_interval)
+    await sources.start()
+    try:
+        await sources.wait_ready(timeout=args.sync_timeout)
+    finally:
+        await sources.stop()
+    down = [name for name, state in sources.sources.items() if not state.health.up]
+    if down:
+        store.capacity.set_shards(0, 1, every_namespace=False)  # some usage unseen: no fit rather than a wrong one
+        print(f"gangscope explain: {' and '.join(down)} not readable cluster-wide; the placement layer cannot say "
+              "whether the job fits the free GPUs", file=sys.stderr)
 
 
 async def _load_nodes(client: Any, wl: Workload, handler: Any) -> None:

@@ -77,7 +77,7 @@ def test_demo_command_reports_and_exits_clean() -> None:
     assert table, out
     stages = {line.split()[0]: int(line.split()[1]) for line in table.group(1).splitlines()}
     assert stages == {"admission_checks": 1, "assembling": 2, "backoff": 1, "deactivated": 1, "finished": 1,
-                      "inadmissible": 2, "preempting": 1, "queued": 1, "running": 6}
+                      "inadmissible": 2, "preempting": 1, "queued": 1, "running": 8}
     # block-4's free GPUs are scattered: the cluster has room for llama-70b-sft, no rack has
     llama = " ".join(out.split("$ gangscope explain ml-team/llama-70b-sft\n", 1)[1].split())
     assert llama.startswith("ml-team/llama-70b-sft (Workload job-llama-70b-sft-"), llama[:200]

@@ -862,7 +862,11 @@ class Capacity:
                          aliases[slice_level], size, needed, best, domain_fit, cluster_fit)
 
     def workload_fit(self, wl: Workload) -> list[PodSetFit]:
-        """Every evaluable pod set of ``wl`` (explain); flushes first so the numbers are current."""
+        """Every evaluable pod set of ``wl`` (explain); flushes first so the numbers are current.
+        None where this collector does not see every Workload (a shard, a namespaced install, a
+        live explain without the right to list them): other Workloads' GPUs would look free."""
+        if not self.complete:
+            return []
         self.flush()
         return [f for f in (self.podset_fit(ps) for ps in wl.podsets) if f is not None]
 
