@@ -702,25 +702,18 @@ async def _load_live(args: argparse.Namespace, store: ClusterStore, gangs: GangI
     one namespace can use it: the namespace's Workloads, LocalQueues and PodGroups (every API),
     the cluster's few Topologies and ResourceFlavors (down when forbidden, like any source), then
     the Nodes the Workload's assignment and unhealthy list name (for the block and rack of each
-    host; without the right to read Nodes the placement shows hosts only), and Kueue's visibility
-    API for a pending Workload's queue position (left out when not served or forbidden)."""
+    host; without the right to read Nodes the placement shows hosts only), every Node and Workload
+    for a waiting Workload with a topology request (its fit, :func:`_load_capacity`), and Kueue's
+    visibility API for a pending Workload's queue position (left out when not served or forbidden)."""
     from .cluster.queue_positions import DEFAULT_LIMIT, fetch_positions
-    from .exposition import Exposition
     from .kube.client import ApiError, KubeClient
     from .kube.discovery import served_version
     from .cluster.collector import source_specs
     from .kube.resources import NODES, QUEUE_POSITIONS
-    from .kube.sources import SourceSet
 
     client = await KubeClient.create(args.kubeconfig, args.context, args.insecure_skip_tls_verify)
     try:
-        specs = source_specs(args, handlers, namespace=namespace, exclude=(NODES.source,))
-        sources = SourceSet(client, specs, Exposition(), discovery_interval=args.discovery_interval)
-        await sources.start()
-        try:
-            await sources.wait_ready(timeout=args.sync_timeout)
-        finally:
-            await sources.stop()
+        await _list_once(args, client, source_specs(args, handlers, namespace=namespace, exclude=(NODES.source,)))
         try:
             _, wl, _ = resolve(store, gangs, namespace, name)
         except UnknownTarget:
@@ -746,23 +739,31 @@ async def _load_live(args: argparse.Namespace, store: ClusterStore, gangs: GangI
         await client.close()
 
 
-async def _load_capacity(args: argparse.Namespace, client: Any, store: ClusterStore, handlers: dict[str, Any]) -> None:
-    """Every Node and every Workload of the cluster, for the placement layer's fit of a waiting
-    Workload with a topology request: free GPUs per domain are the Nodes' capacity minus every
-    Workload's usage (exporter.cluster.capacity). A user who may not list them cluster-wide gets
-    the layer without the numbers, and a note saying why."""
-    from .cluster.collector import source_specs
+async def _list_once(args: argparse.Namespace, client: Any, specs: list[Any]) -> Any:
+    """List the sources of ``specs`` into their handlers once (no watch kept); the SourceSet,
+    whose health says which could not be read."""
     from .exposition import Exposition
-    from .kube.resources import NODES, WORKLOADS
     from .kube.sources import SourceSet
 
-    specs = [spec for spec in source_specs(args, handlers) if spec.resource.source in (NODES.source, WORKLOADS.source)]
     sources = SourceSet(client, specs, Exposition(), discovery_interval=args.discovery_interval)
     await sources.start()
     try:
         await sources.wait_ready(timeout=args.sync_timeout)
     finally:
         await sources.stop()
+    return sources
+
+
+async def _load_capacity(args: argparse.Namespace, client: Any, store: ClusterStore, handlers: dict[str, Any]) -> None:
+    """Every Node and every Workload of the cluster, for the placement layer's fit of a waiting
+    Workload with a topology request: free GPUs per domain are the Nodes' capacity minus every
+    Workload's usage (exporter.cluster.capacity). A user who may not list them cluster-wide gets
+    the layer without the numbers, and a note saying why."""
+    from .cluster.collector import source_specs
+    from .kube.resources import NODES, WORKLOADS
+
+    specs = [spec for spec in source_specs(args, handlers) if spec.resource.source in (NODES.source, WORKLOADS.source)]
+    sources = await _list_once(args, client, specs)
     down = [name for name, state in sources.sources.items() if not state.health.up]
     if down:
         store.capacity.set_shards(0, 1, every_namespace=False)  # some usage unseen: no fit rather than a wrong one

@@ -54,7 +54,7 @@ from typing import Any
 
 import structlog
 
-from ..fields import ParseError, Problems
+from ..fields import ParseError, Problems, shared
 from ..health import SourceHealth
 from ..kube.resources import POD_RESOURCES, Resource
 from .workloads import pod_gpus
@@ -88,19 +88,13 @@ GangRef = tuple[str, str, str]  # (api, PodGroup name, KAI sub-group or "")
 Owner = tuple[str, str, str]  # (kind, name, uid) of the controller owner
 JobRef = tuple[str, str, str, int]  # (kind, name, group index or "", group size or 0)
 
-_SHARED_LIMIT = 65536
 _shared: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _intern = sys.intern
 
 
 def _share(t: tuple[Any, ...]) -> tuple[Any, ...]:
     """One tuple object for every equal reference (gangs, owners and jobs repeat across pods)."""
-    found = _shared.get(t)
-    if found is None:
-        if len(_shared) >= _SHARED_LIMIT:
-            _shared.clear()
-        found = _shared[t] = t
-    return found
+    return shared(_shared, t, t)
 
 
 @dataclass(slots=True)
