@@ -15,7 +15,10 @@ This module keeps both per host and sums them per domain of every topology level
   extendedresourcetoleration/admission.go:54-58, GKE's and the GPU operator's convention);
 * **used**: Kueue's view, pods x GPUs per pod of every Workload that holds quota
   (:func:`.workload_state.holds_quota`) per domain of its topology assignment, as Kueue's TAS
-  cache counts it (tas_flavor.go:264-308). Pods Kueue did not place (non-TAS usage) are not in it;
+  cache counts it (tas_flavor.go:264-308). Pods Kueue did not place (non-TAS usage) are not in it:
+  Kueue subtracts them too (its non-TAS pod cache, pkg/cache/scheduler/tas_non_tas_pod_cache.go,
+  ``update``: every bound pod by ``spec.nodeName``, dropped once terminated), gangscope watches
+  only the pods of its selectors, so a node that other pods fill looks freer here than to Kueue;
 * **free**: per host ``capacity - used`` on available hosts (0 on the others), summed;
 * **placeable pods** of each size in ``--placement-sizes``: per host ``free // size``, summed,
   the way Kueue counts the pods a leaf domain fits (tas_flavor_snapshot.go:1899-1928, 1930-1995);
