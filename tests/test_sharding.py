@@ -135,19 +135,26 @@ async def test_three_shards_together_are_one_collector(kube_sim: SimApiServer, k
     whole = await started_collector(kube_sim_kubeconfig)
     shards = [await started_collector(kube_sim_kubeconfig, "--shard", str(i), "--total-shards", "3") for i in range(3)]
     try:
-        await asyncio.sleep(1.5)  # the capacity flush runs a second after the first change
-        expected = read_series(await scrape(whole.port))
-        parts = [read_series(await scrape(c.port)) for c in shards]
-        union: Series = {}
-        sums: Series = {}
-        for part in parts:
-            assert not any(whole_only(k) for k in part), "what needs every Workload is not exported by a shard"
-            for k, v in part.items():
-                if k[0] in ADDITIVE:
-                    sums[k] = sums.get(k, 0.0) + v
-                else:
-                    assert k not in union, f"{k} in two shards"
-                    union[k] = v
+        def combine(parts: list[Series]) -> tuple[Series, Series]:
+            union: Series = {}
+            sums: Series = {}
+            for part in parts:
+                assert not any(whole_only(k) for k in part), "what needs every Workload is not exported by a shard"
+                for k, v in part.items():
+                    if k[0] in ADDITIVE:
+                        sums[k] = sums.get(k, 0.0) + v
+                    else:
+                        assert k not in union, f"{k} in two shards"
+                        union[k] = v
+            return union, sums
+
+        for _ in range(50):  # the capacity flush runs up to a second after the last change: until it has
+            expected = read_series(await scrape(whole.port))
+            parts = [read_series(await scrape(c.port)) for c in shards]
+            union, sums = combine(parts)
+            if sums == {k: v for k, v in expected.items() if k[0] in ADDITIVE and not whole_only(k)}:
+                break
+            await asyncio.sleep(0.2)
         assert union == {k: v for k, v in expected.items() if k[0] not in ADDITIVE and not whole_only(k)}
         assert sums == {k: v for k, v in expected.items() if k[0] in ADDITIVE and not whole_only(k)}
         # what the recording rules compute from the sums is what the whole collector exports
