@@ -184,8 +184,9 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path) -> None
             idle_cq = await poll(lambda: prom.query("cluster_queue:gangscope_gang_idle_gpus:sum"),
                                  lambda r: len(r) == 2, 20, "idle GPUs per ClusterQueue")
             assert by_labels(idle_cq, "cluster_queue") == {("research-cq",): 16.0, ("gpu-cluster-queue",): 0.0}
+            # every GPU of the gang's two nodes, once both agents have been scraped (27 agents on a busy machine)
             idle_rack = await poll(lambda: prom.query("rack:gangscope_gang_idle_gpus:sum"),
-                                   lambda r: len(r) == 1, 20, "idle GPUs per rack")
+                                   lambda r: len(r) == 1 and float(r[0]["value"][1]) == 16, 30, "idle GPUs per rack")
             assert by_labels(idle_rack, "block", "rack") == {("block-2", "rack-2-1"): 16.0}
 
             stages = await poll(lambda: prom.query("rack:gangscope_workload_stage:count"),
