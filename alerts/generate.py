@@ -69,6 +69,7 @@ class Config:
     demo: dict[str, str]
     hardware_level: str = "rack"
     dcgm_join: dict[str, str] = field(default_factory=dict)
+    placement_sizes: tuple[int, ...] = (1, 2, 4, 8)
 
     @classmethod
     def load(cls, path: Path = CONFIG) -> Config:
@@ -83,6 +84,9 @@ class Config:
         bad = {k: v for k, v in dcgm.items() if v not in _DCGM_AGGREGATIONS or not re.fullmatch(r"DCGM_FI_[A-Z0-9_]+", k)}
         if bad:
             raise ValueError(f"dcgm_join: want DCGM_FI_* families aggregated by one of {_DCGM_AGGREGATIONS}, got {bad}")
+        sizes = tuple(raw.get("placement_sizes") or (1, 2, 4, 8))
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in sizes):
+            raise ValueError(f"placement_sizes: want positive whole numbers of GPUs, got {list(sizes)}")
         for name, alert in raw["alerts"].items():
             if alert.get("severity") not in ("critical", "warning", "info"):
                 raise ValueError(f"{name}: severity must be critical, warning or info")
@@ -99,6 +103,7 @@ class Config:
             demo={key: raw["demo"][key] for key in ("interval", "for", "window", "rate_window")},
             hardware_level=hardware,
             dcgm_join=dcgm,
+            placement_sizes=sizes,
         )
 
     def shortened(self) -> Config:
@@ -532,6 +537,35 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
             f"Run {explain}.",
         ),
     ]
+    spread = a["GangscopeWorkloadPlacementSpread"]
+    frag = a["GangscopeFragmentationBlocked"]
+    capacity = [
+        rule(
+            "GangscopeWorkloadPlacementSpread",
+            workload_cq(
+                "max by (namespace, workload, podset, level) (\n"
+                "  gangscope_workload_domains_spanned\n"
+                "  > on (namespace, workload, podset, level) gangscope_workload_domains_needed\n"
+                ")"
+            ),
+            "A pod set that prefers one topology domain runs spread over more than it needs.",
+            f"Pod set {{{{ $labels.podset }}}} of {wl} (ClusterQueue {{{{ $labels.cluster_queue }}}}) prefers one "
+            f"{{{{ $labels.level }}}} but has run across {{{{ $value }}}} of them for more than {spread['for']}, where "
+            '{{ range printf "gangscope_workload_domains_needed{namespace=%q, workload=%q, podset=%q, level=%q}" '
+            "$labels.namespace $labels.workload $labels.podset $labels.level | query }}{{ .Value }}{{ end }} "
+            "would hold it: its collectives cross the links between them. Kueue keeps a preferred placement once "
+            f"admitted. Run {explain}.",
+        ),
+        rule(
+            "GangscopeFragmentationBlocked",
+            "max by (cluster_queue, level) (gangscope_fragmentation_blocked_workloads) > 0",
+            "Waiting workloads fit in the cluster's free GPUs but in no single topology domain.",
+            "{{ $value }} workloads of ClusterQueue {{ $labels.cluster_queue }} that require one {{ $labels.level }} "
+            f"have waited more than {frag['for']} while the cluster's free GPUs could hold them but no single "
+            "{{ $labels.level }} can: the free capacity is fragmented. `gangscope explain` on one of them names the "
+            "largest free {{ $labels.level }} and what it holds.",
+        ),
+    ]
     stall = a["GangscopeJobProgressStalled"]
     loop = a["GangscopeJobRestartLoop"]
     job = "{{ $labels.kind }} {{ $labels.namespace }}/{{ $labels.name }}"
@@ -575,6 +609,7 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
         {"name": "gangscope-self", "rules": selfmon},
         {"name": "gangscope-hardware", "rules": hardware},
         {"name": "gangscope-stragglers", "rules": stragglers},
+        {"name": "gangscope-capacity", "rules": capacity},
     ]
 
 
@@ -698,7 +733,122 @@ def recording_rules(cfg: Config) -> list[dict[str, Any]]:
         {"name": "gangscope-hardware.rules", "rules": hardware_rules(cfg)},
         {"name": "gangscope-stragglers.rules", "rules": straggler_rules(cfg)},
         {"name": "gangscope-dcgm.rules", "rules": dcgm_rules(cfg)},
+        {"name": "gangscope-capacity.rules", "rules": capacity_rules(cfg)},
     ]
+
+
+def capacity_rules(cfg: Config) -> list[dict[str, Any]]:
+    """GPUs per domain summed over the collector's shards, free GPUs and placeable pods from them,
+    goodput and locality per ClusterQueue.
+
+    With several shards each collector sees part of the Workloads: every shard exports its own
+    used GPUs per domain, shard 0 the capacity and unavailable GPUs (exporter/cluster/capacity.py).
+    Summing over shards gives the cluster's numbers; free GPUs follow per host (capacity minus
+    unavailable minus used, at least 0: an unavailable host has nothing free whatever it runs) and
+    add up from there, as do the pods of each size a host takes. Unsharded, these equal the
+    collector's own free and placeable series.
+    """
+    levels = cfg.levels
+    out: list[dict[str, Any]] = []
+    for depth in range(len(levels), 0, -1):
+        level = levels[depth - 1]
+        out.append({
+            "record": f"{level}:gangscope_domain_gpus:sum",
+            "expr": f'sum by ({_by((*levels[:depth], "state"))}) (gangscope_domain_gpus{{level="{level}", state!="free"}})',
+        })
+    host, path = levels[-1], _by(levels)
+    per_host = f"{host}:gangscope_domain_gpus:sum"
+    out.append({
+        "record": f"{host}:gangscope_domain_gpus_free:sum",
+        "expr": (
+            "clamp_min(\n"
+            f'  sum by ({path}) ({per_host}{{state="capacity"}})\n'
+            f'  - on ({path}) sum by ({path}) ({per_host}{{state="unavailable"}})\n'
+            f'  - on ({path}) sum by ({path}) ({per_host}{{state="used"}}),\n'
+            "  0\n"
+            ")"
+        ),
+    })
+    for size in cfg.placement_sizes:
+        out.append({
+            "record": f"{host}:gangscope_domain_placeable_pods:sum",
+            "expr": f"floor({host}:gangscope_domain_gpus_free:sum / {size})",
+            "labels": {"gpus_per_pod": str(size)},
+        })
+    for depth in range(len(levels) - 1, 0, -1):
+        labels = levels[:depth]
+        out += [
+            {"record": f"{levels[depth - 1]}:gangscope_domain_gpus_free:sum",
+             "expr": f"sum by ({_by(labels)}) ({host}:gangscope_domain_gpus_free:sum)"},
+            {"record": f"{levels[depth - 1]}:gangscope_domain_placeable_pods:sum",
+             "expr": f"sum by ({_by((*labels, 'gpus_per_pod'))}) ({host}:gangscope_domain_placeable_pods:sum)"},
+        ]
+    out += [
+        {"record": "cluster:gangscope_domain_gpus:sum", "expr": f"sum by (state) ({per_host})"},
+        {"record": "cluster:gangscope_domain_gpus_free:sum", "expr": f"sum({host}:gangscope_domain_gpus_free:sum)"},
+    ]
+    # Kueue's view against the scheduler's: GPUs Kueue counts as used that no watched pod holds yet
+    # (admitted, pods not created or not scheduled); below 0, watched pods hold GPUs outside Kueue's
+    # accounting. Summed over shards like used GPUs: each shard exports its own Workloads and pods.
+    for depth in range(len(levels), 0, -1):
+        by = _by(levels[:depth])
+        level = levels[depth - 1]
+        out.append({
+            "record": f"{level}:gangscope_domain_gpus_unbound:sum",
+            "expr": (f'sum by ({by}) (gangscope_domain_gpus{{level="{level}", state="used"}})\n'
+                     f'- on ({by}) sum by ({by}) (gangscope_domain_gpus_bound{{level="{level}"}})'),
+        })
+    out.append({"record": "cluster:gangscope_domain_gpus_unbound:sum", "expr": f"sum({levels[-1]}:gangscope_domain_gpus_unbound:sum)"})
+    live = 'unless on (namespace, workload) (max by (namespace, workload) (gangscope_workload_stage{stage="finished"}) == 1)'
+    execution = "namespace_workload:gangscope_workload_execution_seconds:sum"
+    per_cq = "* on (namespace, workload) group_left (cluster_queue)\n  topk by (namespace, workload) (1, gangscope_workload_info)"
+    out += [
+        {
+            # Kueue's accounting of a Workload's run time: earlier admitted cycles plus the current
+            # one since Admitted turned True (pkg/workload/workload.go:895-906 TotalExecutionTime).
+            "record": execution,
+            "expr": (
+                "(\n"
+                "  time() - max by (namespace, workload) (gangscope_workload_admitted_timestamp_seconds)\n"
+                "  + on (namespace, workload) (\n"
+                "    max by (namespace, workload) (gangscope_workload_past_execution_seconds)\n"
+                "    or 0 * max by (namespace, workload) (gangscope_workload_admitted_timestamp_seconds)\n"
+                "  )\n"
+                "  or max by (namespace, workload) (gangscope_workload_past_execution_seconds)\n"
+                ")\n" + live
+            ),
+        },
+        {
+            # Run time over time since creation of the live Workloads of each ClusterQueue: what
+            # queueing and evictions leave of the wall-clock time.
+            "record": "cluster_queue:gangscope_workload_goodput:ratio",
+            "expr": (
+                f"sum by (cluster_queue) (\n  {execution}\n  {per_cq}\n)\n"
+                "/\n"
+                "sum by (cluster_queue) (\n"
+                f"  (time() - max by (namespace, workload) (gangscope_workload_created_timestamp_seconds) {live})\n"
+                f"  {per_cq}\n"
+                ") > 0"
+            ),
+        },
+        {
+            # Admitted time of earlier cycles that an eviction ended: the work lost where jobs do not checkpoint.
+            "record": "cluster_queue:gangscope_workload_past_execution_seconds:sum",
+            "expr": (f"sum by (cluster_queue) (\n  (max by (namespace, workload) (gangscope_workload_past_execution_seconds) {live})\n"
+                     f"  {per_cq}\n)"),
+        },
+        {
+            "record": "cluster_queue_level:gangscope_workload_locality_ratio:avg",
+            "expr": (
+                "avg by (cluster_queue, level) (\n"
+                "  gangscope_workload_locality_ratio\n"
+                "  * on (namespace, workload) group_left (cluster_queue)\n"
+                "  topk by (namespace, workload) (1, gangscope_workload_info)\n"
+                ")"
+            ),
+        },
+    ]
+    return out
 
 
 def hardware_rules(cfg: Config) -> list[dict[str, Any]]:

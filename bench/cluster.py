@@ -160,7 +160,18 @@ def build_cluster(workloads: int = 20_000, nodes: int = 16_384, seed: int = 15, 
             "name": name, "uid": _uid(rng), "resourceVersion": "1", "creationTimestamp": _ts(NOW - timedelta(days=60)),
             "labels": {BLOCK: node.block, RACK: node.rack, HOST: name, "nvidia.com/gpu.present": "true",
                        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "node.kubernetes.io/instance-type": "a3-megagpu-8g",
-                       "cloud.google.com/gke-nodepool": name.rsplit("-", 2)[0]}}})
+                       "cloud.google.com/gke-nodepool": name.rsplit("-", 2)[0]}},
+            # what the capacity per domain reads (issue 16): allocatable GPUs, Ready; a few per
+            # thousand nodes cordoned or NotReady, as a busy cluster has some in repair
+            "spec": {"providerID": f"gce://ml-prod/us-central1-a/{name}", **({"unschedulable": True} if i % 397 == 5 else {})},
+            "status": {
+                "capacity": {"cpu": "208", "memory": "1905131672Ki", GPU: str(GPUS_PER_NODE), "pods": "110"},
+                "allocatable": {"cpu": "207", "memory": "1813403736Ki", GPU: str(GPUS_PER_NODE), "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "False" if i % 509 == 7 else "True", "reason": "KubeletReady",
+                                "message": "kubelet is posting ready status", "lastHeartbeatTime": _ts(NOW),
+                                "lastTransitionTime": _ts(NOW - timedelta(days=rng.randint(1, 59)))}],
+                "nodeInfo": {"kubeletVersion": "v1.33.4-gke.1172000", "containerRuntimeVersion": "containerd://1.7.27",
+                             "bootID": _uid(rng)}}})
     topology = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Topology", "metadata": {"name": "gpu-topology"},
                 "spec": {"levels": [{"nodeLabel": BLOCK}, {"nodeLabel": RACK}, {"nodeLabel": HOST}]}}
     flavors = [{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "h100-tas"},

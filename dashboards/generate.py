@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grafana_foundation_sdk.builders import dashboard as dash
-from grafana_foundation_sdk.builders import prometheus, stat, statetimeline, table, timeseries
+from grafana_foundation_sdk.builders import common, heatmap, prometheus, stat, statetimeline, table, timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common as model_common
 from grafana_foundation_sdk.models import dashboard as model
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
@@ -100,6 +101,17 @@ def grid(title: str, description: str, unit: str, *queries: Q, span: int = 12, h
     return (
         table.Panel().title(title).description(description).unit(unit).datasource(DATASOURCE)
         .targets(_targets([Q(q.expr, q.legend, instant=True) for q in queries])).span(span).height(height)
+    )
+
+
+def density(title: str, description: str, unit: str, query: Q, span: int = 8, height: int = 8):
+    """A heatmap of how many series (domains) sit at each value over time: Grafana buckets the
+    values of every series per time step (``calculate``), 8 buckets from the data's range."""
+    buckets = common.HeatmapCalculationOptions().y_buckets(
+        common.HeatmapCalculationBucketConfig().mode(model_common.HeatmapCalculationMode.COUNT).value("8"))
+    return (
+        heatmap.Panel().title(title).description(description).unit(unit).datasource(DATASOURCE)
+        .targets(_targets([query])).calculate(True).calculation(buckets).span(span).height(height)
     )
 
 
@@ -464,7 +476,109 @@ def interconnect() -> dash.Dashboard:
     )
 
 
+def capacity() -> dash.Dashboard:
+    """Room per domain: the recorded per-level sums work whether the collector is sharded or not
+    (alerts/config.yaml, capacity rules); domain states and fits come from an unsharded collector."""
+    variables = [
+        label_variable("cluster_queue", "label_values(gangscope_workload_info, cluster_queue)", "ClusterQueue"),
+        label_variable("block", 'label_values(gangscope_domain_gpus{level="block"}, block)', "Block"),
+        label_variable("rack", 'label_values(gangscope_domain_gpus{level="rack", block=~"$block"}, rack)', "Rack"),
+    ]
+    block = 'block=~"$block"'
+    per_cq = "* on (namespace, workload) group_left (cluster_queue) topk by (namespace, workload) (1, gangscope_workload_info{cluster_queue=~\"$cluster_queue\"})"
+    fit = ("max by (namespace, workload) (gangscope_workload_fit{scope=\"cluster\"}) == 1 "
+           "and on (namespace, workload) max by (namespace, workload) (gangscope_workload_fit{scope=\"domain\"}) == 0")
+    return board(
+        "gangscope-capacity",
+        "gangscope / Capacity",
+        "Is there room, and where: GPUs per block, rack and host by state, how many pods of each size fit now, workloads "
+        "blocked by fragmentation, how compactly admitted pod sets are placed, and goodput per ClusterQueue.",
+        variables,
+        [
+            (
+                "GPUs",
+                [
+                    single("Free GPUs", "GPUs free on available nodes across the cluster (cluster:gangscope_domain_gpus_free:sum).", "short",
+                           Q("sum(cluster:gangscope_domain_gpus_free:sum) or vector(0)"), span=6),
+                    single("Used GPUs", "GPUs Kueue counts as used by the Workloads holding quota (pods x GPUs per pod of their assignments).", "short",
+                           Q('sum(cluster:gangscope_domain_gpus:sum{state="used"}) or vector(0)'), span=6),
+                    single("Unavailable GPUs", "GPUs on nodes not Ready, cordoned, unhealthy for Kueue or tainted without a toleration.", "short",
+                           Q('sum(cluster:gangscope_domain_gpus:sum{state="unavailable"}) or vector(0)'), span=6),
+                    single("Capacity", "Allocatable GPUs of every GPU node.", "short",
+                           Q('sum(cluster:gangscope_domain_gpus:sum{state="capacity"}) or vector(0)'), span=6),
+                    density("Racks by free GPUs", "How many racks have how many free GPUs, over time: a band at the bottom is a full "
+                            "cluster, one spread thin is fragmented room (rack:gangscope_domain_gpus_free:sum).", "short",
+                            Q(f"rack:gangscope_domain_gpus_free:sum{{{DOMAIN}}}")),
+                    density("Racks by used GPUs", "How many racks have how many GPUs in use, over time (rack:gangscope_domain_gpus:sum).", "short",
+                            Q(f'sum by (block, rack) (rack:gangscope_domain_gpus:sum{{state="used", {DOMAIN}}})')),
+                    density("Hosts by free GPUs", "How many hosts have 0 to 8 free GPUs, over time: many hosts with a few free GPUs each "
+                            "take small pods, not 8-GPU ones (host:gangscope_domain_gpus_free:sum).", "short",
+                            Q(f"host:gangscope_domain_gpus_free:sum{{{DOMAIN}}}")),
+                    series("Free GPUs per block", "Free GPUs of each block (block:gangscope_domain_gpus_free:sum).", "short",
+                           Q(f"block:gangscope_domain_gpus_free:sum{{{block}}}", "{{block}}"), span=12),
+                    series("Domains by state", "Domains of each level that are free (nothing used), partial, full or unavailable "
+                           "(gangscope_domains; an unsharded collector's).", "short",
+                           Q("max by (level, state) (gangscope_domains)", "{{level}} {{state}}"), span=12),
+                    series("Kueue's view against the scheduler's", "GPUs Kueue counts as used that no watched pod holds yet "
+                           "(admitted pods not created or not scheduled), per block; below 0, watched pods hold GPUs outside Kueue's "
+                           "accounting (block:gangscope_domain_gpus_unbound:sum: used minus gangscope_domain_gpus_bound).", "short",
+                           Q(f"block:gangscope_domain_gpus_unbound:sum{{{block}}}", "{{block}}"),
+                           Q("cluster:gangscope_domain_gpus_unbound:sum", "cluster"), span=12),
+                ],
+            ),
+            (
+                "Placeable pods",
+                [
+                    series("Placeable pods in the cluster", "Pods of each size the free GPUs take now, summed over hosts "
+                           "(block:gangscope_domain_placeable_pods:sum, per gpus_per_pod).", "short",
+                           Q(f"sum by (gpus_per_pod) (block:gangscope_domain_placeable_pods:sum{{{block}}})", "{{gpus_per_pod}} GPUs per pod"), span=8),
+                    series("Placeable pods in the largest rack", "The most pods of each size one rack takes: far below the cluster's "
+                           "total means a job that must stay in one rack waits for room that exists elsewhere.", "short",
+                           Q(f"max by (gpus_per_pod) (rack:gangscope_domain_placeable_pods:sum{{{DOMAIN}}})", "{{gpus_per_pod}} GPUs per pod"), span=8),
+                    grid("Racks with the most room", "The racks that take the most 8-GPU pods now, with their free GPUs.", "short",
+                         Q(f'topk(10, rack:gangscope_domain_placeable_pods:sum{{gpus_per_pod="8", {DOMAIN}}})'),
+                         Q(f"rack:gangscope_domain_gpus_free:sum{{{DOMAIN}}}"), span=8),
+                ],
+            ),
+            (
+                "Fragmentation and placement",
+                [
+                    series("Workloads blocked by fragmentation", "Waiting workloads that require one domain of a level: the cluster's "
+                           "free GPUs could hold them, no single domain can (GangscopeFragmentationBlocked).", "short",
+                           Q('sum by (cluster_queue, level) (gangscope_fragmentation_blocked_workloads{cluster_queue=~"$cluster_queue"})',
+                             "{{cluster_queue}} {{level}}"), span=12),
+                    grid("Waiting workloads that fit the cluster, not a domain", "Each waiting workload whose topology request the free "
+                         "GPUs could hold spread out but not in one domain of its level; `gangscope explain` says which domain comes closest.",
+                         "short", Q(f"({fit}) {per_cq}"), span=12),
+                    series("Locality per ClusterQueue", "Average over admitted pod sets of the largest share of their pods in one domain "
+                           "of each level: 1 is every pod set in one domain (cluster_queue_level:gangscope_workload_locality_ratio:avg).",
+                           "percentunit",
+                           Q('cluster_queue_level:gangscope_workload_locality_ratio:avg{cluster_queue=~"$cluster_queue"}', "{{cluster_queue}} {{level}}"),
+                           span=12),
+                    grid("Preferred placements spread wider than needed", "Admitted pod sets that prefer one domain and occupy more "
+                         "domains of that level than their size needs (GangscopeWorkloadPlacementSpread).", "short",
+                         Q(f"(max by (namespace, workload, podset, level) (gangscope_workload_domains_spanned > on (namespace, workload, "
+                           f"podset, level) gangscope_workload_domains_needed)) {per_cq}"), span=12),
+                ],
+            ),
+            (
+                "Goodput",
+                [
+                    series("Goodput per ClusterQueue", "Run time over time since creation of the live workloads of each ClusterQueue: "
+                           "what queueing and evictions leave (cluster_queue:gangscope_workload_goodput:ratio).", "percentunit",
+                           Q('cluster_queue:gangscope_workload_goodput:ratio{cluster_queue=~"$cluster_queue"}', "{{cluster_queue}}"), span=12),
+                    series("Run time ended by evictions", "Admitted time of the live workloads' earlier cycles, each ended by an eviction: "
+                           "the work lost where jobs do not checkpoint (cluster_queue:gangscope_workload_past_execution_seconds:sum).", "s",
+                           Q('cluster_queue:gangscope_workload_past_execution_seconds:sum{cluster_queue=~"$cluster_queue"}', "{{cluster_queue}}"),
+                           span=12),
+                ],
+            ),
+        ],
+    )
+
+
 DASHBOARDS = {
+    "gangscope-capacity.json": capacity,
     "gangscope-overview.json": overview,
     "gangscope-topology.json": topology,
     "gangscope-workload.json": workload,

@@ -73,9 +73,9 @@ def demo_rules(folder: Path) -> tuple[list[Path], str]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (default 0: until Ctrl-C)")
     p.add_argument("--scenario", choices=SCENARIOS, default="default",
-                   help="default: 2 blocks x 2 racks x 4 nodes x 8 H100 GPUs and an NVL72 rack of GB200 nodes, a node "
-                        "fails at +20 s and its Workload is evicted at +40 s; static: the same cluster without the "
-                        "timeline (default default)")
+                   help="default: 2 blocks x 2 racks x 4 nodes x 8 H100 GPUs, an NVL72 rack of GB200 nodes and a "
+                        "block of 2 racks with fragmented free GPUs, a node fails at +20 s and its Workload is evicted at "
+                        "+40 s; static: the same cluster without the timeline (default default)")
     p.add_argument("--host", default="127.0.0.1", help="loopback address the demo's servers listen on (default 127.0.0.1)")
     p.add_argument("--sim-profile", default="h100", choices=SIM_PROFILES,
                    help="GPU generation of the 16 nodes of blocks 1 and 2 (the NVL72 rack is always gb200) (default h100)")
@@ -303,7 +303,7 @@ class Demo:
         for ns, name in (("ml-team", "mixtral-sft"), ("research", "t5-pretrain"), ("ml-team", "gpt-pretrain"),
                          ("ml-team", "qwen-pretrain"), ("research", "sd-xl"), ("research", "gemma-eval"),
                          ("ml-team", "moe-pipeline"), ("vision", "sam-finetune"), ("ml-team", "gemma-sft"),
-                         ("ml-team", "llama-gb200")):
+                         ("ml-team", "llama-gb200"), ("ml-team", "llama-70b-sft")):
             try:
                 doc = await diagnose(self.collector.store, gangs, ns, name)
             except LookupError:
@@ -314,6 +314,9 @@ class Demo:
             lines += ["", f"  An NVL72 rack (block-3/rack-3-1): 4 GB200 nodes share one chassis and NVLink clique; {odd[0]} is",
                       "  labelled into the rack but its GPUs report another chassis and clique (gangscope_gpu_fabric_info,",
                       "  gangscope_gpu_platform_info and the GangscopeTopologyDomainSpansHardware alert)."]
+        lines += ["", "  block-4: 38 GPUs free, room for three 8-GPU pods but two at most in one rack: ml-team/llama-70b-sft",
+                  "  needs three in one rack (gangscope_workload_fit, gangscope_fragmentation_blocked_workloads), and",
+                  "  research/ray-tune runs spread over both racks where one would hold it (gangscope_workload_domains_spanned)."]
         if self.scenario.timeline:  # "static" plays none
             lines += ["", "  At +20 s a node of research/vit-large fails; at +40 s Kueue evicts it with NodeFailures.",
                       "  At +25 s the JobSet ml-team/llama-gb200 restarts (its 5th restart); at +45 s its Jobs are ready again."]

@@ -29,9 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from .cluster.workload_state import WAITING_STAGES
 from .config import add_kube, add_logging
 
 if TYPE_CHECKING:
+    from .cluster.capacity import PodSetFit
     from .cluster.gangs import Gang, GangIndex
     from .cluster.jobs import JobIndex, JobView
     from .cluster.queue_positions import QueuePosition
@@ -52,8 +54,7 @@ INTERCONNECT_SERIES = {
     "nvlink": 'gangscope_nvlink_transmit_bytes_total|gangscope_nvlink_receive_bytes_total',
     "pcie": 'gangscope_pcie_transmit_bytes_total|gangscope_pcie_receive_bytes_total',
 }
-# Stages the admission layer holds the job at, and the placement layer's own QuotaReserved reason.
-WAITING_STAGES = ("queued", "inadmissible", "preempting", "held", "backoff")
+# The placement layer's own QuotaReserved reason.
 PLACEMENT_REASON = "TopologyPlacementFailed"
 DELAYED_TOPOLOGY = "PendingDelayedTopologyRequests"
 
@@ -155,7 +156,25 @@ def _position_text(p: QueuePosition | None) -> str:
     return f"; position {p.position + 1} of {of} in {p.cluster_queue} ({p.local_position + 1} in queue {p.local_queue})"
 
 
-def admission_layer(wl: Workload | None, position: QueuePosition | None = None) -> dict[str, Any]:
+def _fit(f: PodSetFit) -> dict[str, Any]:
+    from .cluster.capacity import fit_text
+
+    best = f.fit
+    return {
+        "podset": f.podset, "mode": f.mode, "level": f.level or None, "pods": f.pods, "gpus_per_pod": f.gpus_per_pod,
+        "slice_level": f.slice_level if f.slice_size > 1 else None, "slice_size": f.slice_size, "needed": f.needed,
+        "flavor": best.flavor or None if best is not None else None,
+        "largest_domain": {"path": dict(best.best_domain), "fits": best.best} if best is not None else None,
+        "cluster_fits": best.total if best is not None else 0,
+        "free_gpus": best.free_gpus if best is not None else 0,
+        "domains_with_free_gpus": best.domains_with_free if best is not None else 0,
+        "fits_in_one_domain": f.domain_fit, "fits_in_cluster": f.cluster_fit, "fragmented": f.fragmented,
+        "summary": fit_text(f),
+    }
+
+
+def admission_layer(wl: Workload | None, position: QueuePosition | None = None,
+                    fits: Sequence[PodSetFit] = ()) -> dict[str, Any]:
     if wl is None or wl.state is None:
         return _layer("admission", "unknown", "no Kueue Workload joined to this PodGroup (not admitted by Kueue)")
     conds = wl.conditions
@@ -196,7 +215,12 @@ def admission_layer(wl: Workload | None, position: QueuePosition | None = None) 
             summary += f"; requeued {wl.requeue_count}x" + (f", next retry {wl.requeue_at}" if wl.requeue_at else "")
         if check is not None:
             summary += "; " + _check_text(check)
-        return _layer("admission", "blocking", summary + _position_text(position), evidence)
+        summary += _position_text(position)
+        if pending.category == "capacity" and fits:  # would the free GPUs take it, once quota allows?
+            from .cluster.capacity import fit_text
+
+            summary += ". Topology now: " + "; ".join(fit_text(f) for f in fits)
+        return _layer("admission", "blocking", summary, evidence)
     if pending is not None and pending.reason == PLACEMENT_REASON:
         return _layer("admission", "ok", f"quota available in {cq} (queue {wl.queue_name}), but no topology domain fits: "
                       "see placement", evidence)
@@ -228,12 +252,14 @@ def _by_level(placed: Sequence[tuple[tuple[tuple[str, str], ...], int]]) -> dict
     return out
 
 
-def placement_layer(wl: Workload | None) -> dict[str, Any]:
+def placement_layer(wl: Workload | None, fits: Sequence[PodSetFit] = ()) -> dict[str, Any]:
     if wl is None or wl.state is None:
         return _layer("placement", "unknown", "no Kueue Workload: no topology assignment to show")
     requests = []
     for ps in wl.podsets:
-        req = {k: ps.annotations[a] for k, a in TOPOLOGY_ANNOTATIONS if ps.annotations.get(a)}
+        req = _request(ps.topology) if ps.topology is not None else {}
+        if not req:  # a dump whose Workloads predate spec.podSets[].topologyRequest: the annotations
+            req = {k: ps.annotations[a] for k, a in TOPOLOGY_ANNOTATIONS if ps.annotations.get(a)}
         if req:
             requests.append({"podset": ps.name, **req})
     assignments = []
@@ -251,9 +277,13 @@ def placement_layer(wl: Workload | None) -> dict[str, Any]:
             unresolved.append(f"{a.name}: flavor {topo.flavor or '?'} {_UNRESOLVED[topo.problem](topo.topology)}")
     unhealthy = [{"node": n, "path": dict(p)} for n, p in zip(wl.unhealthy_nodes, wl.unhealthy_paths)]
     evidence = {"topology_request": requests, "assignment_current": wl.admitted and bool(wl.assignments),
-                "assignments": assignments, "unhealthy_nodes": unhealthy}
+                "assignments": assignments, "unhealthy_nodes": unhealthy, "fit": [_fit(f) for f in fits]}
     qr, adm, ev = (_cond(wl.conditions.get(t)) for t in ("QuotaReserved", "Admitted", "Evicted"))
     if qr and qr["status"] == "False" and qr["reason"] == PLACEMENT_REASON:
+        if fits:
+            from .cluster.capacity import fit_text
+
+            return _layer("placement", "blocking", "; ".join(fit_text(f) for f in fits) + f". Kueue: {qr['message']}", evidence)
         return _layer("placement", "blocking", f"no topology domain fits: {qr['message']}", evidence)
     if adm and adm["status"] == "False" and adm["reason"] == DELAYED_TOPOLOGY:
         return _layer("placement", "blocking", f"topology assignment delayed: {adm['message']}", evidence)
@@ -275,6 +305,21 @@ def placement_layer(wl: Workload | None) -> dict[str, Any]:
     if unresolved:
         summary += "; upper levels unknown: " + "; ".join(unresolved)
     return _layer("placement", "ok", summary, evidence)
+
+
+def _request(tr: Any) -> dict[str, Any]:
+    """``spec.podSets[].topologyRequest`` as explain's JSON (node label keys, as Kueue names them)."""
+    out: dict[str, Any] = {}
+    if tr.required:
+        out["required"] = tr.required
+    if tr.preferred:
+        out["preferred"] = tr.preferred
+    if tr.unconstrained:
+        out["unconstrained"] = "true"
+    if tr.slices:
+        out["slice_required"] = tr.slices[0][0]
+        out["slice_size"] = tr.slices[0][1]
+    return out
 
 
 _UNRESOLVED = {
@@ -550,6 +595,7 @@ async def diagnose(store: ClusterStore, gangs: GangIndex, namespace: str, name: 
     how, wl, wl_gangs = resolve(store, gangs, namespace, name)
     position = store.queue_positions.get(wl.key) if wl is not None else None
     finished = wl is not None and wl.stage == "finished"
+    fits = store.capacity.workload_fit(wl) if wl is not None and wl.stage in WAITING_STAGES else []
     layers: list[dict[str, Any]] = []
     blocked: dict[str, Any] | None = None
     for layer_name in LAYERS:
@@ -558,9 +604,9 @@ async def diagnose(store: ClusterStore, gangs: GangIndex, namespace: str, name: 
             layers.append(_layer(layer_name, "not_reached", why))
             continue
         if layer_name == "admission":
-            layer = admission_layer(wl, position)
+            layer = admission_layer(wl, position, fits)
         elif layer_name == "placement":
-            layer = placement_layer(wl)
+            layer = placement_layer(wl, fits)
         elif layer_name == "assembly":
             layer = assembly_layer(wl, wl_gangs, now, gangs)
         elif layer_name == "interconnect":
@@ -656,25 +702,18 @@ async def _load_live(args: argparse.Namespace, store: ClusterStore, gangs: GangI
     one namespace can use it: the namespace's Workloads, LocalQueues and PodGroups (every API),
     the cluster's few Topologies and ResourceFlavors (down when forbidden, like any source), then
     the Nodes the Workload's assignment and unhealthy list name (for the block and rack of each
-    host; without the right to read Nodes the placement shows hosts only), and Kueue's visibility
-    API for a pending Workload's queue position (left out when not served or forbidden)."""
+    host; without the right to read Nodes the placement shows hosts only), every Node and Workload
+    for a waiting Workload with a topology request (its fit, :func:`_load_capacity`), and Kueue's
+    visibility API for a pending Workload's queue position (left out when not served or forbidden)."""
     from .cluster.queue_positions import DEFAULT_LIMIT, fetch_positions
-    from .exposition import Exposition
     from .kube.client import ApiError, KubeClient
     from .kube.discovery import served_version
     from .cluster.collector import source_specs
     from .kube.resources import NODES, QUEUE_POSITIONS
-    from .kube.sources import SourceSet
 
     client = await KubeClient.create(args.kubeconfig, args.context, args.insecure_skip_tls_verify)
     try:
-        specs = source_specs(args, handlers, namespace=namespace, exclude=(NODES.source,))
-        sources = SourceSet(client, specs, Exposition(), discovery_interval=args.discovery_interval)
-        await sources.start()
-        try:
-            await sources.wait_ready(timeout=args.sync_timeout)
-        finally:
-            await sources.stop()
+        await _list_once(args, client, source_specs(args, handlers, namespace=namespace, exclude=(NODES.source,)))
         try:
             _, wl, _ = resolve(store, gangs, namespace, name)
         except UnknownTarget:
@@ -682,6 +721,11 @@ async def _load_live(args: argparse.Namespace, store: ClusterStore, gangs: GangI
         if wl is None:
             return
         await _load_nodes(client, wl, handlers[NODES.source])
+        if wl.stage in WAITING_STAGES and any(ps.topology is not None for ps in wl.podsets):
+            await _load_capacity(args, client, store, handlers)
+            _, wl, _ = resolve(store, gangs, namespace, name)  # the Workload as the cluster-wide list has it
+            if wl is None:
+                return
         if not wl.cluster_queue or wl.state is None or wl.state.pending is None:
             return
         try:  # optional: not served or forbidden leaves the position out
@@ -693,6 +737,38 @@ async def _load_live(args: argparse.Namespace, store: ClusterStore, gangs: GangI
             store.queue_positions[wl.key] = found[0][wl.key]
     finally:
         await client.close()
+
+
+async def _list_once(args: argparse.Namespace, client: Any, specs: list[Any]) -> Any:
+    """List the sources of ``specs`` into their handlers once (no watch kept); the SourceSet,
+    whose health says which could not be read."""
+    from .exposition import Exposition
+    from .kube.sources import SourceSet
+
+    sources = SourceSet(client, specs, Exposition(), discovery_interval=args.discovery_interval)
+    await sources.start()
+    try:
+        await sources.wait_ready(timeout=args.sync_timeout)
+    finally:
+        await sources.stop()
+    return sources
+
+
+async def _load_capacity(args: argparse.Namespace, client: Any, store: ClusterStore, handlers: dict[str, Any]) -> None:
+    """Every Node and every Workload of the cluster, for the placement layer's fit of a waiting
+    Workload with a topology request: free GPUs per domain are the Nodes' capacity minus every
+    Workload's usage (exporter.cluster.capacity). A user who may not list them cluster-wide gets
+    the layer without the numbers, and a note saying why."""
+    from .cluster.collector import source_specs
+    from .kube.resources import NODES, WORKLOADS
+
+    specs = [spec for spec in source_specs(args, handlers) if spec.resource.source in (NODES.source, WORKLOADS.source)]
+    sources = await _list_once(args, client, specs)
+    down = [name for name, state in sources.sources.items() if not state.health.up]
+    if down:
+        store.capacity.set_shards(0, 1, every_namespace=False)  # some usage unseen: no fit rather than a wrong one
+        print(f"gangscope explain: {' and '.join(down)} not readable cluster-wide; the placement layer cannot say "
+              "whether the job fits the free GPUs", file=sys.stderr)
 
 
 async def _load_nodes(client: Any, wl: Workload, handler: Any) -> None:

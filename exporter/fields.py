@@ -82,6 +82,22 @@ def str_map(value: Any, what: str, problems: Problems) -> dict[str, str]:
     return d
 
 
+SHARED_LIMIT = 65536  # entries a cache of shared values keeps before it starts over
+
+
+def shared(cache: dict[Any, Any], key: Any, value: Any) -> Any:
+    """The value ``cache`` holds for ``key``, or ``value``, which it keeps from now on: records
+    share the immutable pieces that repeat across objects (a cluster's handful of distinct label
+    maps, taints, tolerations) instead of holding a copy each. The cache starts over past
+    :data:`SHARED_LIMIT`, so churn cannot grow it forever."""
+    found = cache.get(key)
+    if found is None:
+        if len(cache) >= SHARED_LIMIT:
+            cache.clear()
+        found = cache[key] = value
+    return found
+
+
 _TIME_CACHE: dict[str, float | None] = {}
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .fields import ParseError, Problems, as_dict, as_list, as_str, str_map
+from .taints import Toleration, parse_tolerations
 
 
 @dataclass(slots=True)
@@ -31,6 +32,9 @@ class ResourceFlavor:
     topology_name: str
     node_labels: dict[str, str]
     problems: list[str]
+    # spec.tolerations: added to the pods admitted in this flavor, and so to the tolerations
+    # topology-aware scheduling checks nodes with (kueue tas_flavor_snapshot.go:961)
+    tolerations: tuple[Toleration, ...] = ()
 
 
 def _name(obj: Any, kind: str, p: Problems) -> tuple[str, dict]:
@@ -61,6 +65,7 @@ def parse_resource_flavor(obj: Any) -> ResourceFlavor:
     return ResourceFlavor(
         name, as_str(spec.get("topologyName"), "spec.topologyName", p),
         str_map(spec.get("nodeLabels"), "spec.nodeLabels", p), p,
+        parse_tolerations(spec.get("tolerations"), "spec.tolerations", p),
     )
 
 

@@ -185,7 +185,7 @@ RESERVED_LABELS = frozenset(
         "source", "phase", "state", "gpu", "uuid", "pod", "container", "link", "node", "family",
         "job", "instance", "le", "quantile", "device", "port", "interface", "direction", "kind", "name",
         "pci_bus_id", "driver_version", "mig_uuid", "gpu_instance", "join_key", "result",
-        "check", "category", "flavor", "topology", "problem",
+        "check", "category", "flavor", "topology", "problem", "level", "gpus_per_pod", "scope", "mode",
     }
 )
 

@@ -25,22 +25,28 @@ def cond(ctype: str, status: str, reason: str, at: str = "2026-08-20T10:00:00Z",
 def workload(name: str = "wl", ns: str = "team", *, version: str = "v1beta2", conditions: list | None = None,
              hosts: list[str] | None = None, gpus: Any = "8", count: int | None = None, queue: str = "q",
              admitted_cq: str | None = "cq", evictions: list | None = None, unhealthy: list[str] | None = None,
-             active: bool = True, priority: str = "high") -> dict[str, Any]:
+             active: bool = True, priority: str = "high", topology: dict[str, Any] | None = None,
+             tolerations: list[dict[str, Any]] | None = None, flavor: str = "tas") -> dict[str, Any]:
+    """``topology``: the pod set's spec.podSets[].topologyRequest; ``tolerations``: its pod template's."""
     hosts = hosts if hosts is not None else ["h1", "h2"]
     count = count if count is not None else max(len(hosts), 1)
+    pod_spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": gpus}}}]}
+    if tolerations is not None:
+        pod_spec["tolerations"] = tolerations
     spec: dict[str, Any] = {
         "active": active, "queueName": queue,
         "podSets": [{"name": "main", "count": count, "template": {
-            "metadata": {"labels": {"scheduling.x-k8s.io/pod-group": name}},
-            "spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": gpus}}}]}}}],
+            "metadata": {"labels": {"scheduling.x-k8s.io/pod-group": name}}, "spec": pod_spec}}],
     }
+    if topology is not None:
+        spec["podSets"][0]["topologyRequest"] = topology
     if version == "v1beta2":
         spec["priorityClassRef"] = {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": priority}
     else:
         spec["priorityClassName"] = priority
     status: dict[str, Any] = {"conditions": conditions or []}
     if admitted_cq is not None:
-        psa: dict[str, Any] = {"name": "main", "count": count, "flavors": {"nvidia.com/gpu": "tas"}}
+        psa: dict[str, Any] = {"name": "main", "count": count, "flavors": {"nvidia.com/gpu": flavor}}
         if hosts:
             psa["topologyAssignment"] = _assignment(version, hosts)
         status["admission"] = {"clusterQueue": admitted_cq, "podSetAssignments": [psa]}
@@ -76,6 +82,30 @@ def admitted_conditions(ready: bool = True) -> list[dict[str, Any]]:
 def node(name: str, block: str, rack: str, hostname: str | None = None) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {
         BLOCK: block, RACK: rack, HOST: hostname or name}}}
+
+
+def gpu_node(name: str, block: str, rack: str, gpus: int | str = 8, *, ready: str = "True", unschedulable: bool = False,
+             taints: list[dict[str, str]] | None = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A GPU Node with what the capacity per domain reads: allocatable GPUs, the Ready condition,
+    spec.unschedulable and taints (the GPU operator's nvidia.com/gpu taint unless ``taints`` is given)."""
+    spec: dict[str, Any] = {"taints": taints if taints is not None else [
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]}
+    if unschedulable:
+        spec["unschedulable"] = True
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {BLOCK: block, RACK: rack, HOST: name, **(labels or {})}},
+            "spec": spec,
+            "status": {"capacity": {"cpu": "208", "nvidia.com/gpu": str(gpus)},
+                       "allocatable": {"cpu": "207", "nvidia.com/gpu": str(gpus)},
+                       "conditions": [{"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": ready}]}}
+
+
+def flavor(name: str, topology_name: str = "default", node_labels: dict[str, str] | None = None,
+           tolerations: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"topologyName": topology_name, "nodeLabels": node_labels or {}}
+    if tolerations:
+        spec["tolerations"] = tolerations
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": name}, "spec": spec}
 
 
 def topology(name: str = "default", levels: tuple[str, ...] = (BLOCK, RACK, HOST)) -> dict[str, Any]:

@@ -26,7 +26,7 @@ RECORDED = {
     for group in yaml.safe_load((ROOT / "alerts" / "gangscope-rules.yaml").read_text())["groups"]
     for rule in group["rules"]
 }
-EXPECTED_UIDS = {"gangscope-overview", "gangscope-topology", "gangscope-workload", "gangscope-gpu-interconnect"}
+EXPECTED_UIDS = {"gangscope-overview", "gangscope-topology", "gangscope-workload", "gangscope-gpu-interconnect", "gangscope-capacity"}
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 
 
@@ -63,7 +63,7 @@ def test_generated_dashboards_are_current() -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_four_dashboards_with_stable_unique_uids() -> None:
+def test_five_dashboards_with_stable_unique_uids() -> None:
     uids = [load(p)["uid"] for p in DASHBOARDS]
     assert sorted(uids) == sorted(EXPECTED_UIDS)
     for path in DASHBOARDS:

@@ -71,20 +71,26 @@ def test_demo_command_reports_and_exits_clean() -> None:
     out = result.stdout
     collector = re.search(r"^  collector\s+(http://127\.0\.0\.1:\d+/metrics)$", out, re.M)
     assert collector, out
-    assert re.search(r"^  agents\s+21 nodes, e\.g\. gpu-b1-r1-n1: http://127\.0\.0\.1:\d+/metrics$", out, re.M), out
+    assert re.search(r"^  agents\s+27 nodes, e\.g\. gpu-b1-r1-n1: http://127\.0\.0\.1:\d+/metrics$", out, re.M), out
     # The static scenario: no timeline, so the stages are those the scenario builds.
     table = re.search(r"^  workloads by stage:\n((?:    \S+ +\d+\n)+)", out, re.M)
     assert table, out
     stages = {line.split()[0]: int(line.split()[1]) for line in table.group(1).splitlines()}
     assert stages == {"admission_checks": 1, "assembling": 2, "backoff": 1, "deactivated": 1, "finished": 1,
-                      "inadmissible": 1, "preempting": 1, "queued": 1, "running": 6}
+                      "inadmissible": 2, "preempting": 1, "queued": 1, "running": 8}
+    # block-4's free GPUs are scattered: the cluster has room for llama-70b-sft, no rack has
+    llama = " ".join(out.split("$ gangscope explain ml-team/llama-70b-sft\n", 1)[1].split())
+    assert llama.startswith("ml-team/llama-70b-sft (Workload job-llama-70b-sft-"), llama[:200]
+    assert ("verdict: held at PLACEMENT admission ok quota available in gpu-cluster-queue (queue ml-team-queue), but no "
+            "topology domain fits: see placement placement BLOCKING needs 3 pods x 8 GPUs in one rack (required); the "
+            "largest free rack, rack-4-1, fits 2; 38 GPUs are free across 2 racks: fragmented.") in llama, llama[:600]
     # a job as Kueue shows it without waitForPodsReady, one waiting for preemptions, one held by a check
     gemma = out.split("$ gangscope explain research/gemma-eval\n", 1)[1]
     assert gemma.splitlines()[1] == "verdict: running", gemma[:300]
     assert "Kueue writes no PodsReady here" in " ".join(gemma.split())
     qwen = out.split("$ gangscope explain ml-team/qwen-pretrain\n", 1)[1]
     assert "preempting in gpu-cluster-queue (queue ml-team-queue): waiting for" in " ".join(qwen.split())
-    assert "position 1 of 3 in gpu-cluster-queue" in " ".join(qwen.split())
+    assert "position 1 of 4 in gpu-cluster-queue" in " ".join(qwen.split())  # with llama-70b-sft, four wait there
     sdxl = out.split("$ gangscope explain research/sd-xl\n", 1)[1]
     assert "admission check dws-prov is Pending (Provisioning Request was successfully queued.), retried 1x" in " ".join(sdxl.split())
     explain = out.split("$ gangscope explain ml-team/mixtral-sft\n", 1)
@@ -115,7 +121,7 @@ def test_demo_command_reports_and_exits_clean() -> None:
 # What the demo promises a newcomer: these fire within two minutes of its start.
 PROMISED = ("GangscopeWorkloadInadmissible", "GangscopeGangStuckAssembling", "GangscopeGangIdleGPUs",
             "GangscopeNVLinkDown", "GangscopeDomainNodeFailureEvictions", "GangscopeWorkloadNodeFailureEviction",
-            "GangscopeJobProgressStalled")
+            "GangscopeJobProgressStalled", "GangscopeFragmentationBlocked", "GangscopeWorkloadPlacementSpread")
 FIRED = re.compile(r"^  \+ *(\d+) s  FIRING  (\w+)  (.*)$")
 
 

@@ -141,11 +141,14 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path) -> None
             async def loaded() -> list[tuple[str, str]]:
                 return sorted((Path(g["file"]).name, g["name"]) for g in await prom.rules())
 
-            assert await poll(loaded, lambda g: len(g) == 13, 10, "rule groups loaded") == [
-                ("gangscope-alerts.yaml", "gangscope-admission"), ("gangscope-alerts.yaml", "gangscope-evictions"),
+            assert await poll(loaded, lambda g: len(g) == 15, 10, "rule groups loaded") == [
+                ("gangscope-alerts.yaml", "gangscope-admission"), ("gangscope-alerts.yaml", "gangscope-capacity"),
+                ("gangscope-alerts.yaml", "gangscope-evictions"),
                 ("gangscope-alerts.yaml", "gangscope-gangs"), ("gangscope-alerts.yaml", "gangscope-hardware"),
                 ("gangscope-alerts.yaml", "gangscope-interconnect"), ("gangscope-alerts.yaml", "gangscope-jobs"),
-                ("gangscope-alerts.yaml", "gangscope-self"), ("gangscope-alerts.yaml", "gangscope-stragglers"), ("gangscope-rules.yaml", "gangscope-dcgm.rules"),
+                ("gangscope-alerts.yaml", "gangscope-self"),
+                ("gangscope-alerts.yaml", "gangscope-stragglers"), ("gangscope-rules.yaml", "gangscope-capacity.rules"),
+                ("gangscope-rules.yaml", "gangscope-dcgm.rules"),
                 ("gangscope-rules.yaml", "gangscope-gangs.rules"), ("gangscope-rules.yaml", "gangscope-hardware.rules"),
                 ("gangscope-rules.yaml", "gangscope-interconnect.rules"), ("gangscope-rules.yaml", "gangscope-stragglers.rules")]
 
@@ -168,10 +171,10 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path) -> None
                 ("ml-team", llama, "transmit"), ("ml-team", llama, "receive")}
 
             racks = {("block-1", "rack-1-1"), ("block-1", "rack-1-2"), ("block-2", "rack-2-1"), ("block-2", "rack-2-2"),
-                     ("block-3", "rack-3-1")}
+                     ("block-3", "rack-3-1"), ("block-4", "rack-4-1"), ("block-4", "rack-4-2")}
             for family in ("nvlink", "pcie"):  # the demo's nodes have no fabric ports in sysfs
                 rack_rates = await poll(lambda: prom.query(f"rack:gangscope_{family}_bytes:rate{RATE}"),
-                                        lambda r: len(r) == 10, 20, f"rack-level {family} rates")
+                                        lambda r: len(r) == 14, 20, f"rack-level {family} rates")
                 assert set(by_labels(rack_rates, "block", "rack", "direction")) == {
                     (*rack, d) for rack in racks for d in ("transmit", "receive")}
                 assert all(float(s["value"][1]) > 0 for s in rack_rates)
@@ -181,19 +184,30 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path) -> None
             idle_cq = await poll(lambda: prom.query("cluster_queue:gangscope_gang_idle_gpus:sum"),
                                  lambda r: len(r) == 2, 20, "idle GPUs per ClusterQueue")
             assert by_labels(idle_cq, "cluster_queue") == {("research-cq",): 16.0, ("gpu-cluster-queue",): 0.0}
+            # every GPU of the gang's two nodes, once both agents have been scraped (27 agents on a busy machine)
             idle_rack = await poll(lambda: prom.query("rack:gangscope_gang_idle_gpus:sum"),
-                                   lambda r: len(r) == 1, 20, "idle GPUs per rack")
+                                   lambda r: len(r) == 1 and float(r[0]["value"][1]) == 16, 30, "idle GPUs per rack")
             assert by_labels(idle_rack, "block", "rack") == {("block-2", "rack-2-1"): 16.0}
 
             stages = await poll(lambda: prom.query("rack:gangscope_workload_stage:count"),
-                                lambda r: len(r) == 5, 20, "workloads by stage per rack")
+                                lambda r: len(r) == 7, 20, "workloads by stage per rack")
             assert by_labels(stages, "block", "rack", "stage") == {
                 ("block-1", "rack-1-1", "running"): 1.0,
                 ("block-1", "rack-1-2", "assembling"): 1.0,
                 ("block-2", "rack-2-1", "assembling"): 1.0,
                 ("block-2", "rack-2-2", "running"): 1.0,
                 ("block-3", "rack-3-1", "running"): 1.0,
+                ("block-4", "rack-4-1", "running"): 1.0,  # ray-tune
+                ("block-4", "rack-4-2", "running"): 2.0,  # ray-tune, sd-lora
             }
+            # capacity: block-4's free GPUs per rack from the recorded sums, and its fragmentation
+            free = await poll(lambda: prom.query('rack:gangscope_domain_gpus_free:sum{block="block-4"}'),
+                              lambda r: len(r) == 2, 20, "free GPUs per rack of block-4")
+            assert by_labels(free, "rack") == {("rack-4-1",): 20.0, ("rack-4-2",): 18.0}
+            pods8 = await prom.query('rack:gangscope_domain_placeable_pods:sum{block="block-4", gpus_per_pod="8"}')
+            assert by_labels(pods8, "rack") == {("rack-4-1",): 2.0, ("rack-4-2",): 1.0}
+            blocked = await prom.query("gangscope_fragmentation_blocked_workloads")
+            assert by_labels(blocked, "cluster_queue", "level") == {("gpu-cluster-queue", "rack"): 1.0}
             # The NVL72 rack: its label spans two chassis and cliques (gpu-b3-r1-n5 is mislabelled).
             hw = await poll(lambda: prom.query("rack:gangscope_gpu_chassis:count > 1 or rack:gangscope_gpu_fabric_cliques:count > 1"),
                             lambda r: len(r) == 1, 20, "the NVL72 rack label spanning two hardware domains")

@@ -256,13 +256,28 @@ async def test_live_against_the_simulated_api_server(scenario: Any, tmp_path: Pa
             sim.serve(r)
         sim.bulk_load([o for o in scenario.all_objects() if o["kind"] != "Pod"])
         kubeconfig = sim.write_kubeconfig(str(tmp_path / "kubeconfig"))
-        results = {}
-        for target in ("ml-team/gpt-pretrain", "ml-team/mixtral-sft", "research/t5-pretrain"):
+        results, docs = {}, {}
+        for target in ("ml-team/gpt-pretrain", "ml-team/mixtral-sft", "research/t5-pretrain", "ml-team/llama-70b-sft"):
             args = parser().parse_args([target, "--kubeconfig", kubeconfig, "--output", "json", "--sync-timeout", "10"])
             rc = await asyncio.to_thread(explain.run, args)
             out, err = capsys.readouterr()
             assert rc == 0, err
-            results[target] = json.loads(out)["verdict"]["layer"]
+            docs[target] = json.loads(out)
+            results[target] = docs[target]["verdict"]["layer"]
+        # A user who may list Workloads only in ml-team: the verdict stays, the numbers need the cluster.
+        sim.namespace_rbac[("kueue.x-k8s.io", "workloads")] = {"ml-team"}
+        args = parser().parse_args(["ml-team/llama-70b-sft", "--kubeconfig", kubeconfig, "--output", "json", "--sync-timeout", "5"])
+        rc = await asyncio.to_thread(explain.run, args)
+        out, err = capsys.readouterr()
+        limited = json.loads(out)
     finally:
         await sim.stop()
-    assert results == {"ml-team/gpt-pretrain": "admission", "ml-team/mixtral-sft": "assembly", "research/t5-pretrain": "assembly"}
+    assert results == {"ml-team/gpt-pretrain": "admission", "ml-team/mixtral-sft": "assembly", "research/t5-pretrain": "assembly",
+                       "ml-team/llama-70b-sft": "placement"}
+    # live, the waiting job's fit reads every Node and Workload: the demo's block-4 verdict in numbers
+    placement = next(layer for layer in docs["ml-team/llama-70b-sft"]["layers"] if layer["name"] == "placement")
+    assert placement["summary"].startswith("needs 3 pods x 8 GPUs in one rack (required); the largest free rack, rack-4-1, "
+                                           "fits 2; 38 GPUs are free across 2 racks: fragmented"), placement["summary"]
+    assert rc == 0 and "workloads not readable cluster-wide" in err, err
+    assert limited["verdict"]["layer"] == "placement"
+    assert not next(layer for layer in limited["layers"] if layer["name"] == "placement")["evidence"]["fit"]

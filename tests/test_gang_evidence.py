@@ -161,10 +161,15 @@ def test_zero_watched_pods_of_a_covered_api_is_empty_unless_kueue_admitted_it() 
     assert c.stage("pg1") == "empty"
     assert c.value("gangscope_gang_assembly_stuck", "pg1") is None
     c.add("workloads", workload("wl", owner=("Job", "pg1", "u1")))
-    # Admitted: its pods are due, and the window counts from the admission (T0, 60 s ago) with
-    # the group's scheduleTimeoutSeconds of 10, whatever order the objects arrived in.
+    # Admitted: its pods are due. The window runs from the admission (T0, 60 s ago), not from when
+    # this process joined the two, and the PodGroup's scheduleTimeoutSeconds is 10: stuck.
     assert c.stage("pg1") == "stuck"
     assert c.value("gangscope_gang_assembly_deadline_timestamp_seconds", "pg1") == T0 + 10
+    c.now = T0 + 5
+    c.add("workloads", workload("wl", owner=("Job", "pg1", "u1")) | {"metadata": {
+        "name": "wl", "namespace": "ml", "uid": "wl-wl", "resourceVersion": "2", "creationTimestamp": ts(T0 - 600),
+        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "pg1", "uid": "u1", "controller": True}]}})
+    assert c.stage("pg1") == "assembling"  # 5 s after the admission: within the window
 
 
 def test_deadline_does_not_depend_on_the_order_objects_arrive_in() -> None:

@@ -49,6 +49,8 @@ class W:
     pods: dict[tuple[str, tuple[tuple[str, str], ...]], int] = field(default_factory=dict)  # (podset, path) -> pods
     verdict: tuple[str, str | None] = ("running", None)  # explain's (status, layer)
     says: str = ""  # in explain's summary of the deciding layer
+    requests: dict[tuple[str, str, str], float] = field(default_factory=dict)  # (podset, mode, level) -> value
+    past: int | None = None  # status.accumulatedPastExecutionTimeSeconds (v1beta1: ...Exexcution...)
 
 
 def host(*values: tuple[str, str]) -> tuple[tuple[str, str], ...]:
@@ -84,10 +86,12 @@ EXPECTED: dict[str, dict[tuple[str, str], W]] = {
             says="queued in cq-all-resources (queue lq-all-resources): waiting to be evaluated")},
     "kueue-4224-admitted-cpu-v1beta1.yaml": {("default", "job-action"): W("running", cluster_queue="queue")},
     # Kueue 0.11's Pending with a TAS message; its LocalQueue was printed without a namespace (skipped)
+    # its Topology's levels name the request's key: the label name rdma_local_block_id
     "kueue-5039-tas-inadmissible-v1beta1.yaml": {
         ("default", "job-tas-sample-preferredk2854-590e0"): W(
             "inadmissible", ("Pending", "capacity"), verdict=ADMISSION,
-            says="waiting for capacity (Pending): couldn't assign flavors to pod set main: no topology domains at level")},
+            says="waiting for capacity (Pending): couldn't assign flavors to pod set main: no topology domains at level",
+            requests={("main", "preferred", "rdma_local_block_id"): 1})},
     "kueue-5711-rayjob-admitted-v1beta1.yaml": {
         ("default", "rayjob-rayjob-sample-l58qx-52ced"): W("running", cluster_queue="cq-test")},
     "kueue-8101-tas-trainjob-v1beta2.yaml": {},  # printed without metadata.namespace: skipped, counted
@@ -95,17 +99,22 @@ EXPECTED: dict[str, dict[tuple[str, str], W]] = {
     "kueue-8387-deactivated-v1beta2.yaml": {
         ("default", "pytorchjob-pytorch-simple-dfbe0"): W(
             "deactivated", ("Deactivated", "policy"), evictions={("Deactivated", ""): 1}, verdict=ADMISSION,
-            says="deactivated (spec.active is false) (Deactivated: The workload is deactivated)")},
+            says="deactivated (spec.active is false) (Deactivated: The workload is deactivated)", past=93)},
+    # v1beta1 spells it accumulatedPastExexcutionTimeSeconds (apis/kueue/v1beta1/workload_types.go:418)
     "kueue-8387-finished-deactivated-v1beta1.yaml": {
         ("default", "pytorchjob-job-suspend-test-cea58"): W(
-            "finished", evictions={("Deactivated", ""): 1}, verdict=("finished", None), says="finished (Succeeded)")},
+            "finished", evictions={("Deactivated", ""): 1}, verdict=("finished", None), says="finished (Succeeded)",
+            past=103)},
     # conditions elided by the reporter: Kueue's own workload.Status calls that pending; the
     # assignment is still exported (hostname only: no Topology in the file)
     "kueue-8635-tas-mpijob-v1beta2.yaml": {
         ("e2e-tas-mpijob-k5zkv", "mpijob-ranks-mpi-podsetgroup-cf81d"): W(
             "queued", ("PendingEvaluation", "evaluation"), "cluster-queue", verdict=ADMISSION,
             pods={("launcher", host(("host", "kind-worker"))): 1, ("worker", host(("host", "kind-worker2"))): 1,
-                  ("worker", host(("host", "kind-worker3"))): 1, ("worker", host(("host", "kind-worker4"))): 1})},
+                  ("worker", host(("host", "kind-worker3"))): 1, ("worker", host(("host", "kind-worker4"))): 1},
+            # no Topology in the file: the level is named by its node label key
+            requests={("launcher", "required", "cloud.provider.com/topology-block"): 1,
+                      ("worker", "required", "cloud.provider.com/topology-block"): 1})},
     "kueue-9383-etcd-finished-v1beta1.json": {
         ("default", "job-sample-job-mgkpr-2981a"): W("finished", cluster_queue="cluster-queue", verdict=("finished", None))},
     "kueue-9871-partial-no-name-v1beta2.yaml": {},  # metadata only, no name: skipped, counted
@@ -115,7 +124,8 @@ EXPECTED: dict[str, dict[tuple[str, str], W]] = {
             check_times={"ac": 1773678524}, verdict=ADMISSION, says="admission check ac is Pending")},
     "kueue-9923-envtest-inadmissible-v1beta2.yaml": {
         ("tas-4n5z4", "limits-pnly"): W("inadmissible", ("Pending", "capacity"), verdict=ADMISSION,
-                                        says="Workload no longer fits after processing another workload")},
+                                        says="Workload no longer fits after processing another workload",
+                                        requests={("worker", "preferred", "cloud.provider.com/topology-block"): 1})},
     # GKE's four TAS levels, all stored in the assignment; the worker set's empty domains (a Kueue bug) export nothing
     "kueue-frag-3494-gke-4level-domains-v1beta1.yaml": {
         ("frag", "frag-3494-mpijob"): W(
@@ -285,6 +295,11 @@ def test_snapshot_exports_what_the_object_says(name: str, capfdbinary: pytest.Ca
                 for k, v in of(s, "gangscope_workload_topology_pods", ns, wl).items()}
         assert pods == {(ps, tuple(sorted(path))): n for (ps, path), n in w.pods.items()}, (ns, wl)
         assert not of(s, "gangscope_workload_pods_ready_timestamp_seconds", ns, wl), "no real Workload here reached PodsReady"
+        requests = {(d["podset"], d["mode"], d["level"]): v
+                    for d, v in ((dict(k), v) for k, v in of(s, "gangscope_workload_topology_request", ns, wl).items())}
+        assert requests == w.requests, (ns, wl)  # a request naming only podIndexLabel places by nothing: no series
+        past = of(s, "gangscope_workload_past_execution_seconds", ns, wl)
+        assert past == ({frozenset(): w.past} if w.past is not None else {}), (ns, wl)
 
 
 def test_gke_four_level_topology_is_accepted(capfdbinary: pytest.CaptureFixture[bytes]) -> None:

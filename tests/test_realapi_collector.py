@@ -1,6 +1,6 @@
 """``gangscope collector`` against a real kube-apiserver (v1.20.2, etcd): every source it reads
 served by the real CRDs (Kueue, Coscheduling in both API groups, Volcano, the native
-``scheduling.k8s.io`` types) and Nodes as metadata only, with status written as Kueue and the
+``scheduling.k8s.io`` types) and Nodes, with status written as Kueue and the
 schedulers write it (through ``/status``), and the collector authenticated as the project's own
 ServiceAccount with the project's own ClusterRole (``deploy/base/rbac.yaml``).
 
@@ -188,8 +188,8 @@ async def test_collector_follows_a_real_api_server(live: tuple[Collector, Relay]
     w, ns = scene.writer, scene.ns
     await converges(collector, real_api)
     s = series(await scrape(collector.port))
-    # Every source the server serves is readable with the project's RBAC, Nodes included (metadata
-    # only); those whose CRDs it does not install are down (not served).
+    # Every source the server serves is readable with the project's RBAC, Nodes included (read
+    # whole); those whose CRDs it does not install are down (not served).
     installed = {r.source for r in SERVED if served_version(real_api, r) is not None}
     assert {k[1] for k in s if k[0] == "gangscope_source_up" and s[k] == 1} == {frozenset({("source", src)}) for src in installed}
     assert s[sample("gangscope_workload_topology_pods", namespace=ns, workload="running", podset="main",

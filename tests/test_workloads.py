@@ -59,6 +59,11 @@ def test_exact_lines_of_one_workload() -> None:
         f"gangscope_workload_requested_gpus{{{nw}}} 16",
         f'gangscope_workload_topology_pods{{{nw},podset="main",block="b1",rack="r1",host="h1"}} 1',
         f'gangscope_workload_topology_pods{{{nw},podset="main",block="b1",rack="r2",host="h2"}} 1',
+        # one pod on each of h1 (rack r1) and h2 (rack r2), both in block b1
+        f'gangscope_workload_domains_spanned{{{nw},podset="main",level="block"}} 1',
+        f'gangscope_workload_domains_spanned{{{nw},podset="main",level="rack"}} 2',
+        f'gangscope_workload_locality_ratio{{{nw},podset="main",level="block"}} 1',
+        f'gangscope_workload_locality_ratio{{{nw},podset="main",level="rack"}} 0.5',
     ]
 
 

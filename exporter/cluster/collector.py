@@ -13,6 +13,7 @@ from typing import Any
 
 from ..config import add_gpu_resource, add_topology, gpu_resources, topology_from_args
 from ..exposition import Exposition
+from .capacity import DEFAULT_PLACEMENT_SIZES, parse_sizes
 from .gangs import DEFAULT_ASSEMBLY_TIMEOUT, GangIndex, add_gang_arguments, attach_gangs
 from .jobs import DEFAULT_PROGRESS_STALE, add_job_arguments, attach_jobs
 from .pods import PodStore, add_pod_arguments
@@ -24,17 +25,23 @@ def build_collector(exposition: Exposition, *, gpu_resources: Sequence[str] = ("
                     assembly_timeout: float = DEFAULT_ASSEMBLY_TIMEOUT, eviction_level: str | None = None,
                     eviction_grace: float = DEFAULT_EVICTION_GRACE, watch_pods: bool = True,
                     progress_stale_after: float = DEFAULT_PROGRESS_STALE,
+                    placement_sizes: Sequence[int] = DEFAULT_PLACEMENT_SIZES, shard: int = 0, total_shards: int = 1,
                     ) -> tuple[ClusterStore, dict[str, Any], GangIndex]:
     """The store, the gang index joined onto it, and every handler keyed by ``Resource.source``
     (see exporter.kube.resources): Kueue objects and Nodes go to the store, the PodGroup
     sources (podgroups_*, compositepodgroups_native, workloads_native) to the gang index, the
     pod sources (pods_*, and "pods" for dumps) to its pod store (``gangs.pods``; none with
     ``watch_pods=False``), the job controllers (jobsets, trainjobs, leaderworkersets) to its job
-    index (``gangs.jobs``).
+    index (``gangs.jobs``). ``shard``/``total_shards`` say which part of the Workloads this
+    collector sees (sharding sets them; the per-domain series follow, see
+    exporter.cluster.capacity; ``store.capacity.set_shards`` when they change).
     """
     store = ClusterStore(exposition, gpu_resources=gpu_resources, level_keys=level_keys,
-                         alias_overrides=alias_overrides, eviction_level=eviction_level, eviction_grace=eviction_grace)
+                         alias_overrides=alias_overrides, eviction_level=eviction_level, eviction_grace=eviction_grace,
+                         placement_sizes=placement_sizes, shard=shard, total_shards=total_shards)
     pods = PodStore(gpu_resources) if watch_pods else None
+    if pods is not None:
+        store.capacity.attach_pods(pods)
     gangs = attach_gangs(store, assembly_timeout=assembly_timeout, pods=pods)
     jobs = attach_jobs(store, gangs)
     jobs.stale_after = progress_stale_after
@@ -55,6 +62,16 @@ def add_collector_arguments(p: argparse.ArgumentParser) -> None:
                         "gangscope_topology_evictions_total counts evictions (default: the level above the host)")
     p.add_argument("--eviction-domain-grace", type=float, default=DEFAULT_EVICTION_GRACE, metavar="SECONDS",
                    help="how long the eviction series of a domain that no Node has any more are kept (default 3600)")
+    p.add_argument("--placement-sizes", type=_sizes, default=DEFAULT_PLACEMENT_SIZES, metavar="GPUS,...",
+                   help="pod sizes in GPUs for which gangscope_domain_placeable_pods counts the pods each domain can "
+                        "take now (default " + ",".join(map(str, DEFAULT_PLACEMENT_SIZES)) + ")")
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        return parse_sizes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def collector_from_args(exposition: Exposition, args: argparse.Namespace) -> tuple[ClusterStore, dict[str, Any], GangIndex]:
@@ -65,7 +82,7 @@ def collector_from_args(exposition: Exposition, args: argparse.Namespace) -> tup
         exposition, gpu_resources=gpu_resources(args), level_keys=levels.keys if args.topology_levels else (),
         alias_overrides=overrides, assembly_timeout=args.assembly_timeout, eviction_level=args.eviction_level,
         eviction_grace=args.eviction_domain_grace, watch_pods=not args.no_pods,
-        progress_stale_after=args.progress_stale_after)
+        progress_stale_after=args.progress_stale_after, placement_sizes=args.placement_sizes)
 
 
 def source_specs(args: argparse.Namespace, handlers: Mapping[str, Any], *, namespace: str | None = None,

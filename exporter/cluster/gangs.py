@@ -310,6 +310,10 @@ def counter_members(rec: PodGroupRecord) -> Members | None:
                    reached=None if rec.min_member is None else done >= rec.min_member)
 
 
+def _evidence(m: Members | None) -> str:
+    return m.evidence if m is not None else "phase"
+
+
 def gang_state(rec: PodGroupRecord, m: Members | None) -> str:
     """waiting, partial, assembled, finished, failed, unreported or empty (the stage before the
     Workload's admission and the clock are considered), from the best evidence."""
@@ -365,14 +369,14 @@ def evaluate(rec: PodGroupRecord, wl: Workload | None, via: Via | None, now: flo
     if state == "empty" and admitted:
         state = "waiting"  # Kueue admitted the job: its pods are due
     regressed_at = previous.regressed_at if previous is not None else None
-    # A group that was "empty" only because its Workload had not arrived yet (the PodGroup's LIST
-    # ran first) has not changed, its join has: like "unreported", better evidence is not a
-    # regression. Otherwise two replicas or shards that listed in another order would export
-    # different deadlines for the same objects.
-    joined_late = previous is not None and previous.workload is None and wl is not None
     if (state in ("waiting", "partial") and previous is not None and previous.stage in REGRESSED_FROM
-            and not (previous.stage == "empty" and joined_late)):
-        regressed_at = now  # it was assembled (or had nothing to assemble) and now waits again
+            and _evidence(previous.members) == _evidence(members) and previous.members != members):
+        # It was assembled (or had nothing to assemble) and now waits again, because its members
+        # changed by the same evidence. Better evidence arriving (the pods' first LIST after the
+        # PodGroup's counters) or the Workload joined after its pods says nothing fell back: "now"
+        # would be the moment this process listed, which differs between replicas and shards; the
+        # window then runs from the objects' own times.
+        regressed_at = now
     starts = [t for t in (rec.created, admitted_at, regressed_at) if t is not None]
     wait_start = max(starts) if starts else None
     deadline = stuck = None

@@ -168,6 +168,7 @@ class Collector:
         self._reshards: list[asyncio.Task[None]] = []
         export_shard(self.exposition, self.scope.shard, self.scope.total_shards)
         self.store, self.handlers, self.gangs = collector_from_args(self.exposition, args)
+        self._scope_capacity()
         self._backoff = backoff
         self._client_options = dict(client_options or {})
         self.port = 0
@@ -254,9 +255,16 @@ class Collector:
                                        self.exposition, discovery_interval=args.discovery_interval, backoff=self._backoff)
         await self.shard_sources.run()
 
+    def _scope_capacity(self) -> None:
+        """Tell the capacity accounting which Workloads this collector sees: per-domain series that
+        need every Workload only where it sees all (exporter.cluster.capacity, "Sharding")."""
+        s = self.scope
+        self.store.capacity.set_shards(s.shard, s.total_shards, every_namespace=not (s.namespaces or s.denylist or s.idle))
+
     async def _reshard(self, ordinal: int, replicas: int) -> None:
         self.scope = self.scope.with_shard(ordinal, replicas)
         export_shard(self.exposition, ordinal, replicas)
+        self._scope_capacity()
         log.info("collector_sharded", **self.scope.describe())
         await self.sources.set_scope(self.scope)
 

@@ -1,17 +1,27 @@
-"""Nodes: only their labels matter, for the topology path (block, rack, host) of a hostname.
+"""Nodes: their labels (the topology path of a hostname) and what their GPUs can take.
 
-The collector lists Nodes as metadata only. Kueue stores the value of the node's
-``kubernetes.io/hostname`` label in assignments and the node *name* in ``unhealthyNodes``;
-both usually agree, and the record keeps both so either lookup works.
+Kueue stores the value of the node's ``kubernetes.io/hostname`` label in assignments and the
+node *name* in ``unhealthyNodes``; both usually agree, and the record keeps both so either
+lookup works. For the capacity of each topology domain (:mod:`.capacity`) the record also
+keeps what Kueue's topology-aware scheduling reads of a Node, and nothing else: Kueue's own
+node cache strips each Node to its name, labels, taints, ``spec.unschedulable`` and
+``status.allocatable`` (kueue pkg/cache/scheduler/tas_nodes_cache.go:133-150) and adds the Ready
+condition (:57-60). A full Node (images, addresses, managed fields, annotations) is 10-30 kB of
+JSON; the record is a few hundred bytes beyond its labels (bench/nodes.py measures 5,000).
 """
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..fields import ParseError, Problems, as_dict, str_map
+from ..fields import ParseError, Problems, as_bool, as_dict, as_list, parse_quantity, str_map
+from ..taints import SCHEDULING_EFFECTS, Taint, parse_taints
 from ..topology import HOSTNAME_LABEL
+
+_intern = sys.intern
 
 
 @dataclass(slots=True)
@@ -19,14 +29,23 @@ class Node:
     name: str
     labels: dict[str, str]
     problems: list[str]
+    gpus: float = 0  # status.allocatable of the GPU resources, summed
+    gpu_node: bool = False  # a GPU resource appears in status.capacity or status.allocatable
+    ready: bool = False  # the Ready condition is True
+    unschedulable: bool = False  # spec.unschedulable (cordoned)
+    taints: tuple[Taint, ...] = ()  # the scheduling taints (NoSchedule, NoExecute) only
 
     @property
     def hostname(self) -> str:
         """The ``kubernetes.io/hostname`` label value Kueue's assignments name (the name if unset)."""
         return self.labels.get(HOSTNAME_LABEL) or self.name
 
+    def capacity_view(self) -> tuple[Any, ...]:
+        """What the capacity of its domains depends on (equal views: nothing to recompute)."""
+        return (self.gpus, self.gpu_node, self.ready, self.unschedulable, self.taints)
 
-def parse_node(obj: Any) -> Node:
+
+def parse_node(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",)) -> Node:
     if not isinstance(obj, dict):
         raise ParseError(f"expected an object, got {type(obj).__name__}")
     p: Problems = []
@@ -34,4 +53,41 @@ def parse_node(obj: Any) -> Node:
     name = meta.get("name")
     if not isinstance(name, str) or not name:
         raise ParseError("Node without metadata.name")
-    return Node(name, str_map(meta.get("labels"), "metadata.labels", p), p)
+    spec, status = as_dict(obj.get("spec"), "spec", p), as_dict(obj.get("status"), "status", p)
+    allocatable = as_dict(status.get("allocatable"), "status.allocatable", p)
+    capacity = as_dict(status.get("capacity"), "status.capacity", p)
+    gpus: float = 0
+    gpu_node = False
+    for res in gpu_resources:
+        q = allocatable.get(res)
+        if q is not None:
+            gpu_node = True
+            try:
+                gpus += parse_quantity(q)
+            except ValueError:
+                p.append(f"status.allocatable: bad quantity for {res}: {q!r}")
+        elif res in capacity:
+            gpu_node = True  # its device plugin reports no allocatable devices (all unhealthy, or gone)
+    taints = parse_taints(spec.get("taints"), "spec.taints", p) if spec.get("taints") is not None else ()
+    if any(t.effect not in SCHEDULING_EFFECTS for t in taints):
+        taints = tuple(t for t in taints if t.effect in SCHEDULING_EFFECTS)  # PreferNoSchedule binds nothing
+    # A GPU node carries 50-100 labels (cloud, GPU feature discovery, node feature discovery), most
+    # of them the same on every node: interned, their keys and values are one string each for the
+    # whole cluster, which takes a node's labels from 6.6 to 1.7 kB (bench/capacity.py).
+    labels = {_intern(k): _intern(v) for k, v in str_map(meta.get("labels"), "metadata.labels", p).items()}
+    return Node(
+        name, labels, p, gpus=gpus, gpu_node=gpu_node,
+        ready=_ready(status.get("conditions"), p),
+        unschedulable=as_bool(spec.get("unschedulable"), "spec.unschedulable", p, False),
+        taints=taints,
+    )
+
+
+def _ready(raw: Any, p: Problems) -> bool:
+    """The Ready condition is True (kueue pkg/util/tas IsNodeStatusConditionTrue, called at
+    tas_nodes_cache.go:59-60): False, Unknown or no condition at all is not ready."""
+    for i, c in enumerate(as_list(raw, "status.conditions", p)):
+        c = c if c.__class__ is dict else as_dict(c, f"status.conditions[{i}]", p)
+        if c.get("type") == "Ready":
+            return c.get("status") == "True"
+    return False

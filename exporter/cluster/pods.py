@@ -36,6 +36,7 @@ Use (the collector, snapshot, explain and issue 16's per-domain capacity)::
                                          # Workload, owner, job and node keys whose pods changed
     pods.gpus_bound_on(node) -> float    # GPUs of bound, non-terminal pods on a node (by node name)
     pods.gpus_bound_by_node() -> Mapping[str, float]   # the same for every node with any (read-only)
+    pods.listed -> bool                  # a pod source (or a dump's pods) listed: no pod now means none
     pods.of_gang(ns, api, name) / of_workload(ns, name) / of_owner(uid) / of_job(ns, kind, name)
     pods.counts(pods) -> PodCounts       # members bound, running, ready, pending, succeeded, failed, GPUs
     pods.covers(source) -> bool          # whether the pods of a PodGroup source are watched and listed
@@ -53,7 +54,7 @@ from typing import Any
 
 import structlog
 
-from ..fields import ParseError, Problems
+from ..fields import ParseError, Problems, shared
 from ..health import SourceHealth
 from ..kube.resources import POD_RESOURCES, Resource
 from .workloads import pod_gpus
@@ -87,19 +88,13 @@ GangRef = tuple[str, str, str]  # (api, PodGroup name, KAI sub-group or "")
 Owner = tuple[str, str, str]  # (kind, name, uid) of the controller owner
 JobRef = tuple[str, str, str, int]  # (kind, name, group index or "", group size or 0)
 
-_SHARED_LIMIT = 65536
 _shared: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _intern = sys.intern
 
 
 def _share(t: tuple[Any, ...]) -> tuple[Any, ...]:
     """One tuple object for every equal reference (gangs, owners and jobs repeat across pods)."""
-    found = _shared.get(t)
-    if found is None:
-        if len(_shared) >= _SHARED_LIMIT:
-            _shared.clear()
-        found = _shared[t] = t
-    return found
+    return shared(_shared, t, t)
 
 
 @dataclass(slots=True)
@@ -322,6 +317,12 @@ class PodStore:
     def gpus_bound_on(self, node: str) -> float:
         """GPUs requested by the bound, non-terminal watched pods on ``node`` (a node name)."""
         return self._node_gpus.get(node, 0.0)
+
+    @property
+    def listed(self) -> bool:
+        """Whether a pod source completed its first LIST (or a dump brought pods): before it, no
+        pod known means nothing."""
+        return bool(self._listed)
 
     def gpus_bound_by_node(self) -> Mapping[str, float]:
         """Node name -> GPUs of its bound, non-terminal watched pods (nodes with none are absent)."""

@@ -7,6 +7,8 @@ API (for the gang join, explain and the collector main)::
                          alias_overrides={},       # --topology-alias
                          eviction_level=None,      # --eviction-level; None: the level above the host
                          eviction_grace=3600.0,    # --eviction-domain-grace
+                         placement_sizes=(1, 2, 4, 8),  # --placement-sizes
+                         shard=0, total_shards=1,  # which Workloads this collector sees (exporter.cluster.capacity)
                          clock=time.time)
     handlers = store.handlers()                    # {source name: ResourceHandler}, sources as in
                                                    # exporter.kube.resources (workloads, localqueues,
@@ -14,7 +16,9 @@ API (for the gang join, explain and the collector main)::
     handlers["workloads"].replace(objects)         # a full LIST (objects not in it are deleted)
     handlers["workloads"].apply("MODIFIED", obj)   # one watch event: ADDED | MODIFIED | DELETED
     handlers["workloads"].health = SourceHealth(...)   # where parse errors are counted (optional)
-    store.start_timers() / store.stop_timers()     # inside the collector's loop: backoff ends, domain pruning
+    store.start_timers() / store.stop_timers()     # inside the collector's loop: backoff ends, domain pruning,
+                                                   # capacity flushes
+    store.capacity                                 # exporter.cluster.capacity.Capacity: GPUs per domain, fits
 
     store.workload(namespace, name) -> Workload | None        # exporter.cluster.workloads.Workload
     store.workloads                                            # dict[(namespace, name), Workload]
@@ -60,6 +64,7 @@ from ..topologies import (
     FlavorTopology, ResourceFlavor, Topology, merge_levels, parse_resource_flavor, parse_topology, resolve_flavor_topology,
 )
 from ..topology import HOSTNAME_LABEL, DomainPaths, TopologyError, TopologyLevels
+from .capacity import DEFAULT_PLACEMENT_SIZES, Capacity
 from .localqueues import LocalQueue, parse_local_queue
 from .nodes import Node, parse_node
 from .workload_state import PodsAssembling, workload_state
@@ -196,6 +201,7 @@ class ClusterStore:
     def __init__(self, exposition: Exposition, *, gpu_resources: Sequence[str] = ("nvidia.com/gpu",),
                  level_keys: Sequence[str] = (), alias_overrides: Mapping[str, str] | None = None,
                  eviction_level: str | None = None, eviction_grace: float = DEFAULT_EVICTION_GRACE,
+                 placement_sizes: Sequence[int] = DEFAULT_PLACEMENT_SIZES, shard: int = 0, total_shards: int = 1,
                  clock: Callable[[], float] = time.time) -> None:
         self.exposition = exposition
         exposition.register(*FAMILIES, TOPOLOGY_UNRESOLVED)
@@ -243,23 +249,32 @@ class ClusterStore:
         self.levels = TopologyLevels.build(self._fixed_levels, self._overrides)
         self._paths = DomainPaths(self.levels, self._host_labels)
         self.eviction_depth = self._resolve_eviction_depth()
+        self._level_names: dict[str, str] = {}
+        self.capacity = Capacity(exposition, lambda: self.levels, self.fragment, gpu_resources=self.gpu_resources,
+                                 sizes=placement_sizes, flavors=self.flavors, topologies=self.topologies,
+                                 shard=shard, total_shards=total_shards)
+        self.on_workload_change.append(lambda key: self.capacity.workload_changed(key, self.workloads.get(key)))
+        self.on_topology_change.append(self.capacity.levels_changed)
 
     # ---- handlers -------------------------------------------------------------------------
 
     def handlers(self) -> dict[str, ResourceHandler]:
         """One adapter per watched resource, keyed by ``Resource.source``."""
+        settle = self.capacity.settle  # after each call: offline, the capacity series are rendered then
         return {
             "workloads": ResourceHandler("workloads", lambda o: parse_workload(o, self.gpu_resources),
-                                         lambda w: w.key, self._put_workload, self._delete_workload, self.workloads),
+                                         lambda w: w.key, self._put_workload, self._delete_workload, self.workloads,
+                                         finish=settle),
             "localqueues": ResourceHandler("localqueues", parse_local_queue, lambda q: q.key,
-                                           self._put_local_queue, self._delete_local_queue, self.local_queues),
+                                           self._put_local_queue, self._delete_local_queue, self.local_queues,
+                                           finish=settle),
             "topologies": ResourceHandler("topologies", parse_topology, lambda t: t.name, self._put_topology,
-                                          self._delete_topology, self.topologies, finish=self._update_levels),
+                                          self._delete_topology, self.topologies, finish=self._topologies_changed),
             "resourceflavors": ResourceHandler("resourceflavors", parse_resource_flavor, lambda f: f.name,
                                                self._put_flavor, self._delete_flavor, self.flavors,
-                                               finish=self._update_flavor_topologies),
-            "nodes": _NodeHandler("nodes", parse_node, lambda n: n.name, self._put_node, self._delete_node,
-                                  self.nodes, store=self),
+                                               finish=self._flavors_changed),
+            "nodes": _NodeHandler("nodes", lambda o: parse_node(o, self.gpu_resources), lambda n: n.name,
+                                  self._put_node, self._delete_node, self.nodes, store=self, finish=settle),
         }
 
     # ---- timers ---------------------------------------------------------------------------
@@ -271,8 +286,10 @@ class ClusterStore:
         for wl in self.workloads.values():
             self._arm_backoff(wl)
         self._arm_prune()
+        self.capacity.start(self._loop)
 
     def stop_timers(self) -> None:
+        self.capacity.stop()
         for handle in self._backoff_timers.values():
             handle.cancel()
         self._backoff_timers.clear()
@@ -312,6 +329,13 @@ class ClusterStore:
         if frag is None:
             frag = self._fragments[path] = render_fragment(path)
         return frag
+
+    def level_name(self, key: str) -> str:
+        """The label name of a topology level's node label key; the key itself when it is no level."""
+        name = self._level_names.get(key)
+        if name is None:
+            name = self._level_names[key] = self.levels.alias(key) or key
+        return name
 
     def flavor_topology(self, assignment: Assignment) -> FlavorTopology:
         """The Topology whose levels expand ``assignment`` (see :func:`resolve_flavor_topology`)."""
@@ -410,7 +434,7 @@ class ClusterStore:
         wl.unhealthy_paths = [self.node_path(n) for n in wl.unhealthy_nodes]
         wl.state = workload_state(wl, self.clock(), self._assembling(wl.key) if self.pods_assembling else None)
         self._arm_backoff(wl)
-        self.exposition.set_counted(("workload", wl.namespace, wl.name), render_workload(wl, self.fragment))
+        self.exposition.set_counted(("workload", wl.namespace, wl.name), render_workload(wl, self.fragment, self.level_name))
         for cb in self.on_workload_change:
             cb(wl.key)
 
@@ -679,10 +703,25 @@ class ClusterStore:
             return
         log.info("topology_levels", levels=list(levels.keys), labels=list(levels.aliases))
         self.levels = levels
+        self._level_names.clear()
         self._paths = DomainPaths(levels, self._host_labels)
         self._resolutions.clear()
         self._rebuild_node_domains()
         self._invalidate_paths(list(self.workloads))
+
+    def _topologies_changed(self) -> None:
+        try:
+            self._update_levels()
+        finally:
+            self.capacity.flavors_changed()
+            self.capacity.settle()
+
+    def _flavors_changed(self) -> None:
+        try:
+            self._update_flavor_topologies()
+        finally:
+            self.capacity.flavors_changed()
+            self.capacity.settle()
 
     def _update_flavor_topologies(self) -> None:
         """ResourceFlavors or Topologies changed: place again the Workloads whose assignments
@@ -716,6 +755,7 @@ class ClusterStore:
     def _put_node(self, node: Node) -> None:
         prev = self.nodes.get(node.name)
         self.nodes[node.name] = node
+        self.capacity.node_changed(node.name, node)
         if prev is not None and prev.hostname != node.hostname:
             self._host_labels.pop(prev.hostname, None)
         self._host_labels[node.hostname] = node.labels
@@ -727,6 +767,7 @@ class ClusterStore:
         prev = self.nodes.pop(name, None)
         if prev is None:
             return
+        self.capacity.node_changed(name, None)
         if self._host_labels.get(prev.hostname) is prev.labels:
             del self._host_labels[prev.hostname]
         self._track_node_domain(name, None)
@@ -775,10 +816,11 @@ class _NodeHandler(ResourceHandler[Node]):
         super().begin_replace()
 
     def end_replace(self, complete: bool) -> None:
-        try:
-            super().end_replace(complete)
-        finally:
-            self._store.end_node_batch()
+        with self._store.capacity.deferred():  # flushed once the Workloads held back are rendered too
+            try:
+                super().end_replace(complete)
+            finally:
+                self._store.end_node_batch()
 
 
 def _discard(index: dict[Any, set[WorkloadKey]], k: Any, key: WorkloadKey) -> None:

@@ -40,6 +40,10 @@ STAGES = (
     "preempting", "backoff", "held", "inadmissible", "queued",
 )
 
+# Stages of a Workload that waits for admission without holding quota: where the admission layer
+# holds it, and the Workloads whose fit in the free capacity gangscope_workload_fit reports.
+WAITING_STAGES = ("queued", "inadmissible", "preempting", "held", "backoff")
+
 # Why a Workload that is not admitted waits, by what it means for the user (the ``category``
 # label of gangscope_workload_pending_reason).
 CATEGORIES = ("capacity", "configuration", "preemption", "policy", "backoff", "evaluation", "admission_check")
@@ -274,6 +278,14 @@ def workload_state(wl: Workload, now: float, pods_assembling: bool | None = None
     evicted_message = evicted.message if evicted is not None and evicted.status == "True" else None
     stage, category = quota_reason_meaning(quota.reason, quota.message, evicted_message)
     return WorkloadState(stage, PendingReason(quota.reason, category, quota.message), None, check, pods_assembling)
+
+
+def holds_quota(wl: Workload) -> bool:
+    """Whether Kueue counts the Workload's topology assignment as used capacity: quota reserved,
+    not finished, active (pkg/workload/workload.go:1304-1306 HasActiveQuotaReservation; only
+    such Workloads stay in the cache, pkg/cache/scheduler/cache.go:812-818, whose TAS usage is
+    added per assigned domain, clusterqueue.go:644-660 and tas_flavor.go:264-308)."""
+    return wl.condition_true("QuotaReserved") and not wl.condition_true("Finished") and wl.active
 
 
 def _message(cond: Condition | None) -> str:

@@ -18,7 +18,10 @@ from typing import Any
 
 from ..exposition import Family, format_value
 from ..exposition import escape_label_value as esc
-from ..fields import ParseError, Problems, as_bool, as_dict, as_int, as_list, as_str, parse_quantity, parse_time, str_map
+from ..fields import (
+    SHARED_LIMIT, ParseError, Problems, as_bool, as_dict, as_int, as_list, as_str, parse_quantity, parse_time, shared, str_map,
+)
+from ..taints import Toleration, parse_tolerations
 from ..topologies import FlavorTopology
 from ..topology import AssignmentError, Domain, iter_domains
 from .workload_state import CHECK_STATES, STAGES, WorkloadState
@@ -95,6 +98,26 @@ WORKLOAD_UNHEALTHY_NODE = Family(
     "gangscope_workload_unhealthy_node", "gauge",
     "Nodes Kueue lists in status.unhealthyNodes of the Workload (1 per node).", _NW, topology=True,
 )
+WORKLOAD_TOPOLOGY_REQUEST = Family(
+    "gangscope_workload_topology_request", "gauge",
+    "The topology request of each pod set (spec.podSets[].topologyRequest): mode required, preferred or unconstrained "
+    "with the level's label name (value 1), and slice_required per slice layer with the pods per slice as the value.",
+    (*_NW, "podset", "mode", "level"),
+)
+WORKLOAD_DOMAINS_SPANNED = Family(
+    "gangscope_workload_domains_spanned", "gauge",
+    "Topology domains of each level above the host that the admitted pod set's pods occupy.", (*_NW, "podset", "level"),
+)
+WORKLOAD_LOCALITY_RATIO = Family(
+    "gangscope_workload_locality_ratio", "gauge",
+    "The largest share of the admitted pod set's pods in one domain of the level (1: all in one).", (*_NW, "podset", "level"),
+)
+WORKLOAD_PAST_EXECUTION = Family(
+    "gangscope_workload_past_execution_seconds", "gauge",
+    "Seconds the Workload was admitted in earlier admit-evict cycles (Kueue's status.accumulatedPastExecutionTimeSeconds): "
+    "the run time that evictions interrupted; add the current run from gangscope_workload_admitted_timestamp_seconds.",
+    _NW,
+)
 TOPOLOGY_EVICTIONS = Family(
     "gangscope_topology_evictions_total", "counter",
     "Workload evictions observed since start (status.schedulingStats), counted once per domain at --eviction-level "
@@ -107,7 +130,8 @@ FAMILIES = (
     WORKLOAD_INFO, WORKLOAD_STAGE, WORKLOAD_PENDING_REASON, WORKLOAD_CONDITION, WORKLOAD_CREATED,
     WORKLOAD_QUOTA_RESERVED, WORKLOAD_ADMITTED, WORKLOAD_PODS_READY, WORKLOAD_EVICTIONS, WORKLOAD_REQUEUE_COUNT,
     WORKLOAD_REQUEUE_AT, WORKLOAD_ADMISSION_CHECK, WORKLOAD_ADMISSION_CHECK_TRANSITION, WORKLOAD_REQUESTED_GPUS,
-    WORKLOAD_TOPOLOGY_PODS, WORKLOAD_UNHEALTHY_NODE, TOPOLOGY_EVICTIONS,
+    WORKLOAD_TOPOLOGY_PODS, WORKLOAD_UNHEALTHY_NODE, TOPOLOGY_EVICTIONS, WORKLOAD_TOPOLOGY_REQUEST,
+    WORKLOAD_DOMAINS_SPANNED, WORKLOAD_LOCALITY_RATIO, WORKLOAD_PAST_EXECUTION,
 )
 
 # Condition types whose True transition time is exported as a timestamp family.
@@ -120,9 +144,8 @@ Path = tuple[tuple[str, str], ...]  # ((alias, value), ...) over the configured 
 # On a realistic cluster (bench/cluster.py, bench/caches.py) they save 15 and 5 MiB; caches of
 # whole conditions and whole assignments saved nothing there (every Workload has its own times,
 # messages and hosts) and held memory, so there are none. Nothing mutates a parsed record. The
-# caches start over when they grow past _SHARED_LIMIT, like the time cache in .fields, so host
+# caches start over when they grow past SHARED_LIMIT, like the time cache in .fields, so host
 # churn cannot grow them forever.
-_SHARED_LIMIT = 65536
 _DOMAINS: dict[int, dict[str, Domain]] = {}  # pods -> host value -> Domain((host,), pods)
 _MAPS: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}  # flavors, pod template labels and annotations
 _intern = sys.intern
@@ -130,15 +153,7 @@ _intern = sys.intern
 
 def _shared_map(d: dict[str, str]) -> dict[str, str]:
     """One dict object for every equal string map (read-only by convention, like every record)."""
-    if not d:
-        return d
-    key = tuple(d.items())
-    m = _MAPS.get(key)
-    if m is None:
-        if len(_MAPS) >= _SHARED_LIMIT:
-            _MAPS.clear()
-        m = _MAPS[key] = d
-    return m
+    return shared(_MAPS, tuple(d.items()), d) if d else d
 
 
 @dataclass(slots=True)
@@ -181,6 +196,40 @@ class Owner:
     uid: str
 
 
+@dataclass(frozen=True, slots=True)
+class TopologyRequest:
+    """``spec.podSets[].topologyRequest`` (apis/kueue/v1beta2/workload_types.go:165-251; v1beta1
+    has the same fields but the slice constraints list), as the node label keys Kueue names.
+
+    ``slices`` are the slice layers outermost first, (level key, pods per slice): the
+    ``podsetSliceRequiredTopologyConstraints`` list, else ``podSetSliceRequiredTopology`` with
+    ``podSetSliceSize`` (0 when unset), as Kueue reads them (pkg/util/tas/tas.go:141-158).
+    """
+
+    required: str = ""
+    preferred: str = ""
+    unconstrained: bool = False
+    slices: tuple[tuple[str, int], ...] = ()
+    group: str = ""  # podSetGroupName: pod sets placed together
+
+    @property
+    def mode(self) -> str:
+        """required, preferred or unconstrained (Kueue's precedence, tas_flavor_snapshot.go:1222-1238);
+        "" for a request that names only slices or nothing Kueue places by."""
+        if self.required:
+            return "required"
+        if self.preferred:
+            return "preferred"
+        if self.unconstrained:
+            return "unconstrained"
+        return ""
+
+    @property
+    def level(self) -> str:
+        """The level the pod set asks to be kept in (required or preferred), "" for none."""
+        return self.required or self.preferred
+
+
 @dataclass(slots=True)
 class PodSet:
     """``spec.podSets[]``: what the gang needs, and the template metadata the PodGroup join reads."""
@@ -191,6 +240,9 @@ class PodSet:
     labels: dict[str, str]
     annotations: dict[str, str]
     scheduling_group: str = ""  # template.spec.schedulingGroup.podGroupName: the native PodGroup (1.36+)
+    topology: TopologyRequest | None = None
+    tolerations: tuple[Toleration, ...] = ()  # template.spec.tolerations
+    node_selector: dict[str, str] = field(default_factory=dict)  # template.spec.nodeSelector
 
 
 class Shape:
@@ -250,6 +302,7 @@ class Workload:
     assignments: list[Assignment]  # current admission (empty when none)
     unhealthy_nodes: list[str]
     problems: list[str]
+    past_execution_seconds: int | None = None  # status.accumulatedPastExecutionTimeSeconds
     # Filled by the store:
     state: WorkloadState | None = None  # what the status means (exporter.cluster.workload_state)
     cluster_queue: str = ""  # admission's, else the LocalQueue's spec.clusterQueue
@@ -350,14 +403,27 @@ def parse_workload(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",))
         requeue_at_seconds=_time(requeue_at, "status.requeueState.requeueAt", p) if requeue_at else None,
         evictions=_evictions(status.get("schedulingStats"), p),
         admission_checks=_admission_checks(status.get("admissionChecks"), p),
-        podsets=_podsets(spec.get("podSets"), gpu_resources, p),
+        podsets=_podsets(spec.get("podSets"), gpu_resources, p, placing=admission.__class__ is not dict),
         admitted=isinstance(admission, dict),
         admission_cluster_queue=_intern(
             cluster_queue if cluster_queue.__class__ is str else as_str(cluster_queue, "status.admission.clusterQueue", p)),
         assignments=assignments,
         unhealthy_nodes=unhealthy,
         problems=p,
+        past_execution_seconds=_past_execution(status, p),
     )
+
+
+def _past_execution(status: dict, p: Problems) -> int | None:
+    """Kueue's accumulated admitted time of earlier cycles. v1beta1 spells the field
+    ``accumulatedPastExexcutionTimeSeconds`` (apis/kueue/v1beta1/workload_types.go:418, converted
+    at workload_conversion.go:41-46), v1beta2 ``accumulatedPastExecutionTimeSeconds``
+    (apis/kueue/v1beta2/workload_types.go:677-681)."""
+    for key in ("accumulatedPastExecutionTimeSeconds", "accumulatedPastExexcutionTimeSeconds"):
+        value = status.get(key)
+        if value is not None:
+            return as_int(value, "status." + key, p)
+    return None
 
 
 def _conditions(raw: Any, p: Problems) -> dict[str, Condition]:
@@ -436,7 +502,10 @@ def _admission_checks(raw: Any, p: Problems) -> list[AdmissionCheck]:
     return out
 
 
-def _podsets(raw: Any, gpu_resources: Sequence[str], p: Problems) -> list[PodSet]:
+def _podsets(raw: Any, gpu_resources: Sequence[str], p: Problems, placing: bool = True) -> list[PodSet]:
+    """``placing``: the Workload waits for a placement (no admission), so the pod templates'
+    tolerations and node selector, which only the fit of a waiting Workload reads
+    (exporter.cluster.capacity), are parsed too; an admitted Workload's are not, by the ten thousand."""
     # Fields of the expected type are taken as they are; only the others go through the
     # tolerant accessors, with the path for their problem (built only then: this runs per event).
     out = []
@@ -457,6 +526,7 @@ def _podsets(raw: Any, gpu_resources: Sequence[str], p: Problems) -> list[PodSet
             name = as_str(name, w + ".name", p, "main")
         if count.__class__ is not int:
             count = as_int(count, w + ".count", p, 1)
+        tolerations, selector = (spec.get("tolerations"), spec.get("nodeSelector")) if placing else (None, None)
         out.append(PodSet(
             name=name or "main",
             count=count or 0,
@@ -464,8 +534,51 @@ def _podsets(raw: Any, gpu_resources: Sequence[str], p: Problems) -> list[PodSet
             labels=_shared_map(str_map(tmeta.get("labels"), w + ".template.metadata.labels", p)),
             annotations=_shared_map(str_map(tmeta.get("annotations"), w + ".template.metadata.annotations", p)),
             scheduling_group=_scheduling_group(spec.get("schedulingGroup"), w, p),
+            topology=_topology_request(ps.get("topologyRequest"), w, p),
+            tolerations=parse_tolerations(tolerations, w + ".template.spec.tolerations", p) if tolerations is not None else (),
+            node_selector=_shared_map(str_map(selector, w + ".template.spec.nodeSelector", p)) if selector is not None else _EMPTY,
         ))
     return out
+
+
+_REQUESTS: dict[TopologyRequest, TopologyRequest] = {}  # a handful of distinct requests, shared
+_RAW_REQUESTS: dict[tuple[tuple[str, Any], ...], TopologyRequest] = {}  # raw fields -> their parsed request
+
+
+def _topology_request(raw: Any, where: str, p: Problems) -> TopologyRequest | None:
+    """``spec.podSets[i].topologyRequest``; None without one. Kueue copies it from the pod set's
+    ``kueue.x-k8s.io/podset-*-topology`` annotations (pkg/controller/jobframework/tas.go:60-70), so the field is the
+    one source to read."""
+    if raw is None:
+        return None
+    try:  # the same fields seen before, already parsed without a problem (one lookup per event)
+        return _RAW_REQUESTS[tuple(raw.items())]
+    except (KeyError, TypeError, AttributeError):
+        pass
+    before = len(p)
+    w = where + ".topologyRequest"
+    if raw.__class__ is not dict:
+        raw = as_dict(raw, w, p)
+    required, preferred = as_str(raw.get("required"), w + ".required", p), as_str(raw.get("preferred"), w + ".preferred", p)
+    unconstrained = as_bool(raw.get("unconstrained"), w + ".unconstrained", p, False)
+    slices: list[tuple[str, int]] = []
+    for i, layer in enumerate(as_list(raw.get("podsetSliceRequiredTopologyConstraints"), w + ".podsetSliceRequiredTopologyConstraints", p)):
+        lw = f"{w}.podsetSliceRequiredTopologyConstraints[{i}]"
+        layer = as_dict(layer, lw, p)
+        slices.append((as_str(layer.get("topology"), lw + ".topology", p), as_int(layer.get("size"), lw + ".size", p, 0) or 0))
+    if not slices:
+        key = as_str(raw.get("podSetSliceRequiredTopology"), w + ".podSetSliceRequiredTopology", p)
+        if key:
+            slices.append((key, as_int(raw.get("podSetSliceSize"), w + ".podSetSliceSize", p, 0) or 0))
+    group = as_str(raw.get("podSetGroupName"), w + ".podSetGroupName", p)
+    request = TopologyRequest(required, preferred, unconstrained, tuple(slices), group)
+    request = shared(_REQUESTS, request, request)
+    if len(p) == before and raw.__class__ is dict:
+        try:
+            shared(_RAW_REQUESTS, tuple(raw.items()), request)
+        except TypeError:  # a field Kueue does not read holds a list or an object: not kept
+            pass
+    return request
 
 
 def _scheduling_group(raw: Any, where: str, p: Problems) -> str:
@@ -589,7 +702,7 @@ def _host_domains(ta: Any) -> tuple[tuple[Domain, ...], Shape] | None:
     out: list[Domain] = []
     for prefix, suffix, count, roots in parts:
         shared = _DOMAINS.get(count)
-        if shared is None or len(shared) >= _SHARED_LIMIT:
+        if shared is None or len(shared) >= SHARED_LIMIT:
             shared = _DOMAINS[count] = {}
         for root in roots:
             if root.__class__ is not str:
@@ -623,7 +736,7 @@ def _condition_suffix(c: Condition) -> bytes:
     key = (c.type, c.status, c.reason)
     suffix = _CONDITION_SUFFIXES.get(key)
     if suffix is None:
-        if len(_CONDITION_SUFFIXES) >= _SHARED_LIMIT:
+        if len(_CONDITION_SUFFIXES) >= SHARED_LIMIT:
             _CONDITION_SUFFIXES.clear()
         suffix = _CONDITION_SUFFIXES[key] = (
             f',type="{esc(c.type)}",status="{esc(c.status)}",reason="{esc(c.reason)}"}} 1\n'.encode())
@@ -634,7 +747,7 @@ def _pending_suffix(reason: str, category: str) -> bytes:
     key = (reason, category)
     suffix = _PENDING_SUFFIXES.get(key)
     if suffix is None:
-        if len(_PENDING_SUFFIXES) >= _SHARED_LIMIT:
+        if len(_PENDING_SUFFIXES) >= SHARED_LIMIT:
             _PENDING_SUFFIXES.clear()
         suffix = _PENDING_SUFFIXES[key] = f',reason="{esc(reason)}",category="{category}"}} 1\n'.encode()
     return suffix
@@ -672,17 +785,62 @@ def _pod_parts(a: Assignment, fragment: Callable[[Path], str]) -> list[bytes]:
     for pair in pairs:
         suffix = cache.get(pair)
         if suffix is None:
-            if len(cache) >= _SHARED_LIMIT:
+            if len(cache) >= SHARED_LIMIT:
                 cache.clear()
             suffix = cache[pair] = f"{fragment(pair[0])}}} {pair[1]}\n".encode()
         parts.append(suffix)
     return parts
 
 
-def render_workload(wl: Workload, fragment: Callable[[Path], str]) -> list[tuple[Family, bytes, int]]:
+def _quality_parts(a: Assignment) -> list[tuple[bytes, bytes]]:
+    """``(spanned suffix, locality suffix)`` per level above the host where the assignment's
+    pods have a domain: the distinct domains of that level, and the largest share of the pods in
+    one of them. Levels outside the flavor's Topology (all values "") are left out."""
+    placed: Sequence[tuple[Path, int]] = a.placed
+    total = sum(pods for _, pods in placed)
+    out: list[tuple[bytes, bytes]] = []
+    if placed and total > 0:
+        for i in range(len(placed[0][0]) - 1):
+            per_domain: dict[Path, int] = {}
+            for path, pods in placed:
+                if path[i][1]:
+                    domain = path[: i + 1]
+                    per_domain[domain] = per_domain.get(domain, 0) + pods
+            if per_domain:
+                label = f'level="{esc(placed[0][0][i][0])}"}} '
+                out.append(((label + f"{len(per_domain)}\n").encode(),
+                            (label + format_value(max(per_domain.values()) / total) + "\n").encode()))
+    return out
+
+
+_REQUEST_SUFFIXES: dict[tuple[Any, ...], tuple[bytes, ...]] = {}  # (pod set, request, level names) -> line suffixes
+
+
+def _request_lines(wl: Workload, base: str, level_name: Callable[[str], str], out: list[tuple[Family, bytes, int]]) -> None:
+    parts: list[bytes] = [b""]
+    for ps in wl.podsets:
+        tr = ps.topology
+        if tr is None:
+            continue
+        names = (level_name(tr.level), *(level_name(key) for key, _ in tr.slices))
+        key = (ps.name, tr, names)
+        suffixes = _REQUEST_SUFFIXES.get(key)
+        if suffixes is None:
+            head = f',podset="{esc(ps.name)}"'
+            lines = [f'{head},mode="{tr.mode}",level="{esc(names[0])}"}} 1\n'] if tr.mode else []
+            lines += [f'{head},mode="slice_required",level="{esc(name)}"}} {size}\n' for (_, size), name in zip(tr.slices, names[1:])]
+            suffixes = shared(_REQUEST_SUFFIXES, key, tuple(line.encode() for line in lines))
+        parts += suffixes
+    if len(parts) > 1:
+        out.append((WORKLOAD_TOPOLOGY_REQUEST, f"gangscope_workload_topology_request{{{base}".encode().join(parts), len(parts) - 1))
+
+
+def render_workload(wl: Workload, fragment: Callable[[Path], str],
+                    level_name: Callable[[str], str] = str) -> list[tuple[Family, bytes, int]]:
     """All sample lines of one Workload: per family, one UTF-8 string and its number of lines
     (for :meth:`Exposition.set_counted`, in a list: a dict would hash each Family); ``fragment(path)`` renders a topology path's label
-    pairs (a pure function of the path, so its results are cached here).
+    pairs (a pure function of the path, so its results are cached here); ``level_name(key)``
+    is the label name of a topology level's node label key (the key itself when it is no level).
 
     This runs on every watch event for tens of thousands of objects: lines share a pre-escaped
     ``namespace,workload`` head and cached suffixes (see ``_STAGE_PARTS``) instead of per-label code.
@@ -734,6 +892,22 @@ def render_workload(wl: Workload, fragment: Callable[[Path], str]) -> list[tuple
         n += len(parts) - 1
     if n:
         out.append((WORKLOAD_TOPOLOGY_PODS, pods, n))
+    if wl.admitted:
+        spanned, locality, n = b"", b"", 0
+        for a in wl.last_assignments:
+            parts = _quality_parts(a)
+            if parts:
+                head = f'{base},podset="{esc(a.name)}",'.encode()
+                spanned += b"".join([b"gangscope_workload_domains_spanned{" + head + s for s, _ in parts])
+                locality += b"".join([b"gangscope_workload_locality_ratio{" + head + r for _, r in parts])
+                n += len(parts)
+        if n:
+            out.append((WORKLOAD_DOMAINS_SPANNED, spanned, n))
+            out.append((WORKLOAD_LOCALITY_RATIO, locality, n))
+    _request_lines(wl, base, level_name, out)
+    if wl.past_execution_seconds is not None:
+        out.append((WORKLOAD_PAST_EXECUTION,
+                    f"gangscope_workload_past_execution_seconds{{{base}}} {wl.past_execution_seconds}\n".encode(), 1))
     if wl.unhealthy_paths:
         paths = dict.fromkeys(wl.unhealthy_paths)
         out.append((WORKLOAD_UNHEALTHY_NODE, "".join([

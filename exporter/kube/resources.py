@@ -33,7 +33,9 @@ WORKLOADS = Resource("workloads", "kueue.x-k8s.io", ("v1beta2", "v1beta1"), "wor
 LOCAL_QUEUES = Resource("localqueues", "kueue.x-k8s.io", ("v1beta2", "v1beta1"), "localqueues", "LocalQueue", True)
 TOPOLOGIES = Resource("topologies", "kueue.x-k8s.io", ("v1beta2", "v1beta1", "v1alpha1"), "topologies", "Topology", False)
 RESOURCE_FLAVORS = Resource("resourceflavors", "kueue.x-k8s.io", ("v1beta2", "v1beta1"), "resourceflavors", "ResourceFlavor", False)
-NODES = Resource("nodes", "", ("v1",), "nodes", "Node", False, metadata_only=True)
+# Whole Nodes: the capacity per domain reads status.allocatable, the Ready condition, spec.unschedulable
+# and spec.taints (exporter.cluster.nodes keeps only those and the labels).
+NODES = Resource("nodes", "", ("v1",), "nodes", "Node", False)
 COSCHEDULING_PODGROUPS = Resource("podgroups_coscheduling", "scheduling.x-k8s.io", ("v1alpha1",), "podgroups", "PodGroup", True)
 COSCHEDULING_LEGACY_PODGROUPS = Resource("podgroups_coscheduling_legacy", "scheduling.sigs.k8s.io", ("v1alpha1",), "podgroups", "PodGroup", True)
 VOLCANO_PODGROUPS = Resource("podgroups_volcano", "scheduling.volcano.sh", ("v1beta1",), "podgroups", "PodGroup", True)

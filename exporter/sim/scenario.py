@@ -32,6 +32,11 @@ block-1 / rack-1-2        ``moe-pipeline``: a Kubernetes 1.37 composite gang (a
                           without a topology request on the rack ``mixtral-sft`` waits for
 elsewhere                 ``vision/sam-finetune``: a KAI Scheduler gang whose queue is over
                           its limit (``OverLimit``), its two pods pending
+block-4 / rack-4-1, -4-2  fragmented free space: 2 racks of 3 nodes where ``ray-tune`` (2 pods x 4
+                          GPUs, preferring one rack, spread over both) and ``sd-lora`` (1 pod x
+                          2 GPUs) leave 38 GPUs free, room for three 8-GPU pods but only two in
+                          one rack, so ``llama-70b-sft`` (3 pods x 8 GPUs, required in one rack)
+                          waits with Kueue 0.19's ``TopologyPlacementFailed``
 ========================  ==========================================================
 
 Conditions, reasons and messages are the ones Kueue writes (exporter/cluster/workload_state.py
@@ -148,7 +153,22 @@ class Scenario:
         return out
 
 
-def _node(name: str, block: str, rack: str) -> Obj:
+def _node(name: str, block: str, rack: str, gpus: int = GPUS_PER_NODE) -> Obj:
+    """A GPU Node as core/v1 defines it (no real GPU Node object with its status was found to copy:
+    shared/fixtures/real/README.md): labels, the GPU operator's taint, capacity and allocatable
+    with the device plugin's GPUs, and the kubelet's conditions."""
+    resources = {"cpu": "208", "memory": "1981901160Ki", "ephemeral-storage": "1018410284Ki", "pods": "110",
+                 GPU_RESOURCE: str(gpus)}
+    heartbeat = "2026-11-30T10:00:00Z"
+    conditions = [
+        {"type": t, "status": "False", "reason": f"KubeletHas{r}", "message": m,
+         "lastHeartbeatTime": heartbeat, "lastTransitionTime": "2026-11-01T08:00:00Z"}
+        for t, r, m in (("MemoryPressure", "SufficientMemory", "kubelet has sufficient memory available"),
+                        ("DiskPressure", "NoDiskPressure", "kubelet has no disk pressure"),
+                        ("PIDPressure", "SufficientPID", "kubelet has sufficient PID available"))
+    ]
+    conditions.append({"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status",
+                       "lastHeartbeatTime": heartbeat, "lastTransitionTime": "2026-11-01T08:00:00Z"})
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -159,12 +179,19 @@ def _node(name: str, block: str, rack: str) -> Obj:
                 BLOCK_LABEL: block,
                 RACK_LABEL: rack,
                 HOST_LABEL: name,
+                "kubernetes.io/arch": "amd64",
+                "kubernetes.io/os": "linux",
+                "node.kubernetes.io/instance-type": "a3-megagpu-8g",
                 "nvidia.com/gpu.present": "true",
                 "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                "nvidia.com/gpu.count": str(gpus),
             },
         },
         "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
-        "status": {"capacity": {GPU_RESOURCE: str(GPUS_PER_NODE)}, "allocatable": {GPU_RESOURCE: str(GPUS_PER_NODE)}},
+        "status": {"capacity": resources, "allocatable": {**resources, "cpu": "207", "memory": "1969318248Ki"},
+                   "conditions": conditions,
+                   "nodeInfo": {"kubeletVersion": "v1.33.5", "containerRuntimeVersion": "containerd://2.0.6",
+                                "kernelVersion": "6.8.0-1031-gcp", "operatingSystem": "linux", "architecture": "amd64"}},
     }
 
 
@@ -179,10 +206,14 @@ def _workload(
     podgroup: str | None = None,
     volcano: bool = False,
     priority: str = "training-high",
+    topology: tuple[str, str] = ("required", BLOCK_LABEL),
 ) -> Obj:
+    """A Job's Workload; ``topology`` is (mode, level) of its pod set's topology request, which
+    Kueue copies from the pod template's annotation (kueue.x-k8s.io/podset-<mode>-topology)."""
     job_uid = _uid("job", namespace, name)
     labels = {"job-name": name, "batch.kubernetes.io/job-name": name}
-    annotations: dict[str, str] = {"kueue.x-k8s.io/podset-required-topology": BLOCK_LABEL}
+    mode, level = topology
+    annotations: dict[str, str] = {f"kueue.x-k8s.io/podset-{mode}-topology": level}
     if podgroup and volcano:
         annotations["scheduling.k8s.io/group-name"] = podgroup
     elif podgroup:
@@ -210,7 +241,7 @@ def _workload(
                 {
                     "name": "main",
                     "count": pods,
-                    "topologyRequest": {"required": BLOCK_LABEL, "podIndexLabel": "batch.kubernetes.io/job-completion-index"},
+                    "topologyRequest": {mode: level, "podIndexLabel": "batch.kubernetes.io/job-completion-index"},
                     "template": {
                         "metadata": {"labels": labels, "annotations": annotations},
                         "spec": {
@@ -467,9 +498,54 @@ def build_default(now: datetime | None = None, blocks: int = 2, racks: int = 2, 
     sc.hardware[sc.degraded_node] = NodeHardware(scenarios=("degraded",))
     sc.hardware[hosts[(1, 1)][1]] = NodeHardware(scenarios=("straggler",))  # one of llama-train's GPUs lags
     _nvl72_rack(sc, now, blocks + 1)
+    _fragmented_block(sc, now, blocks + 2)
     _composite_gang(sc, now, hosts[(1, 2)])
     _kai_gang(sc, now)
     return sc
+
+
+def _fragmented_block(sc: Scenario, now: datetime, block: int) -> None:
+    """Two racks of 3 nodes with their free GPUs scattered (see the module docstring).
+
+    rack-{block}-1: n1 holds ray-tune's pod 0 (4 GPUs), n2 and n3 are empty: 20 GPUs free, two
+    8-GPU pods. rack-{block}-2: n1 holds ray-tune's pod 1 (4), n2 sd-lora (2), n3 is empty: 18
+    free, one 8-GPU pod. llama-70b-sft needs three 8-GPU pods in one rack: the cluster has room
+    for three, no rack for more than two, which Kueue 0.19+ reports as TopologyPlacementFailed.
+    """
+    racks = [[f"gpu-b{block}-r{r}-n{n}" for n in range(1, 4)] for r in (1, 2)]
+    for r, names in enumerate(racks, start=1):
+        sc.nodes.extend(_node(n, f"block-{block}", f"rack-{block}-{r}") for n in names)
+
+    def run(name: str, ns: str, queue: str, cq: str, hosts: list[str], gpus: int, created: datetime,
+            podgroup: str | None = None) -> None:
+        wl = _workload(name, ns, queue, len(hosts), gpus, created, podgroup=podgroup, topology=("preferred", RACK_LABEL))
+        _admit(wl, cq, hosts, created + timedelta(minutes=1), gpus)
+        wl["status"]["conditions"].append(_cond("PodsReady", "True", "Started",
+                                                "All pods reached readiness and the workload is running",
+                                                created + timedelta(minutes=3)))
+        sc.workloads.append(wl)
+        if podgroup:
+            sc.podgroups.append(_podgroup(podgroup, ns, wl["metadata"]["ownerReferences"][0]["uid"], len(hosts), "Running",
+                                          len(hosts), created + timedelta(minutes=1)))
+        bound = []
+        for i, host in enumerate(hosts):
+            sc.pods.append(_pod(wl, i, host, list(range(gpus)), "Running"))
+            bound.append((host, list(range(gpus))))
+        sc.placements.append(Placement(wl["metadata"]["name"], ns, podgroup or "", bound))
+
+    # Admitted when the racks were busier, so Kueue spread it over both (preferred, not required).
+    run("ray-tune", "research", "research-queue", "research-cq", [racks[0][0], racks[1][0]], 4, now - timedelta(minutes=90),
+        podgroup="ray-tune")
+    run("sd-lora", "ml-team", "ml-team-queue", "gpu-cluster-queue", [racks[1][1]], 2, now - timedelta(minutes=35))
+    waiting = _workload("llama-70b-sft", "ml-team", "ml-team-queue", 3, GPUS_PER_NODE, now - timedelta(minutes=30),
+                        podgroup="llama-70b-sft", topology=("required", RACK_LABEL))
+    # Kueue 0.19+ with UnadmittedWorkloadsObservability: quota would fit, no rack does
+    # (flavorassigner.go:866-892; the message of tas_flavor_snapshot.go:2005-2009)
+    _set_cond(waiting, _cond(
+        "QuotaReserved", "False", "TopologyPlacementFailed",
+        'couldn\'t assign flavors to pod set main: topology "gpu-topology" allows to fit only 2 out of 3 pod(s)',
+        now - timedelta(minutes=30)))
+    sc.workloads.append(waiting)
 
 
 NVL72_CLUSTER = "7b968a6d-c8aa-45e1-9e07-e1e51be99c31"  # the fabric cluster UUID of GPU feature discovery's example
@@ -487,11 +563,12 @@ def _nvl72_rack(sc: Scenario, now: datetime, block: int) -> None:
     rack = f"rack-{block}-1"
     names = [f"gpu-b{block}-r1-n{n}" for n in range(1, 6)]
     for i, name in enumerate(names):
-        node = _node(name, f"block-{block}", rack)
+        node = _node(name, f"block-{block}", rack, gpus)
         labels = node["metadata"]["labels"]
         labels["nvidia.com/gpu.product"] = "NVIDIA-GB200"
+        labels["node.kubernetes.io/instance-type"] = "p6e-gb200.36xlarge"
+        labels["kubernetes.io/arch"] = node["status"]["nodeInfo"]["architecture"] = "arm64"
         labels[CLIQUE_LABEL] = f"{NVL72_CLUSTER}.1"
-        node["status"] = {"capacity": {GPU_RESOURCE: str(gpus)}, "allocatable": {GPU_RESOURCE: str(gpus)}}
         sc.nodes.append(node)
         odd = i == 4
         sc.hardware[name] = NodeHardware(
