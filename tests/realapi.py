@@ -67,8 +67,12 @@ CRD_FILES = (
     "kueue.x-k8s.io_workloads.yaml", "kueue.x-k8s.io_localqueues.yaml", "kueue.x-k8s.io_topologies.yaml",
     "kueue.x-k8s.io_resourceflavors.yaml", "scheduler-plugins_scheduling.x-k8s.io_podgroups.yaml",
     "scheduler-plugins_scheduling.sigs.k8s.io_podgroups.yaml", "volcano_scheduling.volcano.sh_podgroups.yaml",
-    "native_scheduling.k8s.io_podgroups_workloads.yaml",
+    "native_scheduling.k8s.io_podgroups_workloads.yaml", "scheduling.run.ai_podgroups.yaml",
+    "jobset.x-k8s.io_jobsets.yaml", "trainer.kubeflow.org_trainjobs.yaml", "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
 )
+# The Prometheus Operator's kinds that deploy/ ships (ServiceMonitor, PrometheusRule): installed
+# only by the tests that dry-run the deploy output (tests/test_realapi_deploy.py).
+MONITORING_CRD_FILES = ("monitoring.coreos.com_servicemonitors.yaml", "monitoring.coreos.com_prometheusrules.yaml")
 
 
 class RealApiUnavailable(Exception):
@@ -529,10 +533,11 @@ class RealCluster:
         return self._uncached
 
     # setup
-    def install_crds(self) -> None:
-        """Every CRD the collector reads (tests/fixtures/realapi/), Established before returning."""
+    def install_crds(self, files: Iterable[str] = CRD_FILES) -> None:
+        """CRDs of tests/fixtures/realapi/ (by default every one the collector reads), Established
+        and in discovery before returning."""
         names = []
-        for file in CRD_FILES:
+        for file in files:
             for doc in load_yaml(FIXTURES / file):
                 self.crds_dropped += dropped_by_1_20(doc)
                 self.admin.ensure(doc)
