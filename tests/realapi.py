@@ -421,6 +421,7 @@ class RealCluster:
         self.etcd: Process | None = None
         self.apiserver: Process | None = None
         self._uncached: ApiServer | None = None
+        self._plain: ApiServer | None = None
         self.crds_dropped: list[str] = []
         self.admin: AdminClient
 
@@ -520,7 +521,8 @@ class RealCluster:
         return False
 
     def stop(self) -> None:
-        for proc in (self._uncached.process if self._uncached else None, self.apiserver, self.etcd):
+        for proc in (self._uncached.process if self._uncached else None,
+                     self._plain.process if self._plain else None, self.apiserver, self.etcd):
             if proc is not None:
                 proc.stop()
 
@@ -532,20 +534,32 @@ class RealCluster:
             self._uncached = ApiServer(proc, proc.port, self._admin(proc.port))
         return self._uncached
 
+    def plain(self) -> ApiServer:
+        """A second kube-apiserver with its own store (``--etcd-prefix``, same etcd) and the
+        built-in ``scheduling.k8s.io`` group on, as every real cluster has it (started once): the
+        objects of ``deploy/`` include a PriorityClass, which the main server cannot serve beside
+        the native stand-in CRDs of that group. Nothing of the main server is visible to it."""
+        if self._plain is None:
+            proc = self._start_apiserver("kube-apiserver-plain", [
+                "--etcd-prefix=/gangscope-plain", "--runtime-config=scheduling.k8s.io/v1=true,scheduling.k8s.io/v1beta1=true"])
+            self._plain = ApiServer(proc, proc.port, self._admin(proc.port))
+        return self._plain
+
     # setup
-    def install_crds(self, files: Iterable[str] = CRD_FILES) -> None:
+    def install_crds(self, files: Iterable[str] = CRD_FILES, admin: AdminClient | None = None) -> None:
         """CRDs of tests/fixtures/realapi/ (by default every one the collector reads), Established
-        and in discovery before returning."""
+        and in discovery before returning; into another server of the cluster with ``admin``."""
+        admin = admin or self.admin
         names = []
         for file in files:
             for doc in load_yaml(FIXTURES / file):
                 self.crds_dropped += dropped_by_1_20(doc)
-                self.admin.ensure(doc)
+                admin.ensure(doc)
                 names.append(doc["metadata"]["name"])
         deadline = time.monotonic() + 30
         for name in names:
             while True:
-                crd = self.admin.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+                crd = admin.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
                 conds = {c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions") or []}
                 if conds.get("Established") == "True":
                     break
@@ -555,13 +569,14 @@ class RealCluster:
         # Discovery of the new groups lags behind Established by a moment.
         for crd_name in names:
             plural, group = crd_name.split(".", 1)
-            version = next(v["name"] for v in self.admin.request(
+            version = next(v["name"] for v in admin.request(
                 "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd_name}")["spec"]["versions"] if v["served"])
-            until(lambda: self._served(group, version, plural), 30, f"{crd_name} in discovery")
+            until(lambda: self._served(admin, group, version, plural), 30, f"{crd_name} in discovery")
 
-    def _served(self, group: str, version: str, plural: str) -> bool:
+    @staticmethod
+    def _served(admin: AdminClient, group: str, version: str, plural: str) -> bool:
         try:
-            doc = self.admin.request("GET", f"/apis/{group}/{version}")
+            doc = admin.request("GET", f"/apis/{group}/{version}")
         except ApiStatusError:
             return False
         return any(r["name"] == plural for r in doc["resources"])
