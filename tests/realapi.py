@@ -27,6 +27,10 @@ What 1.20 cannot do, and how the tests get the same situations:
   notifications they carry the newest revision of the whole store, as on current clusters.
 - CEL rules (``x-kubernetes-validations``) and ``selectableFields`` of Kueue's CRDs are unknown
   fields to 1.20: it accepts the CRDs and drops them (:func:`dropped_by_1_20`).
+- The native ``scheduling.k8s.io`` PodGroup, Workload and CompositePodGroup are built-in types of
+  1.35+, not CRDs: the server serves stand-in CRDs of the same group, names and versions, with the
+  built-in group (PriorityClass) off. What needs a PriorityClass, the dry run of ``deploy/``,
+  goes to :meth:`RealCluster.plain`, a second server with its own store and the group on.
 """
 
 from __future__ import annotations
