@@ -579,6 +579,22 @@ class RealCluster:
             version = next(v["name"] for v in admin.request(
                 "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd_name}")["spec"]["versions"] if v["served"])
             until(lambda: self._served(admin, group, version, plural), 30, f"{crd_name} in discovery")
+        # Then the server merges each CRD's schema into its OpenAPI document, in the background
+        # (apiextensions-apiserver pkg/controller/openapi): for these CRDs about ten seconds of CPU
+        # after the last is served, which on a 2-core machine starved the first tests' requests past
+        # their timeouts. Wait until the document has every kind (its definitions are named
+        # <reversed group>.<version>.<kind>).
+        wanted = set()
+        for crd_name in names:
+            crd = admin.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd_name}")
+            prefix = ".".join(reversed(crd["spec"]["group"].split(".")))
+            wanted |= {f"{prefix}.{v['name']}.{crd['spec']['names']['kind']}" for v in crd["spec"]["versions"] if v["served"]}
+
+        def merged() -> bool:  # a substring test: the document is megabytes of JSON
+            data = admin.raw("GET", "/openapi/v2").data
+            return all(f'"{name}":'.encode() in data for name in wanted)
+
+        until(merged, 120, "the CRDs' schemas in the OpenAPI document", poll=2.0)
 
     @staticmethod
     def _served(admin: AdminClient, group: str, version: str, plural: str) -> bool:
