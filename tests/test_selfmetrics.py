@@ -197,10 +197,13 @@ async def test_collector_landing_page(collector: Collector) -> None:
 
 
 async def test_agent_landing_page(agent: Agent) -> None:
-    deadline = time.monotonic() + 5
-    while not agent.nvml_health.up and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
+    # NVML is up once initialised; its GPUs are counted after the first sample, which a loaded
+    # machine may take a moment to finish: wait for the page to show them (or fail below).
+    deadline = time.monotonic() + 10
     page = await landing(agent.port)
+    while time.monotonic() < deadline and {r[0]: r for r in page.rows[1:]}.get("nvml", [None] * 4)[3] != "8":
+        await asyncio.sleep(0.05)
+        page = await landing(agent.port)
     assert page.title == f"gangscope agent on gpu-a1 {__version__}"
     assert "/debug/explain" not in " ".join(page.links)
     rows = {r[0]: r for r in page.rows[1:]}
