@@ -429,6 +429,7 @@ class RealCluster:
         self.apiserver: Process | None = None
         self._uncached: ApiServer | None = None
         self._plain: ApiServer | None = None
+        self._openapi_kinds: set[str] = set()  # the definitions the CRDs of install_crds add to /openapi/v2
         self.crds_dropped: list[str] = []
         self.admin: AdminClient
 
@@ -539,6 +540,7 @@ class RealCluster:
         if self._uncached is None:
             proc = self._start_apiserver("kube-apiserver-uncached", ["--watch-cache=false"])
             self._uncached = ApiServer(proc, proc.port, self._admin(proc.port))
+            self._wait_openapi(self._uncached.admin, self._openapi_kinds)
         return self._uncached
 
     def plain(self) -> ApiServer:
@@ -589,10 +591,17 @@ class RealCluster:
             crd = admin.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd_name}")
             prefix = ".".join(reversed(crd["spec"]["group"].split(".")))
             wanted |= {f"{prefix}.{v['name']}.{crd['spec']['names']['kind']}" for v in crd["spec"]["versions"] if v["served"]}
+        if admin is self.admin:
+            self._openapi_kinds |= wanted
+        self._wait_openapi(admin, wanted)
 
+    @staticmethod
+    def _wait_openapi(admin: AdminClient, kinds: set[str]) -> None:
+        """Until the server's OpenAPI document has the schemas of ``kinds`` (a server starting on
+        a store that holds CRDs merges them likewise, in the background, once it is ready)."""
         def merged() -> bool:  # a substring test: the document is megabytes of JSON
             data = admin.raw("GET", "/openapi/v2").data
-            return all(f'"{name}":'.encode() in data for name in wanted)
+            return all(f'"{name}":'.encode() in data for name in kinds)
 
         until(merged, 120, "the CRDs' schemas in the OpenAPI document", poll=2.0)
 
