@@ -23,8 +23,9 @@ def make_collector(kubeconfig: str, *flags: str, discovery_interval: float = 0.2
 
 
 async def started_collector(kubeconfig: str, *flags: str, discovery_interval: float = 0.2, **client_options: Any) -> Collector:
-    """:func:`make_collector`, started, with every served source listed once."""
+    """:func:`make_collector`, started, with every served source listed once (a generous limit:
+    twenty-odd sources listing at once against a real API server on a busy 2-core machine)."""
     collector = make_collector(kubeconfig, *flags, discovery_interval=discovery_interval, **client_options)
     await collector.start()
-    await collector.sources.wait_ready(5)
+    await collector.sources.wait_ready(20)
     return collector

@@ -134,5 +134,5 @@ def series(text: str, prefix: str = "gangscope_") -> dict[tuple[str, frozenset],
     return out
 
 
-def sample(name: str, **labels: str) -> tuple[str, frozenset]:
+def sample(name: str, /, **labels: str) -> tuple[str, frozenset]:
     return (name, frozenset(labels.items()))

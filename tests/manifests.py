@@ -4,9 +4,8 @@ and the Helm chart (tests/test_helm.py).
 :func:`validate` checks each object client side: core kinds with kubernetes-validate (strict:
 an unknown field fails), the Prometheus Operator's kinds against their CRD schemas
 (tests/fixtures/crds, made strict the same way). Further checks plug in as ``checks``: callables
-that take one object and return its errors. A server-side dry run against a real API server
-(``POST ...?dryRun=All&fieldValidation=Strict``) is such a check, to pass in once the suite runs a
-kube-apiserver; nothing else changes.
+that take one object and return its errors. The server-side check, a dry run of every object
+against a real kube-apiserver, is tests/test_realapi_deploy.py.
 """
 
 from __future__ import annotations

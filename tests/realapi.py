@@ -27,6 +27,10 @@ What 1.20 cannot do, and how the tests get the same situations:
   notifications they carry the newest revision of the whole store, as on current clusters.
 - CEL rules (``x-kubernetes-validations``) and ``selectableFields`` of Kueue's CRDs are unknown
   fields to 1.20: it accepts the CRDs and drops them (:func:`dropped_by_1_20`).
+- The native ``scheduling.k8s.io`` PodGroup, Workload and CompositePodGroup are built-in types of
+  1.35+, not CRDs: the server serves stand-in CRDs of the same group, names and versions, with the
+  built-in group (PriorityClass) off. What needs a PriorityClass, the dry run of ``deploy/``,
+  goes to :meth:`RealCluster.plain`, a second server with its own store and the group on.
 """
 
 from __future__ import annotations
@@ -67,8 +71,12 @@ CRD_FILES = (
     "kueue.x-k8s.io_workloads.yaml", "kueue.x-k8s.io_localqueues.yaml", "kueue.x-k8s.io_topologies.yaml",
     "kueue.x-k8s.io_resourceflavors.yaml", "scheduler-plugins_scheduling.x-k8s.io_podgroups.yaml",
     "scheduler-plugins_scheduling.sigs.k8s.io_podgroups.yaml", "volcano_scheduling.volcano.sh_podgroups.yaml",
-    "native_scheduling.k8s.io_podgroups_workloads.yaml",
+    "native_scheduling.k8s.io_podgroups_workloads.yaml", "scheduling.run.ai_podgroups.yaml",
+    "jobset.x-k8s.io_jobsets.yaml", "trainer.kubeflow.org_trainjobs.yaml", "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
 )
+# The Prometheus Operator's kinds that deploy/ ships (ServiceMonitor, PrometheusRule): installed
+# only by the tests that dry-run the deploy output (tests/test_realapi_deploy.py).
+MONITORING_CRD_FILES = ("monitoring.coreos.com_servicemonitors.yaml", "monitoring.coreos.com_prometheusrules.yaml")
 
 
 class RealApiUnavailable(Exception):
@@ -391,7 +399,10 @@ def dropped_by_1_20(crd: dict[str, Any]) -> list[str]:
 
 
 def load_yaml(path: Path) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+    """The documents of a YAML file, parsed by libyaml where PyYAML has it: the CRDs here are 4 MB,
+    which the pure-Python parser takes over ten seconds to read."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return [d for d in yaml.load_all(path.read_text(), Loader=loader) if d]
 
 
 # --- the cluster ---------------------------------------------------------------------------------------
@@ -417,6 +428,8 @@ class RealCluster:
         self.etcd: Process | None = None
         self.apiserver: Process | None = None
         self._uncached: ApiServer | None = None
+        self._plain: ApiServer | None = None
+        self._openapi_kinds: set[str] = set()  # the definitions the CRDs of install_crds add to /openapi/v2
         self.crds_dropped: list[str] = []
         self.admin: AdminClient
 
@@ -516,7 +529,8 @@ class RealCluster:
         return False
 
     def stop(self) -> None:
-        for proc in (self._uncached.process if self._uncached else None, self.apiserver, self.etcd):
+        for proc in (self._uncached.process if self._uncached else None,
+                     self._plain.process if self._plain else None, self.apiserver, self.etcd):
             if proc is not None:
                 proc.stop()
 
@@ -526,21 +540,35 @@ class RealCluster:
         if self._uncached is None:
             proc = self._start_apiserver("kube-apiserver-uncached", ["--watch-cache=false"])
             self._uncached = ApiServer(proc, proc.port, self._admin(proc.port))
+            self._wait_openapi(self._uncached.admin, self._openapi_kinds)
         return self._uncached
 
+    def plain(self) -> ApiServer:
+        """A second kube-apiserver with its own store (``--etcd-prefix``, same etcd) and the
+        built-in ``scheduling.k8s.io`` group on, as every real cluster has it (started once): the
+        objects of ``deploy/`` include a PriorityClass, which the main server cannot serve beside
+        the native stand-in CRDs of that group. Nothing of the main server is visible to it."""
+        if self._plain is None:
+            proc = self._start_apiserver("kube-apiserver-plain", [
+                "--etcd-prefix=/gangscope-plain", "--runtime-config=scheduling.k8s.io/v1=true,scheduling.k8s.io/v1beta1=true"])
+            self._plain = ApiServer(proc, proc.port, self._admin(proc.port))
+        return self._plain
+
     # setup
-    def install_crds(self) -> None:
-        """Every CRD the collector reads (tests/fixtures/realapi/), Established before returning."""
+    def install_crds(self, files: Iterable[str] = CRD_FILES, admin: AdminClient | None = None) -> None:
+        """CRDs of tests/fixtures/realapi/ (by default every one the collector reads), Established
+        and in discovery before returning; into another server of the cluster with ``admin``."""
+        admin = admin or self.admin
         names = []
-        for file in CRD_FILES:
+        for file in files:
             for doc in load_yaml(FIXTURES / file):
                 self.crds_dropped += dropped_by_1_20(doc)
-                self.admin.ensure(doc)
+                admin.ensure(doc)
                 names.append(doc["metadata"]["name"])
         deadline = time.monotonic() + 30
         for name in names:
             while True:
-                crd = self.admin.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+                crd = admin.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
                 conds = {c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions") or []}
                 if conds.get("Established") == "True":
                     break
@@ -550,13 +578,37 @@ class RealCluster:
         # Discovery of the new groups lags behind Established by a moment.
         for crd_name in names:
             plural, group = crd_name.split(".", 1)
-            version = next(v["name"] for v in self.admin.request(
+            version = next(v["name"] for v in admin.request(
                 "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd_name}")["spec"]["versions"] if v["served"])
-            until(lambda: self._served(group, version, plural), 30, f"{crd_name} in discovery")
+            until(lambda: self._served(admin, group, version, plural), 30, f"{crd_name} in discovery")
+        # Then the server merges each CRD's schema into its OpenAPI document, in the background
+        # (apiextensions-apiserver pkg/controller/openapi): for these CRDs about ten seconds of CPU
+        # after the last is served, which on a 2-core machine starved the first tests' requests past
+        # their timeouts. Wait until the document has every kind (its definitions are named
+        # <reversed group>.<version>.<kind>).
+        wanted = set()
+        for crd_name in names:
+            crd = admin.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd_name}")
+            prefix = ".".join(reversed(crd["spec"]["group"].split(".")))
+            wanted |= {f"{prefix}.{v['name']}.{crd['spec']['names']['kind']}" for v in crd["spec"]["versions"] if v["served"]}
+        if admin is self.admin:
+            self._openapi_kinds |= wanted
+        self._wait_openapi(admin, wanted)
 
-    def _served(self, group: str, version: str, plural: str) -> bool:
+    @staticmethod
+    def _wait_openapi(admin: AdminClient, kinds: set[str]) -> None:
+        """Until the server's OpenAPI document has the schemas of ``kinds`` (a server starting on
+        a store that holds CRDs merges them likewise, in the background, once it is ready)."""
+        def merged() -> bool:  # a substring test: the document is megabytes of JSON
+            data = admin.raw("GET", "/openapi/v2").data
+            return all(f'"{name}":'.encode() in data for name in kinds)
+
+        until(merged, 120, "the CRDs' schemas in the OpenAPI document", poll=2.0)
+
+    @staticmethod
+    def _served(admin: AdminClient, group: str, version: str, plural: str) -> bool:
         try:
-            doc = self.admin.request("GET", f"/apis/{group}/{version}")
+            doc = admin.request("GET", f"/apis/{group}/{version}")
         except ApiStatusError:
             return False
         return any(r["name"] == plural for r in doc["resources"])
