@@ -25,7 +25,6 @@ import structlog
 log = structlog.get_logger(__name__)
 
 Kind = Literal["gauge", "counter", "info"]
-Labels = Iterable[tuple[str, str]]
 
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -64,13 +63,59 @@ def format_value(value: float) -> str:
     return repr(value)
 
 
+class LabelPairs:
+    """Label pairs rendered once (``namespace="a",workload="b"``) and the names they hold, for
+    the fast paths of :class:`Family`: the leading labels several families share (one Workload's
+    ``namespace``/``workload`` in a dozen families) or a topology path, escaped once per owner
+    or per path instead of once per line."""
+
+    __slots__ = ("names", "text")
+
+    def __init__(self, names: tuple[str, ...], text: str) -> None:
+        self.names = names
+        self.text = text
+
+    def __repr__(self) -> str:
+        return f"LabelPairs({self.text})"
+
+    def plus(self, names: Sequence[str], values: Sequence[str]) -> LabelPairs:
+        """These pairs followed by ``names`` with ``values`` (a Workload's lead and one check)."""
+        more = label_pairs(names, values)
+        return LabelPairs(self.names + more.names, f"{self.text},{more.text}" if self.text else more.text)
+
+
+NO_LABELS = LabelPairs((), "")
+
+
+def label_pairs(names: Sequence[str], values: Sequence[str]) -> LabelPairs:
+    """``names`` with ``values`` rendered (and escaped) once; see :class:`LabelPairs`."""
+    names = tuple(names)
+    if len(names) != len(values):
+        raise ValueError(f"labels {names} given {len(values)} values")
+    return LabelPairs(names, _pairs(names, values))
+
+
+def topology_pairs(path: Iterable[tuple[str, str]]) -> LabelPairs:
+    """The topology labels of a path (``((alias, value), ...)`` over the configured levels, top
+    first), rendered once for every family declared with ``topology=True``."""
+    path = tuple(path)
+    return label_pairs([alias for alias, _ in path], [value for _, value in path])
+
+
+def _pairs(names: Sequence[str], values: Sequence[str]) -> str:
+    return ",".join([f'{k}="{escape_label_value(v)}"' for k, v in zip(names, values)])
+
+
 @dataclass(frozen=True, slots=True)
 class Family:
     """One metric family, declared as data next to the code that fills it.
 
     ``name`` is the sample name as users query it (counters end in ``_total``, info series in
-    ``_info``). ``labels`` documents the fixed labels for the README catalogue; topology labels are
-    appended at run time and listed there as ``<topology>``.
+    ``_info``). ``labels`` are the family's label names in their order: every sample is rendered
+    from them (:meth:`sample`, and the fast paths :meth:`head`/:meth:`tail`/:meth:`line`), so a
+    sample cannot carry other labels than the declaration and the README catalogue lists. Families
+    with ``topology=True`` append the configured topology labels after them (``<topology>`` in
+    the catalogue); ``--cluster-name`` goes first on every line (:class:`Exposition`).
     """
 
     name: str
@@ -78,6 +123,8 @@ class Family:
     help: str
     labels: tuple[str, ...] = ()
     topology: bool = False
+    # every leading run of ``labels``, for checking a LabelPairs handed to head()/line()
+    _leads: frozenset[tuple[str, ...]] = field(default=frozenset(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.kind == "counter" and not self.name.endswith("_total"):
@@ -86,6 +133,9 @@ class Family:
             raise ValueError(f"info family {self.name} must end in _info")
         if "\\" in self.help or "\n" in self.help or '"' in self.help:
             raise ValueError(f"help of {self.name} must not contain backslashes, quotes or newlines")
+        if len(set(self.labels)) != len(self.labels):
+            raise ValueError(f"{self.name} declares a label twice: {self.labels}")
+        object.__setattr__(self, "_leads", frozenset(self.labels[:i] for i in range(len(self.labels) + 1)))
 
     def __hash__(self) -> int:
         # Families key every owner's lines on each event; the generated hash would hash all five
@@ -104,12 +154,69 @@ class Family:
         kind = "gauge" if self.kind == "info" else self.kind
         return f"# HELP {self.name} {self.help}\n# TYPE {self.name} {kind}\n".encode()
 
-    def sample(self, labels: Labels, value: float) -> str:
-        """One exposition line (with its trailing newline) for these label pairs."""
-        inner = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in labels)
+    # ----- rendering: the only place label pairs are formatted --------------------------------
+
+    def _values(self, values: Sequence[str] | Mapping[str, str], start: int = 0) -> Sequence[str]:
+        """The values of ``labels[start:]``, given in that order or by name; checked against the declaration."""
+        names = self.labels[start:] if start else self.labels
+        if isinstance(values, Mapping):
+            if len(values) != len(names) or not all(k in values for k in names):
+                raise ValueError(f"{self.name} declares labels {names}, given {sorted(values)}")
+            return [values[k] for k in names]
+        if len(values) != len(names):
+            raise ValueError(f"{self.name} declares labels {names}, given {len(values)} values")
+        return values
+
+    def _topology(self, topology: LabelPairs | Iterable[tuple[str, str]] | None) -> str:
+        if topology is None:
+            return ""
+        if topology.__class__ is not LabelPairs:
+            topology = topology_pairs(topology)  # type: ignore[arg-type]
+        if topology.text and not self.topology:  # type: ignore[union-attr]
+            raise ValueError(f"{self.name} is not declared with topology labels")
+        return topology.text  # type: ignore[union-attr]
+
+    def prefix(self, values: Sequence[str] | Mapping[str, str],
+               topology: LabelPairs | Iterable[tuple[str, str]] | None = None) -> str:
+        """``name{labels} ``, ready for a value: for an owner that renders thousands of samples a
+        second with unchanged labels (the agent's counters) and keeps its prefixes."""
+        inner = ",".join(filter(None, (_pairs(self.labels, self._values(values)), self._topology(topology))))
+        return f"{self.name}{{{inner}}} " if inner else f"{self.name} "
+
+    def sample(self, values: Sequence[str] | Mapping[str, str], value: float,
+               topology: LabelPairs | Iterable[tuple[str, str]] | None = None) -> str:
+        """One exposition line (with its trailing newline): the declared labels' values in their
+        order or by name, then the topology labels of a ``topology=True`` family."""
+        return f"{self.prefix(values, topology)}{format_value(value)}\n"
+
+    def head(self, lead: LabelPairs) -> bytes:
+        """``name{`` and the leading labels ``lead`` (the first ``len(lead.names)`` declared labels),
+        the line left open for :meth:`tail`; :meth:`lines` joins one head with many tails."""
+        if lead.names not in self._leads:
+            raise ValueError(f"{self.name} declares labels {self.labels}, not led by {lead.names}")
+        return f"{self.name}{{{lead.text}".encode()
+
+    def tail(self, start: int, values: Sequence[str] | Mapping[str, str], value: float | str,
+             topology: LabelPairs | None = None) -> bytes:
+        """The rest of a line after a :meth:`head` of ``start`` labels: the labels from
+        ``labels[start]`` on, the topology labels, the value. Pure in its arguments, so callers
+        cache the tails that repeat across owners (stages, conditions, hosts)."""
+        inner = ",".join(filter(None, (_pairs(self.labels[start:], self._values(values, start)), self._topology(topology))))
+        value = value if value.__class__ is str else format_value(value)  # type: ignore[arg-type]
         if inner:
-            return f"{self.name}{{{inner}}} {format_value(value)}\n"
-        return f"{self.name} {format_value(value)}\n"
+            return f'{"," if start else ""}{inner}}} {value}\n'.encode()
+        return f"}} {value}\n".encode()
+
+    def line(self, lead: LabelPairs, value: float, values: Sequence[str] = (),
+             topology: LabelPairs | None = None) -> bytes:
+        """One complete line: :meth:`head` of ``lead``, then :meth:`tail` of the remaining ``values``."""
+        if not values and topology is None and lead.names == self.labels:  # the common one: lead is every label
+            return f"{self.name}{{{lead.text}}} {format_value(value)}\n".encode()
+        return self.head(lead) + self.tail(len(lead.names), values, value, topology)
+
+    def lines(self, lead: LabelPairs, tails: Iterable[bytes]) -> bytes:
+        """One line per tail, all with the leading labels ``lead``: a single C-level join."""
+        return self.head(lead).join((b"", *tails))
 
 
 def with_labels(text: bytes, labels: bytes) -> bytes:
@@ -208,7 +315,7 @@ class Exposition:
         --metric-denylist; its lines are then never stored); ``const_labels`` go first on every
         sample line (--cluster-name)."""
         self._exported = exported
-        self.const_labels = b",".join(f'{k}="{escape_label_value(v)}"'.encode() for k, v in const_labels)
+        self.const_labels = _pairs([k for k, _ in const_labels], [v for _, v in const_labels]).encode()
         self._families: dict[str, _FamilyState] = {}
         # owner -> (slot, {family name: series of that owner in it})
         self._owned: dict[Hashable, tuple[int, dict[str, int]]] = {}
@@ -239,15 +346,19 @@ class Exposition:
     def families(self) -> list[Family]:
         return [state.family for state in self._families.values()]
 
-    def set(self, owner: Hashable, lines: Mapping[Family, Sequence[str]]) -> None:
+    def set(self, owner: Hashable, lines: Mapping[Family, Sequence[str] | Sequence[bytes]]) -> None:
         """Replace all lines of ``owner``; families absent from ``lines`` lose the owner's lines.
 
-        Each item of a family's sequence is one line or several joined (each ending in ``\\n``);
-        the series count is the number of lines either way.
+        Each item of a family's sequence is one line or several joined (each ending in ``\\n``),
+        all ``str`` (:meth:`Family.sample`) or all UTF-8 ``bytes`` (:meth:`Family.line`,
+        :meth:`Family.lines`); the series count is the number of lines either way.
         """
         chunks = []
         for fam, fam_lines in lines.items():
-            text = "".join(fam_lines).encode()
+            if fam_lines and fam_lines[0].__class__ is bytes:
+                text = b"".join(fam_lines)  # type: ignore[arg-type]
+            else:
+                text = "".join(fam_lines).encode()  # type: ignore[arg-type]
             chunks.append((fam, text, text.count(b"\n")))  # escaped label values hold no raw newline
         self.set_counted(owner, chunks)
 
@@ -317,7 +428,7 @@ class Exposition:
             log.warning("series_limit_reached", family=name, limit=limit,
                         which="per family" if limit == self._max_series else "per owner")
         state = self._families[self.DROPPED.name]
-        text = "".join(self.DROPPED.sample([("family", n)], v) for n, v in sorted(self._dropped.items())).encode()
+        text = "".join(self.DROPPED.sample([n], v) for n, v in sorted(self._dropped.items())).encode()
         state.put(self._dropped_slot, with_labels(text, self.const_labels) if self.const_labels else text)
         state.total_series = len(self._dropped)
 

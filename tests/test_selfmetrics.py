@@ -125,7 +125,7 @@ async def test_gzip_page_stays_cached_while_process_lines_change() -> None:
     family = Family("gangscope_test_gauge", "gauge", "A gauge.", ("a",))
     expo.register(family)
     for i in range(3000):
-        expo.set(("o", i), {family: [family.sample([("a", str(i))], i)]})
+        expo.set(("o", i), {family: [family.sample([str(i)], i)]})
     ticks = iter(range(1, 100))
     own = SelfMetrics(expo)
     live = lambda om: own.render(om) + f"gangscope_test_tick {next(ticks)}\n".encode()  # noqa: E731
@@ -198,7 +198,8 @@ async def test_collector_landing_page(collector: Collector) -> None:
 
 async def test_agent_landing_page(agent: Agent) -> None:
     deadline = time.monotonic() + 5
-    while not agent.nvml_health.up and time.monotonic() < deadline:
+    # NVML is up (objects 0) at init, before its first sample counts the GPUs: wait for that sample
+    while not (agent.nvml_health.up and agent.nvml_health.objects) and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     page = await landing(agent.port)
     assert page.title == f"gangscope agent on gpu-a1 {__version__}"

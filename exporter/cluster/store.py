@@ -21,7 +21,7 @@ API (for the gang join, explain and the collector main)::
     store.workloads_by_owner_uid(uid) -> list[Workload]        # controller owner uid or label kueue.x-k8s.io/job-uid
     store.workloads_by_owner_name(namespace, name) -> list[Workload]
     store.local_queues / store.topologies / store.flavors / store.nodes   # dicts of records
-    store.levels -> TopologyLevels; store.node_path(node_name) -> Path; store.fragment(path) -> str
+    store.levels -> TopologyLevels; store.node_path(node_name) -> Path; store.fragment(path) -> LabelPairs
     store.queue_positions                          # (namespace, name) -> QueuePosition (the visibility poller's)
     store.on_workload_change: list[Callable[[tuple[str, str]], None]]   # after a Workload is set,
         # re-rendered or deleted (then store.workload() returns None); key = (namespace, name)
@@ -52,8 +52,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import structlog
 
-from ..exposition import Exposition, Family
-from ..exposition import escape_label_value as esc
+from ..exposition import Exposition, Family, LabelPairs, topology_pairs
 from ..fields import ParseError
 from ..health import SourceHealth
 from ..topologies import (
@@ -64,7 +63,7 @@ from .localqueues import LocalQueue, parse_local_queue
 from .nodes import Node, parse_node
 from .workload_state import PodsAssembling, workload_state
 from .workloads import (
-    FAMILIES, TOPOLOGY_EVICTIONS, Assignment, Path, Workload, parse_workload, render_fragment, render_workload,
+    FAMILIES, TOPOLOGY_EVICTIONS, Assignment, Path, Workload, parse_workload, render_workload,
 )
 
 if TYPE_CHECKING:
@@ -222,7 +221,7 @@ class ClusterStore:
         self._by_owner_name: dict[tuple[str, str], set[WorkloadKey]] = {}
         self._by_queue: dict[tuple[str, str], set[WorkloadKey]] = {}
         self._place_cache: dict[tuple[Any, ...], tuple[Path, int]] = {}
-        self._fragments: dict[Path, str] = {}
+        self._fragments: dict[Path, LabelPairs] = {}
         self._resolutions: dict[tuple[str, ...], FlavorTopology] = {}  # sorted flavor names -> their Topology
         self._unresolved: dict[WorkloadKey, frozenset[tuple[str, str, str]]] = {}
         self._unresolved_counts: dict[tuple[str, str, str], int] = {}
@@ -306,11 +305,11 @@ class ClusterStore:
         node = self.nodes.get(node_name)
         return tuple(self.levels.labels_from_node(node.labels if node else {}, node_name))
 
-    def fragment(self, path: Path) -> str:
+    def fragment(self, path: Path) -> LabelPairs:
         """The rendered, escaped label pairs of a path, cached (paths repeat across Workloads)."""
         frag = self._fragments.get(path)
         if frag is None:
-            frag = self._fragments[path] = render_fragment(path)
+            frag = self._fragments[path] = topology_pairs(path)
         return frag
 
     def flavor_topology(self, assignment: Assignment) -> FlavorTopology:
@@ -457,8 +456,7 @@ class ClusterStore:
                 log.warning("topology_unresolved", flavor=item[0], topology=item[1], problem=item[2],
                             workload=f"{key[0]}/{key[1]}")
         self.exposition.set(TOPOLOGY_UNRESOLVED_OWNER, {TOPOLOGY_UNRESOLVED: [
-            f'{TOPOLOGY_UNRESOLVED.name}{{flavor="{esc(f)}",topology="{esc(t)}",problem="{p}"}} {n}\n'
-            for (f, t, p), n in sorted(counts.items())
+            TOPOLOGY_UNRESOLVED.sample(key, n) for key, n in sorted(counts.items())
         ]})
 
     def _index(self, wl: Workload) -> None:
@@ -576,8 +574,7 @@ class ClusterStore:
 
     def _render_topology_evictions(self) -> None:
         lines = [
-            f'gangscope_topology_evictions_total{{reason="{esc(reason)}",underlying_cause="{esc(cause)}",'
-            f'{self.fragment(domain)}}} {n}\n'
+            TOPOLOGY_EVICTIONS.sample((reason, cause), n, self.fragment(domain))
             for (reason, cause, domain), n in self._topology_evictions.items()
         ]
         self.exposition.set(TOPOLOGY_EVICTIONS_OWNER, {TOPOLOGY_EVICTIONS: lines})

@@ -16,8 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..exposition import Family, format_value
-from ..exposition import escape_label_value as esc
+from ..exposition import Family, LabelPairs, label_pairs
 from ..fields import ParseError, Problems, as_bool, as_dict, as_int, as_list, as_str, parse_quantity, parse_time, str_map
 from ..topologies import FlavorTopology
 from ..topology import AssignmentError, Domain, iter_domains
@@ -602,55 +601,54 @@ def _host_domains(ta: Any) -> tuple[tuple[Domain, ...], Shape] | None:
     return tuple(out), Shape()
 
 
-# Rendering builds each family's lines of one Workload as ``head.join(parts)``, where ``head``
-# is the metric name and the namespace/workload pair, and ``parts`` is ``b""`` followed by a
-# suffix per line (the remaining labels and the value), from a table or a cache: the label
-# pairs after ``workload`` repeat across Workloads (stages, conditions, hosts), so one C-level
-# join replaces a formatted line each. Lines are built as UTF-8 bytes, as the exposition keeps
-# them: a Workload's 5 kB are then written once, not formatted and then encoded.
-_STAGE_PARTS = {
-    current: (b"", *(f',stage="{s}"}} {1 if s == current else 0}\n'.encode() for s in STAGES)) for current in STAGES
+# Rendering builds each family's lines of one Workload with :meth:`Family.lines`: one head (the
+# metric name and the Workload's escaped ``namespace``/``workload``, a :class:`LabelPairs` made
+# once per Workload) joined with a tail per line (the remaining declared labels and the value),
+# from a table or a cache: the tails repeat across Workloads (stages, conditions, hosts), so one
+# C-level join replaces a formatted line each. Lines are built as UTF-8 bytes, as the exposition
+# keeps them: a Workload's 5 kB are then written once, not formatted and then encoded.
+_STAGE_TAILS = {
+    current: tuple(WORKLOAD_STAGE.tail(2, [s], 1 if s == current else 0) for s in STAGES) for current in STAGES
 }
-_CHECK_PARTS = {
-    current: tuple(f',state="{s}"}} {1 if s == current else 0}\n'.encode() for s in CHECK_STATES) for current in CHECK_STATES
+_CHECK_TAILS = {
+    current: tuple(WORKLOAD_ADMISSION_CHECK.tail(3, [s], 1 if s == current else 0) for s in CHECK_STATES)
+    for current in CHECK_STATES
 }
-_CONDITION_SUFFIXES: dict[tuple[str, str, str], bytes] = {}
-_PENDING_SUFFIXES: dict[tuple[str, str], bytes] = {}
-_POD_SUFFIXES: dict[tuple[Path, int], bytes] = {}
+_CONDITION_TAILS: dict[tuple[str, str, str], bytes] = {}
+_PENDING_TAILS: dict[tuple[str, str], bytes] = {}
+_POD_TAILS: dict[tuple[Path, int], bytes] = {}
 
 
-def _condition_suffix(c: Condition) -> bytes:
+def _condition_tail(c: Condition) -> bytes:
     key = (c.type, c.status, c.reason)
-    suffix = _CONDITION_SUFFIXES.get(key)
-    if suffix is None:
-        if len(_CONDITION_SUFFIXES) >= _SHARED_LIMIT:
-            _CONDITION_SUFFIXES.clear()
-        suffix = _CONDITION_SUFFIXES[key] = (
-            f',type="{esc(c.type)}",status="{esc(c.status)}",reason="{esc(c.reason)}"}} 1\n'.encode())
-    return suffix
+    tail = _CONDITION_TAILS.get(key)
+    if tail is None:
+        if len(_CONDITION_TAILS) >= _SHARED_LIMIT:
+            _CONDITION_TAILS.clear()
+        tail = _CONDITION_TAILS[key] = WORKLOAD_CONDITION.tail(2, key, 1)
+    return tail
 
 
-def _pending_suffix(reason: str, category: str) -> bytes:
+def _pending_tail(reason: str, category: str) -> bytes:
     key = (reason, category)
-    suffix = _PENDING_SUFFIXES.get(key)
-    if suffix is None:
-        if len(_PENDING_SUFFIXES) >= _SHARED_LIMIT:
-            _PENDING_SUFFIXES.clear()
-        suffix = _PENDING_SUFFIXES[key] = f',reason="{esc(reason)}",category="{category}"}} 1\n'.encode()
-    return suffix
+    tail = _PENDING_TAILS.get(key)
+    if tail is None:
+        if len(_PENDING_TAILS) >= _SHARED_LIMIT:
+            _PENDING_TAILS.clear()
+        tail = _PENDING_TAILS[key] = WORKLOAD_PENDING_REASON.tail(2, key, 1)
+    return tail
 
 
-def _check_lines(wl: Workload, base: str, out: list[tuple[Family, bytes, int]]) -> None:
+def _check_lines(wl: Workload, lead: LabelPairs, out: list[tuple[Family, bytes, int]]) -> None:
     states, times, n_states, n_times = [], [], 0, 0
     for c in wl.admission_checks:
-        head = f'{base},check="{esc(c.name)}"'
-        parts = _CHECK_PARTS.get(c.state)
-        if parts is not None:
-            states.append(f"gangscope_workload_admission_check{{{head}".encode().join((b"", *parts)))
-            n_states += len(parts)
+        check = lead.plus(("check",), (c.name,))
+        tails = _CHECK_TAILS.get(c.state)
+        if tails is not None:
+            states.append(WORKLOAD_ADMISSION_CHECK.lines(check, tails))
+            n_states += len(tails)
         if c.last_transition_seconds is not None:
-            times.append(f"gangscope_workload_admission_check_transition_timestamp_seconds{{{head}}} "
-                         f"{format_value(c.last_transition_seconds)}\n".encode())
+            times.append(WORKLOAD_ADMISSION_CHECK_TRANSITION.line(check, c.last_transition_seconds))
             n_times += 1
     if n_states:
         out.append((WORKLOAD_ADMISSION_CHECK, b"".join(states), n_states))
@@ -658,90 +656,78 @@ def _check_lines(wl: Workload, base: str, out: list[tuple[Family, bytes, int]]) 
         out.append((WORKLOAD_ADMISSION_CHECK_TRANSITION, b"".join(times), n_times))
 
 
-def _pod_parts(a: Assignment, fragment: Callable[[Path], str]) -> list[bytes]:
-    """``b""`` and the ``<topology labels>} pods`` suffix of each domain of ``a.placed``, domains
-    with one path (an unknown Node) added up."""
+def _pod_tails(a: Assignment, fragment: Callable[[Path], LabelPairs]) -> list[bytes]:
+    """The ``<topology labels>} pods`` tail of each domain of ``a.placed``, domains with one
+    path (an unknown Node) added up."""
     pairs: Sequence[tuple[Path, int]] = a.placed
     if len({path for path, _ in pairs}) != len(pairs):  # domains with one known path (unknown Node) add up
         per_path: dict[Path, int] = {}
         for path, pods in pairs:
             per_path[path] = per_path.get(path, 0) + pods
         pairs = list(per_path.items())
-    cache = _POD_SUFFIXES
-    parts = [b""]
+    cache = _POD_TAILS
+    tails = []
     for pair in pairs:
-        suffix = cache.get(pair)
-        if suffix is None:
+        tail = cache.get(pair)
+        if tail is None:
             if len(cache) >= _SHARED_LIMIT:
                 cache.clear()
-            suffix = cache[pair] = f"{fragment(pair[0])}}} {pair[1]}\n".encode()
-        parts.append(suffix)
-    return parts
+            tail = cache[pair] = WORKLOAD_TOPOLOGY_PODS.tail(3, (), pair[1], fragment(pair[0]))
+        tails.append(tail)
+    return tails
 
 
-def render_workload(wl: Workload, fragment: Callable[[Path], str]) -> list[tuple[Family, bytes, int]]:
+def render_workload(wl: Workload, fragment: Callable[[Path], LabelPairs]) -> list[tuple[Family, bytes, int]]:
     """All sample lines of one Workload: per family, one UTF-8 string and its number of lines
-    (for :meth:`Exposition.set_counted`, in a list: a dict would hash each Family); ``fragment(path)`` renders a topology path's label
-    pairs (a pure function of the path, so its results are cached here).
+    (for :meth:`Exposition.set_counted`, in a list: a dict would hash each Family); ``fragment(path)``
+    is a topology path's rendered labels (a pure function of the path, so its results are cached here).
 
-    This runs on every watch event for tens of thousands of objects: lines share a pre-escaped
-    ``namespace,workload`` head and cached suffixes (see ``_STAGE_PARTS``) instead of per-label code.
+    This runs on every watch event for tens of thousands of objects: lines share one escaped
+    ``namespace,workload`` lead and cached tails (see ``_STAGE_TAILS``) instead of per-label code.
     """
-    base = f'namespace="{esc(wl.namespace)}",workload="{esc(wl.name)}"'
+    lead = label_pairs(_NW, (wl.namespace, wl.name))
     owner_kind, owner_name = (wl.owner.kind, wl.owner.name) if wl.owner else ("", "")
     conditions = wl.conditions
     state = wl.state
     if state is None:
         raise ValueError(f"workload {wl.namespace}/{wl.name} rendered before its state was set")
     out: list[tuple[Family, bytes, int]] = [
-        (WORKLOAD_INFO,
-         f'gangscope_workload_info{{{base},cluster_queue="{esc(wl.cluster_queue)}",local_queue="{esc(wl.queue_name)}",'
-         f'priority_class="{esc(wl.priority_class)}",owner_kind="{esc(owner_kind)}",owner_name="{esc(owner_name)}"}} 1\n'
-         .encode(), 1),
-        (WORKLOAD_STAGE, f"gangscope_workload_stage{{{base}".encode().join(_STAGE_PARTS[state.stage]), len(STAGES)),
-        (WORKLOAD_CONDITION, f"gangscope_workload_condition{{{base}".encode().join(
-            [b"", *[_condition_suffix(c) for c in conditions.values()]]), len(conditions)),
+        (WORKLOAD_INFO, WORKLOAD_INFO.line(lead, 1, (
+            wl.cluster_queue, wl.queue_name, wl.priority_class, owner_kind, owner_name)), 1),
+        (WORKLOAD_STAGE, WORKLOAD_STAGE.lines(lead, _STAGE_TAILS[state.stage]), len(STAGES)),
+        (WORKLOAD_CONDITION, WORKLOAD_CONDITION.lines(lead, [_condition_tail(c) for c in conditions.values()]),
+         len(conditions)),
     ]
     pending = state.pending
     if pending is not None:
-        out.append((WORKLOAD_PENDING_REASON, f"gangscope_workload_pending_reason{{{base}".encode()
-                    + _pending_suffix(pending.reason, pending.category), 1))
+        out.append((WORKLOAD_PENDING_REASON, WORKLOAD_PENDING_REASON.head(lead)
+                    + _pending_tail(pending.reason, pending.category), 1))
     if wl.created_seconds is not None:
-        out.append((WORKLOAD_CREATED,
-                    f"gangscope_workload_created_timestamp_seconds{{{base}}} {format_value(wl.created_seconds)}\n".encode(), 1))
+        out.append((WORKLOAD_CREATED, WORKLOAD_CREATED.line(lead, wl.created_seconds), 1))
     for ctype, fam in _TIMESTAMPS:
         c = conditions.get(ctype)
         if c is not None and c.status == "True" and c.last_transition_seconds is not None:
-            out.append((fam, f"{fam.name}{{{base}}} {format_value(c.last_transition_seconds)}\n".encode(), 1))
+            out.append((fam, fam.line(lead, c.last_transition_seconds), 1))
     if wl.evictions:
-        out.append((WORKLOAD_EVICTIONS, "".join([
-            f'gangscope_workload_evictions_total{{{base},reason="{esc(r)}",underlying_cause="{esc(u)}"}} {n}\n'
-            for (r, u), n in wl.evictions.items()
-        ]).encode(), len(wl.evictions)))
+        out.append((WORKLOAD_EVICTIONS, WORKLOAD_EVICTIONS.lines(
+            lead, [WORKLOAD_EVICTIONS.tail(2, key, n) for key, n in wl.evictions.items()]), len(wl.evictions)))
     if wl.requeue_count is not None:
-        out.append((WORKLOAD_REQUEUE_COUNT, f"gangscope_workload_requeue_count{{{base}}} {wl.requeue_count}\n".encode(), 1))
+        out.append((WORKLOAD_REQUEUE_COUNT, WORKLOAD_REQUEUE_COUNT.line(lead, wl.requeue_count), 1))
     if wl.requeue_at_seconds is not None:
-        out.append((WORKLOAD_REQUEUE_AT, f"gangscope_workload_requeue_at_timestamp_seconds{{{base}}} "
-                    f"{format_value(wl.requeue_at_seconds)}\n".encode(), 1))
+        out.append((WORKLOAD_REQUEUE_AT, WORKLOAD_REQUEUE_AT.line(lead, wl.requeue_at_seconds), 1))
     if wl.admission_checks:
-        _check_lines(wl, base, out)
+        _check_lines(wl, lead, out)
     gpus = sum(ps.count * ps.gpus_per_pod for ps in wl.podsets)
-    out.append((WORKLOAD_REQUESTED_GPUS, f"gangscope_workload_requested_gpus{{{base}}} {format_value(gpus)}\n".encode(), 1))
+    out.append((WORKLOAD_REQUESTED_GPUS, WORKLOAD_REQUESTED_GPUS.line(lead, gpus), 1))
     pods, n = b"", 0
     for a in wl.last_assignments:
-        parts = _pod_parts(a, fragment)
-        pods += f'gangscope_workload_topology_pods{{{base},podset="{esc(a.name)}",'.encode().join(parts)
-        n += len(parts) - 1
+        tails = _pod_tails(a, fragment)
+        pods += WORKLOAD_TOPOLOGY_PODS.lines(lead.plus(("podset",), (a.name,)), tails)
+        n += len(tails)
     if n:
         out.append((WORKLOAD_TOPOLOGY_PODS, pods, n))
     if wl.unhealthy_paths:
         paths = dict.fromkeys(wl.unhealthy_paths)
-        out.append((WORKLOAD_UNHEALTHY_NODE, "".join([
-            f"gangscope_workload_unhealthy_node{{{base},{fragment(path)}}} 1\n" for path in paths
-        ]).encode(), len(paths)))
+        out.append((WORKLOAD_UNHEALTHY_NODE, WORKLOAD_UNHEALTHY_NODE.lines(
+            lead, [WORKLOAD_UNHEALTHY_NODE.tail(2, (), 1, fragment(path)) for path in paths]), len(paths)))
     return out
-
-
-def render_fragment(path: Path) -> str:
-    """``block="b1",rack="r1",host="h1"`` for a topology path (escaped)."""
-    return ",".join(f'{alias}="{esc(value)}"' for alias, value in path)
