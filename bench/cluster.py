@@ -460,7 +460,7 @@ def _pods(job: Job) -> list[Obj]:
 # pending Workload as it retries, admitting one on new hosts, pods becoming ready, an eviction,
 # a job finishing, a finished job deleted (and its PodGroup), a new job, a PodGroup's phase.
 CHURN_MIX = (("pending_update", 30), ("admit", 12), ("ready", 10), ("evict", 4), ("finish", 10),
-             ("delete", 10), ("create", 12), ("podgroup", 12))
+             ("delete", 11), ("create", 11), ("podgroup", 12))
 
 
 @dataclass
@@ -477,7 +477,8 @@ class Churn:
 
     Each :meth:`next` mutates the generator's own copy of the objects and returns the changes an
     API server would see (an admission is one Workload update; a delete removes the Workload and
-    its PodGroup; a create adds both). The population stays steady: creates balance deletes.
+    its PodGroup; a create adds both). The population stays steady: a job is created only while
+    fewer jobs than the cluster started with are live, so a soak measures memory, not growth.
     """
 
     def __init__(self, cluster: Cluster, seed: int = 1510) -> None:
@@ -488,6 +489,7 @@ class Churn:
         for job in cluster.jobs:
             self.by_stage.setdefault(job.stage, []).append(job)
         self.counts: dict[str, int] = {}
+        self.target = self.live = len(cluster.jobs)
 
     def _take(self, *stages: str) -> Job | None:
         pools = [s for s in stages if self.by_stage.get(s)]
@@ -583,9 +585,13 @@ class Churn:
         job = self._take("finished")
         if job is None:
             return []
+        self.live -= 1
         return [Change("delete", "delete", job.workload), Change("delete", "delete", job.podgroup)]
 
     def _create(self) -> list[Change]:
+        if self.live >= self.target:
+            return []
+        self.live += 1
         job = new_job(self.cluster, "queued", created=self.clock)
         self._put(job)
         return [Change("create", "create", job.workload), Change("create", "create", job.podgroup)]

@@ -75,5 +75,7 @@ def test_the_change_stream_is_realistic_and_clean() -> None:
             route[change.obj["kind"]].apply(verbs[change.verb], orjson.loads(orjson.dumps(change.obj)))
     assert health.parse_errors == 0 and InternalErrors.of(expo).counts.get("workloads", 0) == 0
     assert set(churn.counts) == {"pending_update", "admit", "ready", "evict", "finish", "delete", "create", "podgroup"}
+    live = sum(len(jobs) for jobs in churn.by_stage.values())
+    assert live == len(store.workloads) == churn.live <= len(cluster.jobs) and churn.counts["create"] > 0
     stages = Counter(w.stage for w in store.workloads.values())
     assert stages["evicting"] + stages["queued"] + stages["inadmissible"] > 0 and stages["running"] > 0
