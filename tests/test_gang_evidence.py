@@ -161,7 +161,33 @@ def test_zero_watched_pods_of_a_covered_api_is_empty_unless_kueue_admitted_it() 
     assert c.stage("pg1") == "empty"
     assert c.value("gangscope_gang_assembly_stuck", "pg1") is None
     c.add("workloads", workload("wl", owner=("Job", "pg1", "u1")))
-    assert c.stage("pg1") == "assembling"  # admitted: its pods are due, and the window counts
+    # Admitted: its pods are due, and the window counts from the admission (T0, 60 s ago) with
+    # the group's scheduleTimeoutSeconds of 10, whatever order the objects arrived in.
+    assert c.stage("pg1") == "stuck"
+    assert c.value("gangscope_gang_assembly_deadline_timestamp_seconds", "pg1") == T0 + 10
+
+
+def test_deadline_does_not_depend_on_the_order_objects_arrive_in() -> None:
+    """Two replicas (or shards) list the same objects in different orders and at different times:
+    a group that was empty only because its Workload had not arrived is not a regression, so both
+    export the same deadline, from the objects' own times."""
+    deadlines = []
+    for workload_first, now in ((False, T0 + 30), (True, T0 + 95)):
+        c = Cluster(now=now)
+        obj = issue446()
+        obj["metadata"]["namespace"] = "ml"
+        wl = workload("wl", owner=("Job", "pg1", "u1"))
+        c.list_pods("pods_coscheduling_legacy")
+        if workload_first:
+            c.add("workloads", wl)
+        c.add("podgroups_coscheduling_legacy", obj)
+        if not workload_first:
+            assert c.stage("pg1") == "empty"
+            c.now += 40
+            c.add("workloads", wl)
+        assert c.stage("pg1") == "stuck"  # scheduleTimeoutSeconds 10 from the admission at T0
+        deadlines.append(c.value("gangscope_gang_assembly_deadline_timestamp_seconds", "pg1"))
+    assert deadlines[0] == deadlines[1] == T0 + 10
 
 
 # ---- Volcano ----------------------------------------------------------------------------------

@@ -125,7 +125,7 @@ async def test_gzip_page_stays_cached_while_process_lines_change() -> None:
     family = Family("gangscope_test_gauge", "gauge", "A gauge.", ("a",))
     expo.register(family)
     for i in range(3000):
-        expo.set(("o", i), {family: [family.sample([str(i)], i)]})
+        expo.set(("o", i), {family: [family.sample([("a", str(i))], i)]})
     ticks = iter(range(1, 100))
     own = SelfMetrics(expo)
     live = lambda om: own.render(om) + f"gangscope_test_tick {next(ticks)}\n".encode()  # noqa: E731
@@ -197,11 +197,13 @@ async def test_collector_landing_page(collector: Collector) -> None:
 
 
 async def test_agent_landing_page(agent: Agent) -> None:
-    deadline = time.monotonic() + 5
-    # NVML is up (objects 0) at init, before its first sample counts the GPUs: wait for that sample
-    while not (agent.nvml_health.up and agent.nvml_health.objects) and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
+    # NVML is up once initialised; its GPUs are counted after the first sample, which a loaded
+    # machine may take a moment to finish: wait for the page to show them (or fail below).
+    deadline = time.monotonic() + 10
     page = await landing(agent.port)
+    while time.monotonic() < deadline and {r[0]: r for r in page.rows[1:]}.get("nvml", [None] * 4)[3] != "8":
+        await asyncio.sleep(0.05)
+        page = await landing(agent.port)
     assert page.title == f"gangscope agent on gpu-a1 {__version__}"
     assert "/debug/explain" not in " ".join(page.links)
     rows = {r[0]: r for r in page.rows[1:]}

@@ -134,7 +134,10 @@ async def test_client_side_sharding_when_the_server_ignores_the_selector(kube_si
         wl = next(o for o in kube_sim.objects(COLLECTOR_RESOURCES[0]) if o["metadata"]["namespace"] == other)
         wl["metadata"]["labels"]["touched"] = "yes"
         kube_sim.update(wl)
-        mine = next(ns for ns in served)
+        # A namespace of this shard that keeps Workloads after one is deleted (sets iterate in a
+        # per-process hash order: the first one might hold a single Workload).
+        mine = max(sorted(served), key=lambda ns: sum(o["metadata"]["namespace"] == ns
+                                                      for o in kube_sim.objects(COLLECTOR_RESOURCES[0])))
         wl = next(o for o in kube_sim.objects(COLLECTOR_RESOURCES[0]) if o["metadata"]["namespace"] == mine)
         kube_sim.delete(wl)
         await eventually(lambda: collector.store.workload(mine, wl["metadata"]["name"]) is None)

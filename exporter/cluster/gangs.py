@@ -365,7 +365,13 @@ def evaluate(rec: PodGroupRecord, wl: Workload | None, via: Via | None, now: flo
     if state == "empty" and admitted:
         state = "waiting"  # Kueue admitted the job: its pods are due
     regressed_at = previous.regressed_at if previous is not None else None
-    if state in ("waiting", "partial") and previous is not None and previous.stage in REGRESSED_FROM:
+    # A group that was "empty" only because its Workload had not arrived yet (the PodGroup's LIST
+    # ran first) has not changed, its join has: like "unreported", better evidence is not a
+    # regression. Otherwise two replicas or shards that listed in another order would export
+    # different deadlines for the same objects.
+    joined_late = previous is not None and previous.workload is None and wl is not None
+    if (state in ("waiting", "partial") and previous is not None and previous.stage in REGRESSED_FROM
+            and not (previous.stage == "empty" and joined_late)):
         regressed_at = now  # it was assembled (or had nothing to assemble) and now waits again
     starts = [t for t in (rec.created, admitted_at, regressed_at) if t is not None]
     wait_start = max(starts) if starts else None
