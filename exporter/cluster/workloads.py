@@ -27,8 +27,11 @@ _EMPTY: dict = {}  # an absent object, read-only
 
 WORKLOAD_INFO = Family(
     "gangscope_workload_info", "info",
-    "Kueue Workload identity: its queues, priority class and controller owner.",
-    (*_NW, "cluster_queue", "local_queue", "priority_class", "owner_kind", "owner_name"),
+    "Kueue Workload identity: its queues, priority class and controller owner; with MultiKueue, the worker cluster "
+    "it was dispatched to (status.clusterName) or, until then, the clusters nominated (status.nominatedClusterNames, "
+    "comma-separated).",
+    (*_NW, "cluster_queue", "local_queue", "priority_class", "owner_kind", "owner_name", "worker_cluster",
+     "nominated_worker_clusters"),
 )
 WORKLOAD_STAGE = Family(
     "gangscope_workload_stage", "gauge",
@@ -249,6 +252,12 @@ class Workload:
     assignments: list[Assignment]  # current admission (empty when none)
     unhealthy_nodes: list[str]
     problems: list[str]
+    # MultiKueue (kueue apis/kueue/v1beta2/workload_types.go:697-708, v1beta1 :433-443, same JSON names):
+    # status.clusterName, the worker cluster the Workload was dispatched to (reset on eviction), and
+    # status.nominatedClusterNames, the candidates until then (mutually exclusive with it, a CEL
+    # rule of the CRD at :616; set by pkg/controller/admissionchecks/multikueue/workload.go:880,917).
+    worker_cluster: str = ""
+    nominated_clusters: tuple[str, ...] = ()
     # Filled by the store:
     state: WorkloadState | None = None  # what the status means (exporter.cluster.workload_state)
     cluster_queue: str = ""  # admission's, else the LocalQueue's spec.clusterQueue
@@ -328,6 +337,11 @@ def parse_workload(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",))
     uid, api_version, rv = meta.get("uid"), obj.get("apiVersion"), meta.get("resourceVersion")
     queue, priority, active = spec.get("queueName"), spec.get("priority"), spec.get("active")
     cluster_queue = admission_d.get("clusterQueue")
+    nominated = status.get("nominatedClusterNames")
+    nominated_clusters = () if nominated is None else tuple(
+        _intern(as_str(c, f"status.nominatedClusterNames[{i}]", p))
+        for i, c in enumerate(as_list(nominated, "status.nominatedClusterNames", p)))
+    worker = status.get("clusterName")
 
     return Workload(
         namespace=_intern(namespace),
@@ -356,6 +370,8 @@ def parse_workload(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",))
         assignments=assignments,
         unhealthy_nodes=unhealthy,
         problems=p,
+        worker_cluster=_intern(worker) if worker.__class__ is str else as_str(worker, "status.clusterName", p),
+        nominated_clusters=nominated_clusters,
     )
 
 
@@ -693,7 +709,8 @@ def render_workload(wl: Workload, fragment: Callable[[Path], LabelPairs]) -> lis
         raise ValueError(f"workload {wl.namespace}/{wl.name} rendered before its state was set")
     out: list[tuple[Family, bytes, int]] = [
         (WORKLOAD_INFO, WORKLOAD_INFO.line(lead, 1, (
-            wl.cluster_queue, wl.queue_name, wl.priority_class, owner_kind, owner_name)), 1),
+            wl.cluster_queue, wl.queue_name, wl.priority_class, owner_kind, owner_name, wl.worker_cluster,
+            ",".join(wl.nominated_clusters))), 1),
         (WORKLOAD_STAGE, WORKLOAD_STAGE.lines(lead, _STAGE_TAILS[state.stage]), len(STAGES)),
         (WORKLOAD_CONDITION, WORKLOAD_CONDITION.lines(lead, [_condition_tail(c) for c in conditions.values()]),
          len(conditions)),
