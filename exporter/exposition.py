@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -30,6 +31,7 @@ OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 EOF = b"# EOF\n"
 
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n"})
 
 
@@ -123,6 +125,9 @@ class Family:
     help: str
     labels: tuple[str, ...] = ()
     topology: bool = False
+    # Labels named at run time after the declared ones, each starting with this prefix (an
+    # object's Kubernetes labels as ``label_<key>``, --metric-labels-allowlist); "" for none.
+    label_prefix: str = ""
     # every leading run of ``labels``, for checking a LabelPairs handed to head()/line()
     _leads: frozenset[tuple[str, ...]] = field(default=frozenset(), init=False, repr=False, compare=False)
 
@@ -176,18 +181,31 @@ class Family:
             raise ValueError(f"{self.name} is not declared with topology labels")
         return topology.text  # type: ignore[union-attr]
 
+    def _extra(self, extra: Sequence[tuple[str, str]]) -> str:
+        if not extra:
+            return ""
+        names = [k for k, _ in extra]
+        if not self.label_prefix or not all(k.startswith(self.label_prefix) and _LABEL_NAME.fullmatch(k) for k in names) \
+                or len(set(names)) != len(names) or set(names) & set(self.labels):
+            raise ValueError(f"{self.name} takes no run-time labels {names} (prefix {self.label_prefix!r})")
+        return _pairs(names, [v for _, v in extra])
+
     def prefix(self, values: Sequence[str] | Mapping[str, str],
-               topology: LabelPairs | Iterable[tuple[str, str]] | None = None) -> str:
+               topology: LabelPairs | Iterable[tuple[str, str]] | None = None,
+               extra: Sequence[tuple[str, str]] = ()) -> str:
         """``name{labels} ``, ready for a value: for an owner that renders thousands of samples a
         second with unchanged labels (the agent's counters) and keeps its prefixes."""
-        inner = ",".join(filter(None, (_pairs(self.labels, self._values(values)), self._topology(topology))))
+        inner = ",".join(filter(None, (_pairs(self.labels, self._values(values)), self._extra(extra),
+                                       self._topology(topology))))
         return f"{self.name}{{{inner}}} " if inner else f"{self.name} "
 
     def sample(self, values: Sequence[str] | Mapping[str, str], value: float,
-               topology: LabelPairs | Iterable[tuple[str, str]] | None = None) -> str:
+               topology: LabelPairs | Iterable[tuple[str, str]] | None = None,
+               extra: Sequence[tuple[str, str]] = ()) -> str:
         """One exposition line (with its trailing newline): the declared labels' values in their
-        order or by name, then the topology labels of a ``topology=True`` family."""
-        return f"{self.prefix(values, topology)}{format_value(value)}\n"
+        order or by name, then the run-time labels of a family with a ``label_prefix``
+        (``extra``: names and values), then the topology labels of a ``topology=True`` family."""
+        return f"{self.prefix(values, topology, extra)}{format_value(value)}\n"
 
     def head(self, lead: LabelPairs) -> bytes:
         """``name{`` and the leading labels ``lead`` (the first ``len(lead.names)`` declared labels),

@@ -69,24 +69,27 @@ def check_page(text: str, openmetrics: bool, topology: tuple[str, ...], const: t
             head = [*const, *declared.labels]
             rest = names[len(head):]
             extra = [t for t in topology if t not in declared.labels] if declared.topology else []
+            if declared.label_prefix:  # run-time labels (--metric-labels-allowlist), each with the prefix
+                rest = [n for n in rest if not n.startswith(declared.label_prefix)]
             if names[:len(head)] != head or rest != [t for t in extra if t in rest]:
                 wrong.append((s.name, names, head + extra))
     assert wrong == [], wrong[:5]
     return seen
 
 
-def catalogue_labels() -> dict[str, tuple[tuple[str, ...], bool]]:
-    """The README catalogue's label column of each family: the backticked names, and whether
-    it lists ``topology``."""
+def catalogue_labels() -> dict[str, tuple[tuple[str, ...], bool, str]]:
+    """The README catalogue's label column of each family: the backticked names, whether it
+    lists ``topology``, and the prefix of run-time labels (```label_<key>```)."""
     rows = re.findall(r"^\| `(gangscope_[a-z0-9_]+)` \| (?:gauge|counter|info) \|([^|]*)\|", _section("Metric catalogue"), re.M)
-    return {name: (tuple(re.findall(r"`([a-z0-9_]+)`", col)), "topology" in re.sub(r"`[^`]*`", "", col))
+    return {name: (tuple(re.findall(r"`([a-z0-9_]+)`", col)), "topology" in re.sub(r"`[^`]*`", "", col),
+                   "".join(re.findall(r"`([a-z0-9_]+)<key>`", col)))
             for name, col in rows}
 
 
 def test_every_family_is_catalogued_with_its_declared_labels() -> None:
     doc = catalogue_labels()
-    differ = {name: (doc.get(name), (fam.labels, fam.topology)) for name, fam in FAMILIES.items()
-              if doc.get(name) != (fam.labels, fam.topology)}
+    differ = {name: (doc.get(name), (fam.labels, fam.topology, fam.label_prefix)) for name, fam in FAMILIES.items()
+              if doc.get(name) != (fam.labels, fam.topology, fam.label_prefix)}
     assert differ == {}
 
 
@@ -113,14 +116,16 @@ async def test_a_benchmark_cluster_and_an_agent_serve_only_declared_labels(
     for r in COLLECTOR_RESOURCES:
         kube_sim.serve(r)
     kube_sim.bulk_load(build_cluster(300, nodes=512, seed=5, namespaces=20).objects())
-    collector = await started_collector(kube_sim_kubeconfig, "--cluster-name", "eu-west")
+    collector = await started_collector(kube_sim_kubeconfig, "--cluster-name", "eu-west",
+                                        "--metric-labels-allowlist", "*=[*]")
     try:
         seen = set()
         for openmetrics in (False, True):
             seen |= check_page(await fetch(collector.port, openmetrics), openmetrics, LEVELS, ("cluster",))
     finally:
         await collector.stop()
-    assert {"gangscope_workload_topology_pods", "gangscope_workload_condition", "gangscope_gang_pods"} <= seen
+    assert {"gangscope_workload_topology_pods", "gangscope_workload_condition", "gangscope_gang_pods",
+            "gangscope_workload_labels", "gangscope_podgroup_labels"} <= seen
 
     p = argparse.ArgumentParser()
     agent_main.add_arguments(p)

@@ -87,6 +87,7 @@ from ..exposition import Family, label_pairs
 from ..fields import ParseError
 from ..health import SourceHealth
 from . import podgroups as pg
+from .object_labels import PODGROUP_LABELS
 from .podgroups import NativeWorkload, PodGroupRecord
 from .pods import KAI_ANNOTATION, Pod, PodChanges, PodCounts, PodStore
 from .store import ClusterStore
@@ -637,7 +638,12 @@ class GangIndex:
             self._pg_native_wl.add((ns, rec.workload_ref), key)
         if rec.parent:
             self._children.add((ns, rec.parent), key)
-        self.exposition.set(("podgroup", *key), pg.render(rec))
+        lines: dict[Family, list[bytes] | list[str]] = {**pg.render(rec)}
+        allowlist = self.store.labels_allowlist
+        if allowlist is not None:
+            lines[PODGROUP_LABELS] = allowlist.lines("podgroups", PODGROUP_LABELS, (rec.namespace, rec.name, rec.api),
+                                                     rec.labels)
+        self.exposition.set(("podgroup", *key), lines)
         self._resolve(key)
         for parent in {previous.parent if previous else "", rec.parent} - {""}:
             self._resolve_parent(ns, parent)

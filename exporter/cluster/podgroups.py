@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..exposition import Family, label_pairs
-from ..fields import ParseError, Problems, as_dict, as_int, as_list, as_str, named_metadata, parse_quantity, parse_time
+from ..fields import ParseError, Problems, as_dict, as_int, as_list, as_str, named_metadata, parse_quantity, parse_time, str_map
 
 Api = Literal["coscheduling", "volcano", "native", "kai"]
 GangState = Literal["waiting", "partial", "assembled", "finished", "failed", "unreported"]
@@ -158,6 +158,7 @@ class PodGroupRecord:
     created: float | None = None
     owner_uids: tuple[str, ...] = ()
     owner_names: tuple[tuple[str, str], ...] = ()  # (kind, name) of ownerReferences / controllerRef
+    labels: dict[str, str] = field(default_factory=dict)  # metadata.labels (none for a native Workload's podGroups[] entry)
     min_member: int | None = None
     schedule_timeout_seconds: int | None = None
     phase: str | None = None  # None: the API reports no status for this group
@@ -243,6 +244,7 @@ def _metadata(source: str, api: Api, obj: Any, problems: Problems) -> PodGroupRe
     return PodGroupRecord(
         source=source, api=api, namespace=as_str(meta.get("namespace"), "metadata.namespace", problems), name=meta["name"],
         uid=as_str(meta.get("uid"), "metadata.uid", problems), created=parse_time(created) if created else None,
+        labels=str_map(meta.get("labels"), "metadata.labels", problems),
         owner_uids=uids, owner_names=names,
     )
 

@@ -61,6 +61,7 @@ from ..topologies import (
 from ..topology import HOSTNAME_LABEL, DomainPaths, TopologyError, TopologyLevels
 from .localqueues import LocalQueue, parse_local_queue
 from .nodes import Node, parse_node
+from .object_labels import WORKLOAD_LABELS, LabelsAllowlist
 from .workload_state import PodsAssembling, workload_state
 from .workloads import (
     FAMILIES, TOPOLOGY_EVICTIONS, Assignment, Path, Workload, parse_workload, render_workload,
@@ -195,9 +196,13 @@ class ClusterStore:
     def __init__(self, exposition: Exposition, *, gpu_resources: Sequence[str] = ("nvidia.com/gpu",),
                  level_keys: Sequence[str] = (), alias_overrides: Mapping[str, str] | None = None,
                  eviction_level: str | None = None, eviction_grace: float = DEFAULT_EVICTION_GRACE,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, labels_allowlist: LabelsAllowlist | None = None) -> None:
         self.exposition = exposition
         exposition.register(*FAMILIES, TOPOLOGY_UNRESOLVED)
+        # --metric-labels-allowlist: Workload labels here, PodGroup labels in the gang index
+        self.labels_allowlist = labels_allowlist
+        if labels_allowlist is not None:
+            exposition.register(*labels_allowlist.families())
         exposition.register(TOPOLOGY_EVICTIONS, aggregate=True)  # one owner, a series per domain and reason
         self.gpu_resources = tuple(gpu_resources)
         self.clock = clock
@@ -409,7 +414,11 @@ class ClusterStore:
         wl.unhealthy_paths = [self.node_path(n) for n in wl.unhealthy_nodes]
         wl.state = workload_state(wl, self.clock(), self._assembling(wl.key) if self.pods_assembling else None)
         self._arm_backoff(wl)
-        self.exposition.set_counted(("workload", wl.namespace, wl.name), render_workload(wl, self.fragment))
+        chunks = render_workload(wl, self.fragment)
+        if self.labels_allowlist is not None:
+            line = "".join(self.labels_allowlist.lines("workloads", WORKLOAD_LABELS, wl.key, wl.labels)).encode()
+            chunks.append((WORKLOAD_LABELS, line, line.count(b"\n")))
+        self.exposition.set_counted(("workload", wl.namespace, wl.name), chunks)
         for cb in self.on_workload_change:
             cb(wl.key)
 
