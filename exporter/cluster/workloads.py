@@ -635,23 +635,13 @@ _PENDING_TAILS: dict[tuple[str, str], bytes] = {}
 _POD_TAILS: dict[tuple[Path, int], bytes] = {}
 
 
-def _condition_tail(c: Condition) -> bytes:
-    key = (c.type, c.status, c.reason)
-    tail = _CONDITION_TAILS.get(key)
+def _info_tail(cache: dict, family: Family, key: tuple[str, ...]) -> bytes:
+    """The tail of a value-1 line of ``family`` after namespace and workload, from ``cache``."""
+    tail = cache.get(key)
     if tail is None:
-        if len(_CONDITION_TAILS) >= _SHARED_LIMIT:
-            _CONDITION_TAILS.clear()
-        tail = _CONDITION_TAILS[key] = WORKLOAD_CONDITION.tail(2, key, 1)
-    return tail
-
-
-def _pending_tail(reason: str, category: str) -> bytes:
-    key = (reason, category)
-    tail = _PENDING_TAILS.get(key)
-    if tail is None:
-        if len(_PENDING_TAILS) >= _SHARED_LIMIT:
-            _PENDING_TAILS.clear()
-        tail = _PENDING_TAILS[key] = WORKLOAD_PENDING_REASON.tail(2, key, 1)
+        if len(cache) >= _SHARED_LIMIT:
+            cache.clear()
+        tail = cache[key] = family.tail(2, key, 1)
     return tail
 
 
@@ -712,13 +702,14 @@ def render_workload(wl: Workload, fragment: Callable[[Path], LabelPairs]) -> lis
             wl.cluster_queue, wl.queue_name, wl.priority_class, owner_kind, owner_name, wl.worker_cluster,
             ",".join(wl.nominated_clusters))), 1),
         (WORKLOAD_STAGE, WORKLOAD_STAGE.lines(lead, _STAGE_TAILS[state.stage]), len(STAGES)),
-        (WORKLOAD_CONDITION, WORKLOAD_CONDITION.lines(lead, [_condition_tail(c) for c in conditions.values()]),
+        (WORKLOAD_CONDITION, WORKLOAD_CONDITION.lines(lead, [
+            _info_tail(_CONDITION_TAILS, WORKLOAD_CONDITION, (c.type, c.status, c.reason)) for c in conditions.values()]),
          len(conditions)),
     ]
     pending = state.pending
     if pending is not None:
         out.append((WORKLOAD_PENDING_REASON, WORKLOAD_PENDING_REASON.head(lead)
-                    + _pending_tail(pending.reason, pending.category), 1))
+                    + _info_tail(_PENDING_TAILS, WORKLOAD_PENDING_REASON, (pending.reason, pending.category)), 1))
     if wl.created_seconds is not None:
         out.append((WORKLOAD_CREATED, WORKLOAD_CREATED.line(lead, wl.created_seconds), 1))
     for ctype, fam in _TIMESTAMPS:
