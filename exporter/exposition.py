@@ -19,7 +19,7 @@ import math
 import re
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import structlog
 
@@ -91,10 +91,11 @@ NO_LABELS = LabelPairs((), "")
 
 def label_pairs(names: Sequence[str], values: Sequence[str]) -> LabelPairs:
     """``names`` with ``values`` rendered (and escaped) once; see :class:`LabelPairs`."""
-    names = tuple(names)
+    if names.__class__ is not tuple:
+        names = tuple(names)
     if len(names) != len(values):
         raise ValueError(f"labels {names} given {len(values)} values")
-    return LabelPairs(names, _pairs(names, values))
+    return LabelPairs(names, _formatter(names)(*values))
 
 
 def topology_pairs(path: Iterable[tuple[str, str]]) -> LabelPairs:
@@ -106,6 +107,30 @@ def topology_pairs(path: Iterable[tuple[str, str]]) -> LabelPairs:
 
 def _pairs(names: Sequence[str], values: Sequence[str]) -> str:
     return ",".join([f'{k}="{escape_label_value(v)}"' for k, v in zip(names, values)])
+
+
+# One formatter per tuple of label names, generated as the f-string a hand-written renderer would
+# hold (as dataclasses and namedtuple generate their methods): a generic join over names and
+# values costs three times as much, and this runs for every line of every watch event. Names
+# are checked to be label names before they go into code; others (and past the bound, which
+# only run-time topology aliases could reach) take the generic join.
+_FORMATTERS: dict[tuple[str, ...], Callable[..., str]] = {}
+_FORMATTERS_LIMIT = 4096
+
+
+def _formatter(names: tuple[str, ...]) -> Callable[..., str]:
+    """``f(*values)``: the escaped pairs of ``names`` with ``values``, for values of the right count."""
+    fmt = _FORMATTERS.get(names)
+    if fmt is not None:
+        return fmt
+    if len(_FORMATTERS) >= _FORMATTERS_LIMIT or not all(_LABEL_NAME.fullmatch(n) for n in names):
+        return lambda *values: _pairs(names, values)
+    args = ", ".join(f"v{i}" for i in range(len(names)))
+    body = ",".join(f'{n}="{{esc(v{i})}}"' for i, n in enumerate(names))
+    scope: dict[str, Any] = {"esc": escape_label_value}
+    exec(f"def pairs({args}):\n    return f'{body}'\n", scope)  # noqa: S102 - names checked above
+    fmt = _FORMATTERS[names] = scope["pairs"]
+    return fmt
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +155,9 @@ class Family:
     label_prefix: str = ""
     # every leading run of ``labels``, for checking a LabelPairs handed to head()/line()
     _leads: frozenset[tuple[str, ...]] = field(default=frozenset(), init=False, repr=False, compare=False)
+    # labels[start:] for every start, so the hot paths do not slice
+    _after: tuple[tuple[str, ...], ...] = field(default=(), init=False, repr=False, compare=False)
+    _formats: tuple[Callable[..., str], ...] = field(default=(), init=False, repr=False, compare=False)  # of _after
 
     def __post_init__(self) -> None:
         if self.kind == "counter" and not self.name.endswith("_total"):
@@ -141,6 +169,8 @@ class Family:
         if len(set(self.labels)) != len(self.labels):
             raise ValueError(f"{self.name} declares a label twice: {self.labels}")
         object.__setattr__(self, "_leads", frozenset(self.labels[:i] for i in range(len(self.labels) + 1)))
+        object.__setattr__(self, "_after", tuple(self.labels[i:] for i in range(len(self.labels) + 1)))
+        object.__setattr__(self, "_formats", tuple(_formatter(after) for after in self._after))
 
     def __hash__(self) -> int:
         # Families key every owner's lines on each event; the generated hash would hash all five
@@ -163,7 +193,12 @@ class Family:
 
     def _values(self, values: Sequence[str] | Mapping[str, str], start: int = 0) -> Sequence[str]:
         """The values of ``labels[start:]``, given in that order or by name; checked against the declaration."""
-        names = self.labels[start:] if start else self.labels
+        names = self._after[start]
+        cls = values.__class__
+        if cls is tuple or cls is list:  # the common case, without the (slow) ABC check below
+            if len(values) != len(names):
+                raise ValueError(f"{self.name} declares labels {names}, given {len(values)} values")
+            return values  # type: ignore[return-value]
         if isinstance(values, Mapping):
             if len(values) != len(names) or not all(k in values for k in names):
                 raise ValueError(f"{self.name} declares labels {names}, given {sorted(values)}")
@@ -195,8 +230,14 @@ class Family:
                extra: Sequence[tuple[str, str]] = ()) -> str:
         """``name{labels} ``, ready for a value: for an owner that renders thousands of samples a
         second with unchanged labels (the agent's counters) and keeps its prefixes."""
-        inner = ",".join(filter(None, (_pairs(self.labels, self._values(values)), self._extra(extra),
-                                       self._topology(topology))))
+        inner = self._formats[0](*self._values(values))
+        if extra:
+            more = self._extra(extra)
+            inner = f"{inner},{more}" if inner else more
+        if topology is not None:
+            more = self._topology(topology)
+            if more:
+                inner = f"{inner},{more}" if inner else more
         return f"{self.name}{{{inner}}} " if inner else f"{self.name} "
 
     def sample(self, values: Sequence[str] | Mapping[str, str], value: float,
@@ -219,7 +260,11 @@ class Family:
         """The rest of a line after a :meth:`head` of ``start`` labels: the labels from
         ``labels[start]`` on, the topology labels, the value. Pure in its arguments, so callers
         cache the tails that repeat across owners (stages, conditions, hosts)."""
-        inner = ",".join(filter(None, (_pairs(self.labels[start:], self._values(values, start)), self._topology(topology))))
+        inner = self._formats[start](*self._values(values, start))
+        if topology is not None:
+            more = self._topology(topology)
+            if more:
+                inner = f"{inner},{more}" if inner else more
         value = value if value.__class__ is str else format_value(value)  # type: ignore[arg-type]
         if inner:
             return f'{"," if start else ""}{inner}}} {value}\n'.encode()
@@ -228,9 +273,20 @@ class Family:
     def line(self, lead: LabelPairs, value: float, values: Sequence[str] = (),
              topology: LabelPairs | None = None) -> bytes:
         """One complete line: :meth:`head` of ``lead``, then :meth:`tail` of the remaining ``values``."""
-        if not values and topology is None and lead.names == self.labels:  # the common one: lead is every label
+        names = lead.names
+        if names == self.labels and topology is None and not values:  # the common one: lead is every label
             return f"{self.name}{{{lead.text}}} {format_value(value)}\n".encode()
-        return self.head(lead) + self.tail(len(lead.names), values, value, topology)
+        if topology is not None:
+            return self.head(lead) + self.tail(len(names), values, value, topology)
+        if names not in self._leads:
+            raise ValueError(f"{self.name} declares labels {self.labels}, not led by {names}")
+        rest = self._after[len(names)]
+        if len(values) != len(rest):
+            raise ValueError(f"{self.name} declares labels {self.labels}, given {names} and {len(values)} more values")
+        if not rest:  # the common one: lead is every label
+            return f"{self.name}{{{lead.text}}} {format_value(value)}\n".encode()
+        inner = self._formats[len(names)](*values)
+        return f'{self.name}{{{lead.text}{"," if lead.text else ""}{inner}}} {format_value(value)}\n'.encode()
 
     def lines(self, lead: LabelPairs, tails: Iterable[bytes]) -> bytes:
         """One line per tail, all with the leading labels ``lead``: a single C-level join."""

@@ -237,6 +237,7 @@ class ClusterStore:
         self._eviction_flag = eviction_level
         self.eviction_grace = eviction_grace
         self._topology_evictions: dict[tuple[str, str, Path], int] = {}
+        self._eviction_prefixes: dict[tuple[str, str, Path], str] = {}  # their lines up to the value
         self._node_domain: dict[str, Path] = {}  # node name -> its domain at the eviction level
         self._domain_nodes: dict[Path, int] = {}  # domain -> nodes in it
         self._gone_since: dict[Path, float] = {}  # counted domains without a Node, since when
@@ -582,10 +583,15 @@ class ClusterStore:
         self._render_topology_evictions()
 
     def _render_topology_evictions(self) -> None:
-        lines = [
-            TOPOLOGY_EVICTIONS.sample((reason, cause), n, self.fragment(domain))
-            for (reason, cause, domain), n in self._topology_evictions.items()
-        ]
+        prefixes = self._eviction_prefixes
+        if len(prefixes) > 2 * len(self._topology_evictions) + 1024:  # keys pruned or counters cleared
+            prefixes.clear()
+        lines = []
+        for key, n in self._topology_evictions.items():
+            prefix = prefixes.get(key)
+            if prefix is None:  # every eviction renders them all: each line's labels once
+                prefix = prefixes[key] = TOPOLOGY_EVICTIONS.prefix(key[:2], self.fragment(key[2]))
+            lines.append(f"{prefix}{n}\n")
         self.exposition.set(TOPOLOGY_EVICTIONS_OWNER, {TOPOLOGY_EVICTIONS: lines})
 
     def _node_domain_of(self, node: Node) -> Path:
@@ -708,6 +714,7 @@ class ClusterStore:
     def _invalidate_paths(self, keys: Iterable[WorkloadKey]) -> None:
         self._place_cache.clear()
         self._fragments.clear()
+        self._eviction_prefixes.clear()
         self._rerender(keys, replace_paths=True)
         for cb in self.on_topology_change:
             cb()
