@@ -77,8 +77,8 @@ def caches() -> list[str]:
     from exporter.cluster.store import ClusterStore
     from exporter.exposition import Exposition
 
-    names = [n for n in ("_CONDITIONS", "_DOMAINS", "_ASSIGNMENTS", "_MAPS", "_PLACED_PARTS", "_POD_SUFFIXES",
-                         "_CONDITION_SUFFIXES") if hasattr(workloads, n)]
+    names = [n for n in ("_CONDITIONS", "_DOMAINS", "_ASSIGNMENTS", "_MAPS", "_PLACED_PARTS", "_POD_TAILS",
+                         "_CONDITION_TAILS") if hasattr(workloads, n)]
     if hasattr(workloads, "_intern"):
         names.append("intern")
     names.append("_TIME_CACHE")

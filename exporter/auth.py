@@ -245,7 +245,7 @@ class Guard:
             self.on_change()
 
     def lines(self) -> list[str]:
-        return [AUTH_REQUESTS.sample([("result", k)], v) for k, v in sorted(self.counts.items())]
+        return [AUTH_REQUESTS.sample((k,), v) for k, v in sorted(self.counts.items())]
 
 
 GUARD = web.AppKey("guard", Guard)

@@ -16,21 +16,22 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import structlog
 
 log = structlog.get_logger(__name__)
 
 Kind = Literal["gauge", "counter", "info"]
-Labels = Iterable[tuple[str, str]]
 
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 EOF = b"# EOF\n"
 
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n"})
 
 
@@ -64,13 +65,84 @@ def format_value(value: float) -> str:
     return repr(value)
 
 
+class LabelPairs:
+    """Label pairs rendered once (``namespace="a",workload="b"``) and the names they hold, for
+    the fast paths of :class:`Family`: the leading labels several families share (one Workload's
+    ``namespace``/``workload`` in a dozen families) or a topology path, escaped once per owner
+    or per path instead of once per line."""
+
+    __slots__ = ("names", "text")
+
+    def __init__(self, names: tuple[str, ...], text: str) -> None:
+        self.names = names
+        self.text = text
+
+    def __repr__(self) -> str:
+        return f"LabelPairs({self.text})"
+
+    def plus(self, names: Sequence[str], values: Sequence[str]) -> LabelPairs:
+        """These pairs followed by ``names`` with ``values`` (a Workload's lead and one check)."""
+        more = label_pairs(names, values)
+        return LabelPairs(self.names + more.names, f"{self.text},{more.text}" if self.text else more.text)
+
+
+NO_LABELS = LabelPairs((), "")
+
+
+def label_pairs(names: Sequence[str], values: Sequence[str]) -> LabelPairs:
+    """``names`` with ``values`` rendered (and escaped) once; see :class:`LabelPairs`."""
+    if names.__class__ is not tuple:
+        names = tuple(names)
+    if len(names) != len(values):
+        raise ValueError(f"labels {names} given {len(values)} values")
+    return LabelPairs(names, _formatter(names)(*values))
+
+
+def topology_pairs(path: Iterable[tuple[str, str]]) -> LabelPairs:
+    """The topology labels of a path (``((alias, value), ...)`` over the configured levels, top
+    first), rendered once for every family declared with ``topology=True``."""
+    path = tuple(path)
+    return label_pairs([alias for alias, _ in path], [value for _, value in path])
+
+
+def _pairs(names: Sequence[str], values: Sequence[str]) -> str:
+    return ",".join([f'{k}="{escape_label_value(v)}"' for k, v in zip(names, values)])
+
+
+# One formatter per tuple of label names, generated as the f-string a hand-written renderer would
+# hold (as dataclasses and namedtuple generate their methods): a generic join over names and
+# values costs three times as much, and this runs for every line of every watch event. Names
+# are checked to be label names before they go into code; others (and past the bound, which
+# only run-time topology aliases could reach) take the generic join.
+_FORMATTERS: dict[tuple[str, ...], Callable[..., str]] = {}
+_FORMATTERS_LIMIT = 4096
+
+
+def _formatter(names: tuple[str, ...]) -> Callable[..., str]:
+    """``f(*values)``: the escaped pairs of ``names`` with ``values``, for values of the right count."""
+    fmt = _FORMATTERS.get(names)
+    if fmt is not None:
+        return fmt
+    if len(_FORMATTERS) >= _FORMATTERS_LIMIT or not all(_LABEL_NAME.fullmatch(n) for n in names):
+        return lambda *values: _pairs(names, values)
+    args = ", ".join(f"v{i}" for i in range(len(names)))
+    body = ",".join(f'{n}="{{esc(v{i})}}"' for i, n in enumerate(names))
+    scope: dict[str, Any] = {"esc": escape_label_value}
+    exec(f"def pairs({args}):\n    return f'{body}'\n", scope)  # noqa: S102 - names checked above
+    fmt = _FORMATTERS[names] = scope["pairs"]
+    return fmt
+
+
 @dataclass(frozen=True, slots=True)
 class Family:
     """One metric family, declared as data next to the code that fills it.
 
     ``name`` is the sample name as users query it (counters end in ``_total``, info series in
-    ``_info``). ``labels`` documents the fixed labels for the README catalogue; topology labels are
-    appended at run time and listed there as ``<topology>``.
+    ``_info``). ``labels`` are the family's label names in their order: every sample is rendered
+    from them (:meth:`sample`, and the fast paths :meth:`head`/:meth:`tail`/:meth:`line`), so a
+    sample cannot carry other labels than the declaration and the README catalogue lists. Families
+    with ``topology=True`` append the configured topology labels after them (``<topology>`` in
+    the catalogue); ``--cluster-name`` goes first on every line (:class:`Exposition`).
     """
 
     name: str
@@ -78,6 +150,14 @@ class Family:
     help: str
     labels: tuple[str, ...] = ()
     topology: bool = False
+    # Labels named at run time after the declared ones, each starting with this prefix (an
+    # object's Kubernetes labels as ``label_<key>``, --metric-labels-allowlist); "" for none.
+    label_prefix: str = ""
+    # every leading run of ``labels``, for checking a LabelPairs handed to head()/line()
+    _leads: frozenset[tuple[str, ...]] = field(default=frozenset(), init=False, repr=False, compare=False)
+    # labels[start:] for every start, so the hot paths do not slice
+    _after: tuple[tuple[str, ...], ...] = field(default=(), init=False, repr=False, compare=False)
+    _formats: tuple[Callable[..., str], ...] = field(default=(), init=False, repr=False, compare=False)  # of _after
 
     def __post_init__(self) -> None:
         if self.kind == "counter" and not self.name.endswith("_total"):
@@ -86,6 +166,11 @@ class Family:
             raise ValueError(f"info family {self.name} must end in _info")
         if "\\" in self.help or "\n" in self.help or '"' in self.help:
             raise ValueError(f"help of {self.name} must not contain backslashes, quotes or newlines")
+        if len(set(self.labels)) != len(self.labels):
+            raise ValueError(f"{self.name} declares a label twice: {self.labels}")
+        object.__setattr__(self, "_leads", frozenset(self.labels[:i] for i in range(len(self.labels) + 1)))
+        object.__setattr__(self, "_after", tuple(self.labels[i:] for i in range(len(self.labels) + 1)))
+        object.__setattr__(self, "_formats", tuple(_formatter(after) for after in self._after))
 
     def __hash__(self) -> int:
         # Families key every owner's lines on each event; the generated hash would hash all five
@@ -104,12 +189,108 @@ class Family:
         kind = "gauge" if self.kind == "info" else self.kind
         return f"# HELP {self.name} {self.help}\n# TYPE {self.name} {kind}\n".encode()
 
-    def sample(self, labels: Labels, value: float) -> str:
-        """One exposition line (with its trailing newline) for these label pairs."""
-        inner = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in labels)
+    # ----- rendering: the only place label pairs are formatted --------------------------------
+
+    def _values(self, values: Sequence[str] | Mapping[str, str], start: int = 0) -> Sequence[str]:
+        """The values of ``labels[start:]``, given in that order or by name; checked against the declaration."""
+        names = self._after[start]
+        cls = values.__class__
+        if cls is tuple or cls is list:  # the common case, without the (slow) ABC check below
+            if len(values) != len(names):
+                raise ValueError(f"{self.name} declares labels {names}, given {len(values)} values")
+            return values  # type: ignore[return-value]
+        if isinstance(values, Mapping):
+            if len(values) != len(names) or not all(k in values for k in names):
+                raise ValueError(f"{self.name} declares labels {names}, given {sorted(values)}")
+            return [values[k] for k in names]
+        if len(values) != len(names):
+            raise ValueError(f"{self.name} declares labels {names}, given {len(values)} values")
+        return values
+
+    def _topology(self, topology: LabelPairs | Iterable[tuple[str, str]] | None) -> str:
+        if topology is None:
+            return ""
+        if topology.__class__ is not LabelPairs:
+            topology = topology_pairs(topology)  # type: ignore[arg-type]
+        if topology.text and not self.topology:  # type: ignore[union-attr]
+            raise ValueError(f"{self.name} is not declared with topology labels")
+        return topology.text  # type: ignore[union-attr]
+
+    def _extra(self, extra: Sequence[tuple[str, str]]) -> str:
+        if not extra:
+            return ""
+        names = [k for k, _ in extra]
+        if not self.label_prefix or not all(k.startswith(self.label_prefix) and _LABEL_NAME.fullmatch(k) for k in names) \
+                or len(set(names)) != len(names) or set(names) & set(self.labels):
+            raise ValueError(f"{self.name} takes no run-time labels {names} (prefix {self.label_prefix!r})")
+        return _pairs(names, [v for _, v in extra])
+
+    def prefix(self, values: Sequence[str] | Mapping[str, str],
+               topology: LabelPairs | Iterable[tuple[str, str]] | None = None,
+               extra: Sequence[tuple[str, str]] = ()) -> str:
+        """``name{labels} ``, ready for a value: for an owner that renders thousands of samples a
+        second with unchanged labels (the agent's counters) and keeps its prefixes."""
+        inner = self._formats[0](*self._values(values))
+        if extra:
+            more = self._extra(extra)
+            inner = f"{inner},{more}" if inner else more
+        if topology is not None:
+            more = self._topology(topology)
+            if more:
+                inner = f"{inner},{more}" if inner else more
+        return f"{self.name}{{{inner}}} " if inner else f"{self.name} "
+
+    def sample(self, values: Sequence[str] | Mapping[str, str], value: float,
+               topology: LabelPairs | Iterable[tuple[str, str]] | None = None,
+               extra: Sequence[tuple[str, str]] = ()) -> str:
+        """One exposition line (with its trailing newline): the declared labels' values in their
+        order or by name, then the run-time labels of a family with a ``label_prefix``
+        (``extra``: names and values), then the topology labels of a ``topology=True`` family."""
+        return f"{self.prefix(values, topology, extra)}{format_value(value)}\n"
+
+    def head(self, lead: LabelPairs) -> bytes:
+        """``name{`` and the leading labels ``lead`` (the first ``len(lead.names)`` declared labels),
+        the line left open for :meth:`tail`; :meth:`lines` joins one head with many tails."""
+        if lead.names not in self._leads:
+            raise ValueError(f"{self.name} declares labels {self.labels}, not led by {lead.names}")
+        return f"{self.name}{{{lead.text}".encode()
+
+    def tail(self, start: int, values: Sequence[str] | Mapping[str, str], value: float | str,
+             topology: LabelPairs | None = None) -> bytes:
+        """The rest of a line after a :meth:`head` of ``start`` labels: the labels from
+        ``labels[start]`` on, the topology labels, the value. Pure in its arguments, so callers
+        cache the tails that repeat across owners (stages, conditions, hosts)."""
+        inner = self._formats[start](*self._values(values, start))
+        if topology is not None:
+            more = self._topology(topology)
+            if more:
+                inner = f"{inner},{more}" if inner else more
+        value = value if value.__class__ is str else format_value(value)  # type: ignore[arg-type]
         if inner:
-            return f"{self.name}{{{inner}}} {format_value(value)}\n"
-        return f"{self.name} {format_value(value)}\n"
+            return f'{"," if start else ""}{inner}}} {value}\n'.encode()
+        return f"}} {value}\n".encode()
+
+    def line(self, lead: LabelPairs, value: float, values: Sequence[str] = (),
+             topology: LabelPairs | None = None) -> bytes:
+        """One complete line: :meth:`head` of ``lead``, then :meth:`tail` of the remaining ``values``."""
+        names = lead.names
+        if names == self.labels and topology is None and not values:  # the common one: lead is every label
+            return f"{self.name}{{{lead.text}}} {format_value(value)}\n".encode()
+        if topology is not None:
+            return self.head(lead) + self.tail(len(names), values, value, topology)
+        if names not in self._leads:
+            raise ValueError(f"{self.name} declares labels {self.labels}, not led by {names}")
+        rest = self._after[len(names)]
+        if len(values) != len(rest):
+            raise ValueError(f"{self.name} declares labels {self.labels}, given {names} and {len(values)} more values")
+        if not rest:  # the common one: lead is every label
+            return f"{self.name}{{{lead.text}}} {format_value(value)}\n".encode()
+        inner = self._formats[len(names)](*values)
+        return f'{self.name}{{{lead.text}{"," if lead.text else ""}{inner}}} {format_value(value)}\n'.encode()
+
+    def lines(self, lead: LabelPairs, tails: Iterable[bytes]) -> bytes:
+        """One line per tail, all with the leading labels ``lead``: a single C-level join."""
+        return self.head(lead).join((b"", *tails))
 
 
 def with_labels(text: bytes, labels: bytes) -> bytes:
@@ -208,7 +389,7 @@ class Exposition:
         --metric-denylist; its lines are then never stored); ``const_labels`` go first on every
         sample line (--cluster-name)."""
         self._exported = exported
-        self.const_labels = b",".join(f'{k}="{escape_label_value(v)}"'.encode() for k, v in const_labels)
+        self.const_labels = _pairs([k for k, _ in const_labels], [v for _, v in const_labels]).encode()
         self._families: dict[str, _FamilyState] = {}
         # owner -> (slot, {family name: series of that owner in it})
         self._owned: dict[Hashable, tuple[int, dict[str, int]]] = {}
@@ -239,15 +420,19 @@ class Exposition:
     def families(self) -> list[Family]:
         return [state.family for state in self._families.values()]
 
-    def set(self, owner: Hashable, lines: Mapping[Family, Sequence[str]]) -> None:
+    def set(self, owner: Hashable, lines: Mapping[Family, Sequence[str] | Sequence[bytes]]) -> None:
         """Replace all lines of ``owner``; families absent from ``lines`` lose the owner's lines.
 
-        Each item of a family's sequence is one line or several joined (each ending in ``\\n``);
-        the series count is the number of lines either way.
+        Each item of a family's sequence is one line or several joined (each ending in ``\\n``),
+        all ``str`` (:meth:`Family.sample`) or all UTF-8 ``bytes`` (:meth:`Family.line`,
+        :meth:`Family.lines`); the series count is the number of lines either way.
         """
         chunks = []
         for fam, fam_lines in lines.items():
-            text = "".join(fam_lines).encode()
+            if fam_lines and fam_lines[0].__class__ is bytes:
+                text = b"".join(fam_lines)  # type: ignore[arg-type]
+            else:
+                text = "".join(fam_lines).encode()  # type: ignore[arg-type]
             chunks.append((fam, text, text.count(b"\n")))  # escaped label values hold no raw newline
         self.set_counted(owner, chunks)
 
@@ -317,7 +502,7 @@ class Exposition:
             log.warning("series_limit_reached", family=name, limit=limit,
                         which="per family" if limit == self._max_series else "per owner")
         state = self._families[self.DROPPED.name]
-        text = "".join(self.DROPPED.sample([("family", n)], v) for n, v in sorted(self._dropped.items())).encode()
+        text = "".join(self.DROPPED.sample([n], v) for n, v in sorted(self._dropped.items())).encode()
         state.put(self._dropped_slot, with_labels(text, self.const_labels) if self.const_labels else text)
         state.total_series = len(self._dropped)
 

@@ -20,18 +20,24 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from .exposition import Exposition, Family
+from .exposition import Exposition, Family, topology_pairs
 
 log = structlog.get_logger(__name__)
 
-SOURCE_UP = Family("gangscope_source_up", "gauge", "Whether the source is served, permitted and synced (1) or not (0).", ("source",))
+# Source health carries the agent's node and topology labels (SourceHealth.set_labels), like every
+# agent series, so that a lost GPU source is found by rack; the collector's have none.
+SOURCE_UP = Family("gangscope_source_up", "gauge", "Whether the source is served, permitted and synced (1) or not (0).",
+                   ("source",), topology=True)
 SOURCE_LAST_SYNC = Family(
-    "gangscope_source_last_sync_timestamp_seconds", "gauge", "When the source last completed a list, poll or sample.", ("source",)
+    "gangscope_source_last_sync_timestamp_seconds", "gauge", "When the source last completed a list, poll or sample.",
+    ("source",), topology=True,
 )
-SOURCE_ERRORS = Family("gangscope_source_errors_total", "counter", "Errors talking to the source (HTTP, gRPC, NVML, sysfs).", ("source",))
-SOURCE_OBJECTS = Family("gangscope_source_objects", "gauge", "Objects currently held from the source.", ("source",))
+SOURCE_ERRORS = Family("gangscope_source_errors_total", "counter", "Errors talking to the source (HTTP, gRPC, NVML, sysfs).",
+                       ("source",), topology=True)
+SOURCE_OBJECTS = Family("gangscope_source_objects", "gauge", "Objects currently held from the source.", ("source",), topology=True)
 PARSE_ERRORS = Family(
-    "gangscope_parse_errors_total", "counter", "Objects or fields from the source that could not be parsed and were skipped.", ("source",)
+    "gangscope_parse_errors_total", "counter", "Objects or fields from the source that could not be parsed and were skipped.",
+    ("source",), topology=True,
 )
 FAMILIES = (SOURCE_UP, SOURCE_LAST_SYNC, SOURCE_ERRORS, SOURCE_OBJECTS, PARSE_ERRORS)
 INTERNAL_ERRORS = Family(
@@ -73,7 +79,7 @@ class InternalErrors:
 
     def _render(self) -> None:
         self.exposition.set(("internal_errors",), {
-            INTERNAL_ERRORS: [INTERNAL_ERRORS.sample([("component", c)], n) for c, n in sorted(self.counts.items())],
+            INTERNAL_ERRORS: [INTERNAL_ERRORS.sample((c,), n) for c, n in sorted(self.counts.items())],
         })
 
 
@@ -147,20 +153,20 @@ class SourceHealth:
             self._render()
 
     def set_labels(self, labels: tuple[tuple[str, str], ...]) -> None:
-        """Extra labels on every health series (the agent adds its node and topology labels)."""
+        """The topology labels of every health series (the agent's ``node`` and topology labels)."""
         if labels != self.labels:
             self.labels = labels
             self._render()
 
     def _render(self) -> None:
-        labels = [("source", self.name), *self.labels]
+        source, topology = (self.name,), topology_pairs(self.labels)
         self.exposition.set(
             ("source", self.name),
             {
-                SOURCE_UP: [SOURCE_UP.sample(labels, 1 if self.up else 0)],
-                SOURCE_LAST_SYNC: [SOURCE_LAST_SYNC.sample(labels, self.last_sync)] if self.last_sync else [],
-                SOURCE_ERRORS: [SOURCE_ERRORS.sample(labels, self.errors)],
-                SOURCE_OBJECTS: [SOURCE_OBJECTS.sample(labels, self.objects)],
-                PARSE_ERRORS: [PARSE_ERRORS.sample(labels, self.parse_errors)],
+                SOURCE_UP: [SOURCE_UP.sample(source, 1 if self.up else 0, topology)],
+                SOURCE_LAST_SYNC: [SOURCE_LAST_SYNC.sample(source, self.last_sync, topology)] if self.last_sync else [],
+                SOURCE_ERRORS: [SOURCE_ERRORS.sample(source, self.errors, topology)],
+                SOURCE_OBJECTS: [SOURCE_OBJECTS.sample(source, self.objects, topology)],
+                PARSE_ERRORS: [PARSE_ERRORS.sample(source, self.parse_errors, topology)],
             },
         )

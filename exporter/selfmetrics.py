@@ -33,7 +33,7 @@ class SelfMetrics:
     def __init__(self, exposition: Exposition) -> None:
         exposition.register(BUILD_INFO)
         exposition.set(("build_info",), {BUILD_INFO: [BUILD_INFO.sample(
-            [("version", __version__), ("python_version", platform.python_version())], 1)]})
+            (__version__, platform.python_version()), 1)]})
         self.registry = CollectorRegistry(auto_describe=False)
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)

@@ -425,7 +425,7 @@ def test_any_label_value_round_trips(ns: str, name: str, queue: str, reason: str
         got = {s.name: s.labels for f in families for s in f.samples if "workload" in s.labels}
         assert got["gangscope_workload_info"] == {
             "namespace": ns, "workload": name, "cluster_queue": "cq", "local_queue": queue, "priority_class": "high",
-            "owner_kind": "Job", "owner_name": owner}
+            "owner_kind": "Job", "owner_name": owner, "worker_cluster": "", "nominated_worker_clusters": ""}
         assert got["gangscope_workload_condition"] == {"namespace": ns, "workload": name, "type": "Admitted",
                                                        "status": "True", "reason": reason}
         assert got["gangscope_workload_topology_pods"] == {"namespace": ns, "workload": name, "podset": "main",

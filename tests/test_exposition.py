@@ -6,17 +6,19 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from exporter.exposition import Exposition, Family, escape_label_value, format_value, with_labels
+from exporter.exposition import (Exposition, Family, escape_label_value, format_value, label_pairs, topology_pairs,
+                                 with_labels)
 
 G = Family("gangscope_test_gauge", "gauge", "A gauge.", ("a",))
 C = Family("gangscope_test_events_total", "counter", "A counter.", ("a",))
 I = Family("gangscope_test_info", "info", "An info series.", ("a",))
+N = Family("gangscope_test_plain", "gauge", "A gauge without labels.")
 
 
 def test_exact_text_and_openmetrics() -> None:
     e = Exposition()
     e.register(G, C, I)
-    e.set("o1", {G: [G.sample([("a", "x")], 1.5)], C: [C.sample([("a", "x")], 3)], I: [I.sample([("a", "x")], 1)]})
+    e.set("o1", {G: [G.sample(["x"], 1.5)], C: [C.sample(["x"], 3)], I: [I.sample(["x"], 1)]})
     text = e.render(False).decode()
     assert "# HELP gangscope_test_events_total A counter.\n# TYPE gangscope_test_events_total counter\n" \
            'gangscope_test_events_total{a="x"} 3\n' in text
@@ -36,7 +38,7 @@ def test_exact_text_and_openmetrics() -> None:
 def test_label_values_round_trip(raw: str) -> None:
     e = Exposition()
     e.register(G)
-    e.set("o", {G: [G.sample([("a", raw)], 1)]})
+    e.set("o", {G: [G.sample([raw], 1)]})
     for parser, om in ((parse_om, True), (parse_text, False)):
         fam = next(f for f in parser(e.render(om).decode()) if f.name == "gangscope_test_gauge")
         assert fam.samples[0].labels["a"] == raw
@@ -45,9 +47,9 @@ def test_label_values_round_trip(raw: str) -> None:
 def test_owner_replacement_and_delete() -> None:
     e = Exposition()
     e.register(G, C)
-    e.set("o1", {G: [G.sample([("a", "1")], 1)], C: [C.sample([("a", "1")], 1)]})
-    e.set("o2", {G: [G.sample([("a", "2")], 2)]})
-    e.set("o1", {G: [G.sample([("a", "1")], 5)]})  # o1 no longer exports C
+    e.set("o1", {G: [G.sample(["1"], 1)], C: [C.sample(["1"], 1)]})
+    e.set("o2", {G: [G.sample(["2"], 2)]})
+    e.set("o1", {G: [G.sample(["1"], 5)]})  # o1 no longer exports C
     text = e.render(False).decode()
     assert 'gangscope_test_gauge{a="1"} 5\n' in text
     assert "gangscope_test_events_total{" not in text
@@ -59,13 +61,13 @@ def test_owner_replacement_and_delete() -> None:
 def test_series_cap_drops_and_counts() -> None:
     e = Exposition(max_series_per_family=3)
     e.register(G)
-    e.set("o1", {G: [G.sample([("a", str(i))], i) for i in range(2)]})
-    e.set("o2", {G: [G.sample([("a", str(i))], i) for i in range(2, 4)]})  # would make 4 > 3
+    e.set("o1", {G: [G.sample([str(i)], i) for i in range(2)]})
+    e.set("o2", {G: [G.sample([str(i)], i) for i in range(2, 4)]})  # would make 4 > 3
     text = e.render(False).decode()
     assert text.count("gangscope_test_gauge{") == 2
     assert 'gangscope_exposition_dropped_series_total{family="gangscope_test_gauge"} 2\n' in text
     e.delete("o1")
-    e.set("o2", {G: [G.sample([("a", str(i))], i) for i in range(2, 4)]})
+    e.set("o2", {G: [G.sample([str(i)], i) for i in range(2, 4)]})
     assert e.render(False).decode().count("gangscope_test_gauge{") == 2
 
 
@@ -77,7 +79,28 @@ def test_conflicting_registration_and_bad_families() -> None:
     with pytest.raises(ValueError):
         Family("gangscope_bad", "counter", "no suffix")
     with pytest.raises(KeyError):
-        e.set("o", {C: [C.sample([], 1)]})
+        e.set("o", {C: [C.sample(["x"], 1)]})
+
+
+def test_a_family_renders_only_its_declared_labels() -> None:
+    """The declaration is the source: values by position or by name, topology labels appended
+    only where declared, and every fast path (head, tail, line, lines) gives the same text."""
+    f = Family("gangscope_test_pods", "gauge", "Pods.", ("namespace", "workload", "podset"), topology=True)
+    topo = topology_pairs((("rack", "r1"), ("host", 'h"1')))
+    want = 'gangscope_test_pods{namespace="ns",workload="w",podset="main",rack="r1",host="h\\"1"} 3\n'
+    assert f.sample(["ns", "w", "main"], 3, topo) == want
+    assert f.sample({"podset": "main", "workload": "w", "namespace": "ns"}, 3, (("rack", "r1"), ("host", 'h"1'))) == want
+    lead = label_pairs(("namespace", "workload"), ("ns", "w"))
+    assert f.line(lead, 3, ["main"], topo).decode() == want
+    assert f.lines(lead.plus(("podset",), ("main",)), [f.tail(3, (), 3, topo), f.tail(3, (), 4, topo)]).decode() == (
+        want + want.replace("} 3", "} 4"))
+    for bad in (lambda: f.sample(["ns", "w"], 1), lambda: f.sample({"namespace": "ns", "workload": "w", "pod": "p"}, 1),
+                lambda: f.head(label_pairs(("workload",), ("w",))), lambda: f.tail(2, ("main", "extra"), 1),
+                lambda: G.sample(["x"], 1, topo), lambda: Family("gangscope_twice", "gauge", "h", ("a", "a"))):
+        with pytest.raises(ValueError):
+            bad()
+    assert G.sample(["x"], 1, ()) == 'gangscope_test_gauge{a="x"} 1\n', "empty topology labels are allowed anywhere"
+    assert N.line(label_pairs((), ()), 2) == b"gangscope_test_plain{} 2\n"
 
 
 def test_format_value() -> None:
@@ -93,22 +116,22 @@ def test_format_value() -> None:
 def test_series_cap_per_owner_drops_only_the_oversized_owner() -> None:
     e = Exposition(max_series_per_family=100, max_series_per_owner=3)
     e.register(G, C)
-    e.set("small", {G: [G.sample([("a", str(i))], i) for i in range(3)]})
-    e.set("huge", {G: [G.sample([("b", str(i))], i) for i in range(4)], C: [C.sample([("b", "x")], 1)]})
+    e.set("small", {G: [G.sample([str(i)], i) for i in range(3)]})
+    e.set("huge", {G: [G.sample([f"h{i}"], i) for i in range(4)], C: [C.sample(["h"], 1)]})
     text = e.render(False).decode()
-    assert text.count("gangscope_test_gauge{") == 3 and 'b="' not in text.split("gangscope_test_events")[0]
-    assert 'gangscope_test_events_total{b="x"} 1\n' in text, "its other families stay"
+    assert text.count("gangscope_test_gauge{") == 3 and 'a="h' not in text.split("gangscope_test_events")[0]
+    assert 'gangscope_test_events_total{a="h"} 1\n' in text, "its other families stay"
     assert 'gangscope_exposition_dropped_series_total{family="gangscope_test_gauge"} 4\n' in text
 
 
 def test_family_filter_and_constant_labels() -> None:
     e = Exposition(exported=lambda name: name != C.name, const_labels=[("cluster", 'a"b')])
-    e.register(G, C)
-    e.set("o", {G: [G.sample([("a", "1")], 1), G.sample([], 2)], C: [C.sample([], 1)]})
+    e.register(G, C, N)
+    e.set("o", {G: [G.sample(["1"], 1)], N: [N.sample([], 2)], C: [C.sample(["1"], 1)]})
     text = e.render(False).decode()
     assert C.name not in text, "a filtered family is neither stored nor described"
     assert 'gangscope_test_gauge{cluster="a\\"b",a="1"} 1\n' in text
-    assert 'gangscope_test_gauge{cluster="a\\"b"} 2\n' in text
+    assert 'gangscope_test_plain{cluster="a\\"b"} 2\n' in text
     assert with_labels(b'# HELP x y\nx{} 1\nx 2\n', b'c="1"') == b'# HELP x y\nx{c="1"} 1\nx{c="1"} 2\n'
 
 
@@ -118,9 +141,9 @@ def test_an_aggregate_family_is_held_to_the_family_cap_only() -> None:
     e = Exposition(max_series_per_family=50, max_series_per_owner=3)
     e.register(G)
     e.register(C, aggregate=True)
-    e.set("process", {C: [C.sample([("a", str(i))], i) for i in range(40)]})
-    e.set("object", {G: [G.sample([("a", str(i))], i) for i in range(4)]})
+    e.set("process", {C: [C.sample([str(i)], i) for i in range(40)]})
+    e.set("object", {G: [G.sample([str(i)], i) for i in range(4)]})
     text = e.render(False).decode()
     assert text.count("gangscope_test_events_total{") == 40 and "gangscope_test_gauge{" not in text
-    e.set("process", {C: [C.sample([("a", str(i))], i) for i in range(60)]})
+    e.set("process", {C: [C.sample([str(i)], i) for i in range(60)]})
     assert "gangscope_test_events_total{" not in e.render(False).decode(), "the family cap still holds"

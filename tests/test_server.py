@@ -16,7 +16,7 @@ G = Family("gangscope_test_gauge", "gauge", "A gauge.", ("a",))
 async def test_metrics_negotiation_gzip_and_health() -> None:
     expo = Exposition()
     expo.register(G)
-    expo.set("o", {G: [G.sample([("a", "b")], 1)]})
+    expo.set("o", {G: [G.sample(["b"], 1)]})
     ready = {"ok": False}
     runner = await start_server(build_app(ServerConfig(expo, lambda: (ready["ok"], "detail"))), "127.0.0.1:0")
     base = f"http://127.0.0.1:{bound_port(runner)}"
@@ -57,7 +57,7 @@ async def test_large_exposition_streams_whole_and_head_has_no_body() -> None:
     expo = Exposition()
     expo.register(G)
     for i in range(PARTS_PER_WRITE * 2 + 7):
-        expo.set(i, {G: [G.sample([("a", f"v{i}")], i)]})
+        expo.set(i, {G: [G.sample([f"v{i}"], i)]})
     runner = await start_server(build_app(ServerConfig(expo, lambda: (True, ""))), "127.0.0.1:0")
     url = f"http://127.0.0.1:{bound_port(runner)}/metrics"
     try:
@@ -80,7 +80,7 @@ async def test_gzip_page_is_compressed_once_per_change_and_shared() -> None:
     expo = Exposition()
     expo.register(G)
     for i in range(5000):
-        expo.set(("o", i), {G: [G.sample([("a", str(i))], i)]})
+        expo.set(("o", i), {G: [G.sample([str(i)], i)]})
     app = build_app(ServerConfig(expo, lambda: (True, "ok")))
     runner = await start_server(app, "127.0.0.1:0")
     url = f"http://127.0.0.1:{bound_port(runner)}/metrics"
@@ -97,7 +97,7 @@ async def test_gzip_page_is_compressed_once_per_change_and_shared() -> None:
             assert all(b == expo.render(False) for b in bodies)
             blocks = [b for b in expo.render_blocks(False) if not isinstance(b, bytes)]
             assert app[GZIP_PAGES].compressions == len(blocks) > 50
-            expo.set(("o", 0), {G: [G.sample([("a", "0")], 42)]})
+            expo.set(("o", 0), {G: [G.sample(["0"], 42)]})
             assert 'gangscope_test_gauge{a="0"} 42\n' in (await scrape()).decode()
             assert app[GZIP_PAGES].compressions == len(blocks) + 1, "only the changed block again"
             expo.delete(("o", 4999))

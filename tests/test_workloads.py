@@ -46,7 +46,8 @@ def test_exact_lines_of_one_workload() -> None:
              line.startswith("gangscope_topology")]
     nw = 'namespace="team",workload="wl"'
     assert lines == [
-        f'gangscope_workload_info{{{nw},cluster_queue="cq",local_queue="q",priority_class="high",owner_kind="Job",owner_name="job-wl"}} 1',
+        f'gangscope_workload_info{{{nw},cluster_queue="cq",local_queue="q",priority_class="high",owner_kind="Job",'
+        'owner_name="job-wl",worker_cluster="",nominated_worker_clusters=""} 1',
         *[f'gangscope_workload_stage{{{nw},stage="{s}"}} {1 if s == "running" else 0}' for s in STAGES],
         f'gangscope_workload_condition{{{nw},type="QuotaReserved",status="True",reason="QuotaReserved"}} 1',
         f'gangscope_workload_condition{{{nw},type="Admitted",status="True",reason="Admitted"}} 1',
@@ -379,6 +380,8 @@ def _break(path: str, value):
     ("status.unhealthyNodes", [{"name": 5}, "x"]),
     ("metadata.labels", {"a": 1}),
     ("metadata.ownerReferences", {"kind": "Job"}),
+    ("status.nominatedClusterNames", "worker-1"),
+    ("status.clusterName", ["worker-1"]),
 ])
 def test_malformed_fields_are_counted_and_the_rest_exported(path: str, value) -> None:
     if "nvidia.com/gpu" in path:  # the dotted resource name is one key
@@ -611,3 +614,21 @@ def test_one_topology_is_the_flavors_when_no_flavor_is_known() -> None:
     assert s[sample("gangscope_workload_topology_pods", namespace="team", workload="a", podset="main", block="b1", rack="r1",
                     host="h1")] == 1
     assert not [k for k in s if k[0] == "gangscope_topology_unresolved_workloads"]
+
+
+def test_multikueue_worker_cluster_and_nominated_clusters_on_the_info_series() -> None:
+    """MultiKueue writes status.nominatedClusterNames while it looks for a worker, then
+    status.clusterName (and clears the nominations: the CRD makes them mutually exclusive;
+    kueue pkg/controller/admissionchecks/multikueue/workload.go:880,917); both are on
+    gangscope_workload_info, empty for a Workload of a single cluster."""
+    expo, _, h = collector()
+    nominated = workload(name="nominated")
+    nominated["status"]["nominatedClusterNames"] = ["worker-eu", "worker-us"]
+    dispatched = workload(name="dispatched", conditions=admitted_conditions())
+    dispatched["status"]["clusterName"] = "worker-eu"
+    h["workloads"].replace([nominated, dispatched, workload(name="local")])
+    info = {dict(k[1])["workload"]: dict(k[1]) for k in workload_series(expo) if k[0] == "gangscope_workload_info"}
+    assert (info["nominated"]["worker_cluster"], info["nominated"]["nominated_worker_clusters"]) == ("", "worker-eu,worker-us")
+    assert (info["dispatched"]["worker_cluster"], info["dispatched"]["nominated_worker_clusters"]) == ("worker-eu", "")
+    assert (info["local"]["worker_cluster"], info["local"]["nominated_worker_clusters"]) == ("", "")
+    assert parse_errors(expo, "workloads") == 0

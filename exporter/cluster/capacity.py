@@ -67,8 +67,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..exposition import Exposition, Family, format_value
-from ..exposition import escape_label_value as esc
+from ..exposition import Exposition, Family, LabelPairs, format_value
 from ..taints import Taint, Toleration, tolerated, untolerated
 from ..topology import HOSTNAME_LABEL
 from .workload_state import WAITING_STAGES, holds_quota
@@ -306,7 +305,7 @@ class Capacity:
     ``flavors_changed``) and it renders its families into ``exposition``.
     """
 
-    def __init__(self, exposition: Exposition, levels: Callable[[], TopologyLevels], fragment: Callable[[Path], str],
+    def __init__(self, exposition: Exposition, levels: Callable[[], TopologyLevels], fragment: Callable[[Path], LabelPairs],
                  *, gpu_resources: Sequence[str] = ("nvidia.com/gpu",), sizes: Sequence[int] = DEFAULT_PLACEMENT_SIZES,
                  flavors: Mapping[str, ResourceFlavor] | None = None, topologies: Mapping[str, Topology] | None = None,
                  shard: int = 0, total_shards: int = 1) -> None:
@@ -708,21 +707,20 @@ class Capacity:
                 counts[dom.state] -= 1
             counts[state] += 1
             dom.state = state
-        head = f'level="{esc(path[-1][0])}",{self._fragment(path)}'
+        level, topology = path[-1][0], self._fragment(path)
         gpus = []
         for name, value in zip(STATES, (cap, unavailable, used, free)):
             if name == "used" or (name == "free" and self.complete) or (name in ("capacity", "unavailable") and self.node_owner):
-                gpus.append(f'gangscope_domain_gpus{{{head},state="{name}"}} {format_value(value)}\n')
+                gpus.append(DOMAIN_GPUS.sample((level, name), value, topology))
         lines: dict[Family, list[str]] = {DOMAIN_GPUS: gpus}
         if self.bound_known:
-            lines[DOMAIN_BOUND] = [f'gangscope_domain_gpus_bound{{{head}}} {format_value(dom.sums[_BOUND])}\n']
+            lines[DOMAIN_BOUND] = [DOMAIN_BOUND.sample((level,), dom.sums[_BOUND], topology)]
         if self.complete:
             placeable = dom.sums[_PLACEABLE:]
             if dom.extra_used:  # usage not on a host: take it from the largest sizes' count too
                 placeable = [max(0.0, p - dom.extra_used // s) for p, s in zip(placeable, self.sizes)]
-            lines[DOMAIN_PLACEABLE] = [
-                f'gangscope_domain_placeable_pods{{{head},gpus_per_pod="{s}"}} {format_value(p)}\n'
-                for s, p in zip(self.sizes, placeable)]
+            lines[DOMAIN_PLACEABLE] = [DOMAIN_PLACEABLE.sample((level, str(s)), p, topology)
+                                       for s, p in zip(self.sizes, placeable)]
         self.exposition.set(owner, lines)
         return changed
 
@@ -732,7 +730,7 @@ class Capacity:
             return
         aliases = self._levels().aliases
         self.exposition.set(_DOMAINS_OWNER, {DOMAINS: [
-            f'gangscope_domains{{level="{esc(aliases[level])}",state="{state}"}} {n}\n'
+            DOMAINS.sample((aliases[level], state), n)
             for level, counts in enumerate(self._state_counts) if level < len(aliases)
             for state, n in counts.items()]})
 
@@ -932,16 +930,14 @@ class Capacity:
             if not changed:
                 continue
             lines: dict[Family, list[str]] = {}
-            base = f'namespace="{esc(key[0])}",workload="{esc(key[1])}"'
             if waiting is not None and waiting.result is not None and self.complete:
-                lines[WORKLOAD_FIT] = [f'gangscope_workload_fit{{{base},scope="domain"}} {int(waiting.result[0])}\n',
-                                       f'gangscope_workload_fit{{{base},scope="cluster"}} {int(waiting.result[1])}\n']
+                lines[WORKLOAD_FIT] = [WORKLOAD_FIT.sample((key[0], key[1], "domain"), int(waiting.result[0])),
+                                       WORKLOAD_FIT.sample((key[0], key[1], "cluster"), int(waiting.result[1]))]
             for ps, flavor, level_key in self._needed.get(key, ()):
                 n = self._needed_domains(flavor, level_key, ps.gpus_per_pod, ps.count)
                 if n is not None:
-                    lines.setdefault(WORKLOAD_DOMAINS_NEEDED, []).append(
-                        f'gangscope_workload_domains_needed{{{base},podset="{esc(ps.name)}",'
-                        f'level="{esc(levels.alias(level_key) or level_key)}"}} {n}\n')
+                    lines.setdefault(WORKLOAD_DOMAINS_NEEDED, []).append(WORKLOAD_DOMAINS_NEEDED.sample(
+                        (key[0], key[1], ps.name, levels.alias(level_key) or level_key), n))
             if lines:
                 self.exposition.set(("capacity_workload", *key), lines)
             else:
@@ -963,7 +959,7 @@ class Capacity:
                 k = (waiting.cluster_queue, waiting.result[2])
                 counts[k] = counts.get(k, 0) + 1
         self.exposition.set(_BLOCKED_OWNER, {FRAGMENTATION_BLOCKED: [
-            f'gangscope_fragmentation_blocked_workloads{{cluster_queue="{esc(cq)}",level="{esc(level)}"}} {n}\n'
+            FRAGMENTATION_BLOCKED.sample((cq, level), n)
             for (cq, level), n in sorted(counts.items())]})
 
 

@@ -17,6 +17,8 @@ from .capacity import DEFAULT_PLACEMENT_SIZES, parse_sizes
 from .gangs import DEFAULT_ASSEMBLY_TIMEOUT, GangIndex, add_gang_arguments, attach_gangs
 from .jobs import DEFAULT_PROGRESS_STALE, add_job_arguments, attach_jobs
 from .pods import PodStore, add_pod_arguments
+from .object_labels import LabelsAllowlist, allowlist_argument
+from .object_labels import from_flag as labels_from_flag
 from .store import DEFAULT_EVICTION_GRACE, ClusterStore
 
 
@@ -26,6 +28,7 @@ def build_collector(exposition: Exposition, *, gpu_resources: Sequence[str] = ("
                     eviction_grace: float = DEFAULT_EVICTION_GRACE, watch_pods: bool = True,
                     progress_stale_after: float = DEFAULT_PROGRESS_STALE,
                     placement_sizes: Sequence[int] = DEFAULT_PLACEMENT_SIZES, shard: int = 0, total_shards: int = 1,
+                    labels_allowlist: LabelsAllowlist | None = None,
                     ) -> tuple[ClusterStore, dict[str, Any], GangIndex]:
     """The store, the gang index joined onto it, and every handler keyed by ``Resource.source``
     (see exporter.kube.resources): Kueue objects and Nodes go to the store, the PodGroup
@@ -38,7 +41,8 @@ def build_collector(exposition: Exposition, *, gpu_resources: Sequence[str] = ("
     """
     store = ClusterStore(exposition, gpu_resources=gpu_resources, level_keys=level_keys,
                          alias_overrides=alias_overrides, eviction_level=eviction_level, eviction_grace=eviction_grace,
-                         placement_sizes=placement_sizes, shard=shard, total_shards=total_shards)
+                         placement_sizes=placement_sizes, shard=shard, total_shards=total_shards,
+                         labels_allowlist=labels_allowlist)
     pods = PodStore(gpu_resources) if watch_pods else None
     if pods is not None:
         store.capacity.attach_pods(pods)
@@ -60,6 +64,11 @@ def add_collector_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eviction-level", default=None, metavar="LEVEL",
                    help="topology level (node label key or its label name) at which "
                         "gangscope_topology_evictions_total counts evictions (default: the level above the host)")
+    p.add_argument("--metric-labels-allowlist", action="append", default=[], type=allowlist_argument,
+                   metavar="RESOURCE=[KEY,...],...",
+                   help="export these Kubernetes labels of Workloads and PodGroups as gangscope_workload_labels and "
+                        "gangscope_podgroup_labels (kube-state-metrics' syntax: workloads=[team,app.kubernetes.io/*],"
+                        "podgroups=[*]; * as the resource means both; repeatable; default: none)")
     p.add_argument("--eviction-domain-grace", type=float, default=DEFAULT_EVICTION_GRACE, metavar="SECONDS",
                    help="how long the eviction series of a domain that no Node has any more are kept (default 3600)")
     p.add_argument("--placement-sizes", type=_sizes, default=DEFAULT_PLACEMENT_SIZES, metavar="GPUS,...",
@@ -82,7 +91,8 @@ def collector_from_args(exposition: Exposition, args: argparse.Namespace) -> tup
         exposition, gpu_resources=gpu_resources(args), level_keys=levels.keys if args.topology_levels else (),
         alias_overrides=overrides, assembly_timeout=args.assembly_timeout, eviction_level=args.eviction_level,
         eviction_grace=args.eviction_domain_grace, watch_pods=not args.no_pods,
-        progress_stale_after=args.progress_stale_after, placement_sizes=args.placement_sizes)
+        progress_stale_after=args.progress_stale_after, placement_sizes=args.placement_sizes,
+        labels_allowlist=labels_from_flag(args.metric_labels_allowlist))
 
 
 def source_specs(args: argparse.Namespace, handlers: Mapping[str, Any], *, namespace: str | None = None,

@@ -83,11 +83,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 
-from ..exposition import Family, format_value
-from ..exposition import escape_label_value as esc
+from ..exposition import Family, label_pairs
 from ..fields import ParseError
 from ..health import SourceHealth
 from . import podgroups as pg
+from .object_labels import PODGROUP_LABELS
 from .podgroups import NativeWorkload, PodGroupRecord
 from .pods import KAI_ANNOTATION, Pod, PodChanges, PodCounts, PodStore
 from .store import ClusterStore
@@ -120,11 +120,12 @@ PgKey = tuple[str, str, str]  # (source, namespace, name)
 WlKey = tuple[str, str]  # (namespace, name)
 
 _GANG = ("namespace", "workload", "podgroup")
+_PG = ("namespace", "podgroup", "api")
 GANG_INFO = Family(
     "gangscope_gang_info", "info",
     "A Kueue Workload joined to its PodGroup (1 per pair); join_key says which key matched, parent names the "
     "native CompositePodGroup the group belongs to.",
-    ("namespace", "workload", "podgroup", "api", "join_key", "parent"),
+    (*_GANG, "api", "join_key", "parent"),
 )
 GANG_STAGE = Family(
     "gangscope_gang_stage", "gauge",
@@ -159,14 +160,14 @@ GANG_IDLE_GPU_SECONDS = Family(
     "gangscope_gang_idle_gpu_seconds_total", "counter",
     "GPU-seconds held idle by the gang while it was below its minimum (gangscope_gang_idle_gpus integrated over "
     "time since the collector started).",
-    ("namespace", "podgroup", "api"),
+    _PG,
 )
 PODGROUP_UNSCHEDULABLE = Family(
     "gangscope_podgroup_unschedulable", "gauge",
     "1 per reason the gang scheduler gives while the gang waits: KAI schedulingConditions reasons (e.g. "
     "PodSchedulingErrors, OverLimit, QueueDoesNotExist), Volcano's Unschedulable reason, the native "
     "condition's reason (Unschedulable, SchedulerError).",
-    ("namespace", "podgroup", "api", "reason"),
+    (*_PG, "reason"),
 )
 FAMILIES = (GANG_INFO, GANG_STAGE, GANG_ASSEMBLY_STUCK, GANG_IDLE_GPUS, GANG_DEADLINE, GANG_PODS, PODGROUP_UNSCHEDULABLE)
 
@@ -403,29 +404,33 @@ def evaluate(rec: PodGroupRecord, wl: Workload | None, via: Via | None, now: flo
     return Gang(rec, wl, via, stage, bool(stuck), wait_start, deadline, timeout, per_pod, idle, members, regressed_at)
 
 
-def render_gang(g: Gang) -> dict[Family, list[str]]:
+def render_gang(g: Gang) -> dict[Family, list[bytes]]:
     rec = g.podgroup
-    base = f'namespace="{esc(rec.namespace)}",workload="{esc(g.workload.name if g.workload else "")}",podgroup="{esc(rec.name)}"'
-    out: dict[Family, list[str]] = {fam: [] for fam in FAMILIES}
+    lead = label_pairs(_GANG, (rec.namespace, g.workload.name if g.workload else "", rec.name))
+    out: dict[Family, list[bytes]] = {fam: [] for fam in FAMILIES}
     if g.workload is not None and g.via is not None:
-        out[GANG_INFO] = [f'{GANG_INFO.name}{{{base},api="{rec.api}",join_key="{g.via}",parent="{esc(rec.parent)}"}} 1\n']
-    out[GANG_STAGE] = [f'{GANG_STAGE.name}{{{base},stage="{s}"}} {1 if s == g.stage else 0}\n' for s in GANG_STAGES]
+        out[GANG_INFO] = [GANG_INFO.line(lead, 1, (rec.api, g.via, rec.parent))]
+    out[GANG_STAGE] = [GANG_STAGE.lines(lead, _STAGE_TAILS[g.stage])]
     if g.stage not in ("unreported", "empty"):
-        out[GANG_ASSEMBLY_STUCK] = [f"{GANG_ASSEMBLY_STUCK.name}{{{base}}} {1 if g.stuck else 0}\n"]
+        out[GANG_ASSEMBLY_STUCK] = [GANG_ASSEMBLY_STUCK.line(lead, 1 if g.stuck else 0)]
     if g.idle_gpus is not None:
-        out[GANG_IDLE_GPUS] = [f"{GANG_IDLE_GPUS.name}{{{base}}} {format_value(g.idle_gpus)}\n"]
+        out[GANG_IDLE_GPUS] = [GANG_IDLE_GPUS.line(lead, g.idle_gpus)]
     if g.deadline is not None:
-        out[GANG_DEADLINE] = [f"{GANG_DEADLINE.name}{{{base}}} {format_value(g.deadline)}\n"]
+        out[GANG_DEADLINE] = [GANG_DEADLINE.line(lead, g.deadline)]
     m = g.members
     if m is not None and m.evidence in ("pods", "counters"):
         states = ("bound", "running", "ready", "pending", "succeeded", "failed")
-        out[GANG_PODS] = [f'{GANG_PODS.name}{{{base},state="{s}"}} {getattr(m, s)}\n' for s in states
-                          if getattr(m, s) is not None]
+        out[GANG_PODS] = [GANG_PODS.lines(lead, [GANG_PODS.tail(3, (s,), getattr(m, s)) for s in states
+                                                 if getattr(m, s) is not None])]
     if g.stage in WAITING_STAGES and rec.unschedulable:
-        pbase = f'namespace="{esc(rec.namespace)}",podgroup="{esc(rec.name)}",api="{rec.api}"'
         reasons = sorted({u.reason for u in rec.unschedulable})
-        out[PODGROUP_UNSCHEDULABLE] = [f'{PODGROUP_UNSCHEDULABLE.name}{{{pbase},reason="{esc(r)}"}} 1\n' for r in reasons]
+        out[PODGROUP_UNSCHEDULABLE] = [PODGROUP_UNSCHEDULABLE.line(label_pairs(_PG, (rec.namespace, rec.name, rec.api)), 1, (r,))
+                                       for r in reasons]
     return out
+
+
+_STAGE_TAILS = {current: tuple(GANG_STAGE.tail(3, (s,), 1 if s == current else 0) for s in GANG_STAGES)
+                for current in GANG_STAGES}
 
 
 def _same_lines(a: Gang, b: Gang) -> bool:
@@ -637,7 +642,12 @@ class GangIndex:
             self._pg_native_wl.add((ns, rec.workload_ref), key)
         if rec.parent:
             self._children.add((ns, rec.parent), key)
-        self.exposition.set(("podgroup", *key), pg.render(rec))
+        lines: dict[Family, list[bytes] | list[str]] = {**pg.render(rec)}
+        allowlist = self.store.labels_allowlist
+        if allowlist is not None:
+            lines[PODGROUP_LABELS] = allowlist.lines("podgroups", PODGROUP_LABELS, (rec.namespace, rec.name, rec.api),
+                                                     rec.labels)
+        self.exposition.set(("podgroup", *key), lines)
         self._resolve(key)
         for parent in {previous.parent if previous else "", rec.parent} - {""}:
             self._resolve_parent(ns, parent)
@@ -835,8 +845,7 @@ class GangIndex:
         rec = self.podgroups[key]
         total = self._idle[key][0]
         self.exposition.set(("gang_idle", *key), {GANG_IDLE_GPU_SECONDS: [
-            f'{GANG_IDLE_GPU_SECONDS.name}{{namespace="{esc(rec.namespace)}",podgroup="{esc(rec.name)}",'
-            f'api="{rec.api}"}} {format_value(round(total, 3))}\n']})
+            GANG_IDLE_GPU_SECONDS.sample((rec.namespace, rec.name, rec.api), round(total, 3))]})
 
     def _advance_idle(self) -> None:
         """The tick: move the counters of the gangs idle now (others do not change)."""

@@ -55,8 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from ..exposition import Family, format_value
-from ..exposition import escape_label_value as esc
+from ..exposition import Family, label_pairs
 from ..fields import ParseError, Problems, as_dict, as_int, as_list, as_str, named_metadata, parse_time
 from ..health import SourceHealth
 from .podgroups import Condition, owner_refs, parse_conditions
@@ -481,33 +480,27 @@ class JobIndex:
 
     # ---- series
     def _render(self, rec: JobRecord) -> None:
-        base = f'namespace="{esc(rec.namespace)}",kind="{rec.kind}",name="{esc(rec.name)}"'
-        out: dict[Family, list[str]] = {}
+        lead = label_pairs(_JOB, rec.key)
+        out: dict[Family, list[bytes]] = {}
         workloads = [w.name for w in self.workloads_of(rec)] or [""]
-        out[JOB_INFO] = [f'{JOB_INFO.name}{{{base},workload="{esc(w)}"}} 1\n' for w in workloads]
-        out[JOB_CONDITION] = [
-            f'{JOB_CONDITION.name}{{{base},type="{esc(c.type)}",status="{esc(c.status)}",reason="{esc(c.reason)}"}} 1\n'
-            for c in rec.conditions if c.type]
+        out[JOB_INFO] = [JOB_INFO.line(lead, 1, (w,)) for w in workloads]
+        out[JOB_CONDITION] = [JOB_CONDITION.line(lead, 1, (c.type, c.status, c.reason)) for c in rec.conditions if c.type]
         if rec.restarts is not None:
-            out[JOB_RESTARTS] = [f"{JOB_RESTARTS.name}{{{base}}} {rec.restarts}\n"]
+            out[JOB_RESTARTS] = [JOB_RESTARTS.line(lead, rec.restarts)]
         out[JOB_CHILD_JOBS] = [
-            f'{JOB_CHILD_JOBS.name}{{{base},child="{esc(c.name)}",state="{s}"}} {getattr(c, s)}\n'
+            JOB_CHILD_JOBS.line(lead, getattr(c, s), (c.name, s))
             for c in rec.children for s in CHILD_STATES if getattr(c, s) is not None]
-        if rec.progress is not None:
-            out[JOB_PROGRESS] = [f"{JOB_PROGRESS.name}{{{base}}} {format_value(rec.progress)}\n"]
-        if rec.progress_updated is not None:
-            out[JOB_PROGRESS_UPDATED] = [f"{JOB_PROGRESS_UPDATED.name}{{{base}}} {format_value(rec.progress_updated)}\n"]
-        if rec.progress_changed is not None:
-            out[JOB_PROGRESS_CHANGED] = [f"{JOB_PROGRESS_CHANGED.name}{{{base}}} {format_value(rec.progress_changed)}\n"]
-        if rec.remaining_seconds is not None:
-            out[JOB_PROGRESS_REMAINING] = [f"{JOB_PROGRESS_REMAINING.name}{{{base}}} {rec.remaining_seconds}\n"]
+        for fam, v in ((JOB_PROGRESS, rec.progress), (JOB_PROGRESS_UPDATED, rec.progress_updated),
+                       (JOB_PROGRESS_CHANGED, rec.progress_changed), (JOB_PROGRESS_REMAINING, rec.remaining_seconds)):
+            if v is not None:
+                out[fam] = [fam.line(lead, v)]
         groups = self.groups(rec)
         if groups is not None:
-            out[JOB_GROUPS] = [f'{JOB_GROUPS.name}{{{base},state="ready"}} {groups.ready}\n',
-                               f'{JOB_GROUPS.name}{{{base},state="not_ready"}} {groups.not_ready}\n',
-                               f'{JOB_GROUPS.name}{{{base},state="desired"}} {rec.replicas or 0}\n']
+            out[JOB_GROUPS] = [JOB_GROUPS.line(lead, groups.ready, ("ready",)),
+                               JOB_GROUPS.line(lead, groups.not_ready, ("not_ready",)),
+                               JOB_GROUPS.line(lead, rec.replicas or 0, ("desired",))]
         if rec.ready_replicas is not None:
-            out[JOB_GROUPS_REPORTED] = [f"{JOB_GROUPS_REPORTED.name}{{{base}}} {rec.ready_replicas}\n"]
+            out[JOB_GROUPS_REPORTED] = [JOB_GROUPS_REPORTED.line(lead, rec.ready_replicas)]
         self.exposition.set(("job", *rec.key), out)
 
 

@@ -42,13 +42,13 @@ and reported in ``errors`` for the caller to count in ``gangscope_parse_errors_t
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..exposition import Family, format_value
-from ..exposition import escape_label_value as esc
-from ..fields import ParseError, Problems, as_dict, as_int, as_list, as_str, named_metadata, parse_quantity, parse_time
+from ..exposition import Family, label_pairs
+from ..fields import ParseError, Problems, as_dict, as_int, as_list, as_str, named_metadata, parse_quantity, parse_time, str_map
 
 Api = Literal["coscheduling", "volcano", "native", "kai"]
 GangState = Literal["waiting", "partial", "assembled", "finished", "failed", "unreported"]
@@ -83,6 +83,7 @@ PHASES: dict[str, dict[str, GangState]] = {
 # (a group is Pending from birth), or the time the collector saw the phase change.
 SinceSource = Literal["condition", "created", "observed"]
 
+_PG = ("namespace", "podgroup", "api")
 PODGROUP_PHASE = Family(
     "gangscope_podgroup_phase", "gauge",
     "PodGroup phase as a state set over its API's phases (native and KAI, which have none: derived from their "
@@ -157,6 +158,7 @@ class PodGroupRecord:
     created: float | None = None
     owner_uids: tuple[str, ...] = ()
     owner_names: tuple[tuple[str, str], ...] = ()  # (kind, name) of ownerReferences / controllerRef
+    labels: dict[str, str] = field(default_factory=dict)  # metadata.labels (none for a native Workload's podGroups[] entry)
     min_member: int | None = None
     schedule_timeout_seconds: int | None = None
     phase: str | None = None  # None: the API reports no status for this group
@@ -242,6 +244,7 @@ def _metadata(source: str, api: Api, obj: Any, problems: Problems) -> PodGroupRe
     return PodGroupRecord(
         source=source, api=api, namespace=as_str(meta.get("namespace"), "metadata.namespace", problems), name=meta["name"],
         uid=as_str(meta.get("uid"), "metadata.uid", problems), created=parse_time(created) if created else None,
+        labels=str_map(meta.get("labels"), "metadata.labels", problems),
         owner_uids=uids, owner_names=names,
     )
 
@@ -615,37 +618,36 @@ def settle_phase_since(rec: PodGroupRecord, previous: PodGroupRecord | None, now
     rec.phase_since, rec.since_source = now, "observed"
 
 
-def render(rec: PodGroupRecord) -> dict[Family, list[str]]:
-    """The record's lines for the four podgroup families.
-
-    f-strings over one pre-escaped label prefix: this runs on every PodGroup event.
-    """
-    base = f'namespace="{esc(rec.namespace)}",podgroup="{esc(rec.name)}",api="{rec.api}"'
-    out: dict[Family, list[str]] = {fam: [] for fam in FAMILIES}
+def render(rec: PodGroupRecord) -> dict[Family, list[bytes]]:
+    """The record's lines for the podgroup families: one escaped lead (namespace, podgroup, api)
+    per record and cached phase tails, since this runs on every PodGroup event."""
+    lead = label_pairs(_PG, (rec.namespace, rec.name, rec.api))
+    out: dict[Family, list[bytes]] = {fam: [] for fam in FAMILIES}
     if rec.phase is not None:
-        phases = PHASES[rec.api]
-        name = PODGROUP_PHASE.name
-        lines = [f'{name}{{{base},phase="{p}"}} {1 if p == rec.phase else 0}\n' for p in phases]
-        if rec.phase not in phases:
-            lines.append(f'{name}{{{base},phase="{esc(rec.phase)}"}} 1\n')
-        out[PODGROUP_PHASE] = lines
+        out[PODGROUP_PHASE] = [PODGROUP_PHASE.lines(lead, _phase_tails(rec.api, rec.phase))]
     if rec.min_member is not None:
-        out[PODGROUP_MIN_MEMBER] = [f"{PODGROUP_MIN_MEMBER.name}{{{base}}} {rec.min_member}\n"]
+        out[PODGROUP_MIN_MEMBER] = [PODGROUP_MIN_MEMBER.line(lead, rec.min_member)]
     if rec.running is not None:
-        name = PODGROUP_PODS.name
-        out[PODGROUP_PODS] = [
-            f'{name}{{{base},state="running"}} {rec.running}\n',
-            f'{name}{{{base},state="succeeded"}} {rec.succeeded or 0}\n',
-            f'{name}{{{base},state="failed"}} {rec.failed or 0}\n',
-        ]
+        out[PODGROUP_PODS] = [PODGROUP_PODS.lines(lead, [
+            PODGROUP_PODS.tail(3, ("running",), rec.running),
+            PODGROUP_PODS.tail(3, ("succeeded",), rec.succeeded or 0),
+            PODGROUP_PODS.tail(3, ("failed",), rec.failed or 0),
+        ])]
     if rec.phase_since is not None:
-        out[PODGROUP_PHASE_TIMESTAMP] = [f"{PODGROUP_PHASE_TIMESTAMP.name}{{{base}}} {format_value(rec.phase_since)}\n"]
-    out[PODGROUP_INFO] = [
-        f'{PODGROUP_INFO.name}{{{base},queue="{esc(rec.queue)}",parent="{esc(rec.parent)}",'
-        f'required_topology="{esc(rec.required_topology)}",preferred_topology="{esc(rec.preferred_topology)}",'
-        f'composite="{1 if rec.composite else 0}"}} 1\n'
-    ]
+        out[PODGROUP_PHASE_TIMESTAMP] = [PODGROUP_PHASE_TIMESTAMP.line(lead, rec.phase_since)]
+    out[PODGROUP_INFO] = [PODGROUP_INFO.line(lead, 1, (
+        rec.queue, rec.parent, rec.required_topology, rec.preferred_topology, "1" if rec.composite else "0"))]
     return out
+
+
+@functools.lru_cache(maxsize=256)
+def _phase_tails(api: str, phase: str) -> tuple[bytes, ...]:
+    """The state set over ``api``'s phases with ``phase`` current (an unknown phase added as its own series)."""
+    phases = PHASES[api]
+    tails = [PODGROUP_PHASE.tail(3, (p,), 1 if p == phase else 0) for p in phases]
+    if phase not in phases:
+        tails.append(PODGROUP_PHASE.tail(3, (phase,), 1))
+    return tuple(tails)
 
 
 def phase_errors(rec: PodGroupRecord) -> list[str]:

@@ -27,7 +27,6 @@ from typing import Any
 import structlog
 
 from ..exposition import Exposition, Family
-from ..exposition import escape_label_value as esc
 from ..health import SourceHealth
 from ..kube.client import ApiError, Forbidden, KubeClient, NotFound
 from ..kube.discovery import served_version
@@ -185,10 +184,8 @@ class QueuePositionPoller:
         for cq in queues:
             entries = sorted(by_queue.get(cq, ()), key=lambda e: e[1].position)
             self.exposition.set(("queue_positions", cq), {
-                QUEUE_POSITION: [f'{QUEUE_POSITION.name}{{namespace="{esc(ns)}",workload="{esc(name)}",'
-                                 f'cluster_queue="{esc(cq)}"}} {p.position}\n' for (ns, name), p in entries],
-                LOCAL_QUEUE_POSITION: [f'{LOCAL_QUEUE_POSITION.name}{{namespace="{esc(ns)}",workload="{esc(name)}",'
-                                       f'local_queue="{esc(p.local_queue)}"}} {p.local_position}\n'
+                QUEUE_POSITION: [QUEUE_POSITION.sample((ns, name, cq), p.position) for (ns, name), p in entries],
+                LOCAL_QUEUE_POSITION: [LOCAL_QUEUE_POSITION.sample((ns, name, p.local_queue), p.local_position)
                                        for (ns, name), p in entries],
             })
 

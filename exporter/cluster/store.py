@@ -25,7 +25,7 @@ API (for the gang join, explain and the collector main)::
     store.workloads_by_owner_uid(uid) -> list[Workload]        # controller owner uid or label kueue.x-k8s.io/job-uid
     store.workloads_by_owner_name(namespace, name) -> list[Workload]
     store.local_queues / store.topologies / store.flavors / store.nodes   # dicts of records
-    store.levels -> TopologyLevels; store.node_path(node_name) -> Path; store.fragment(path) -> str
+    store.levels -> TopologyLevels; store.node_path(node_name) -> Path; store.fragment(path) -> LabelPairs
     store.queue_positions                          # (namespace, name) -> QueuePosition (the visibility poller's)
     store.on_workload_change: list[Callable[[tuple[str, str]], None]]   # after a Workload is set,
         # re-rendered or deleted (then store.workload() returns None); key = (namespace, name)
@@ -56,8 +56,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import structlog
 
-from ..exposition import Exposition, Family
-from ..exposition import escape_label_value as esc
+from ..exposition import Exposition, Family, LabelPairs, topology_pairs
 from ..fields import ParseError
 from ..health import SourceHealth
 from ..topologies import (
@@ -67,9 +66,10 @@ from ..topology import HOSTNAME_LABEL, DomainPaths, TopologyError, TopologyLevel
 from .capacity import DEFAULT_PLACEMENT_SIZES, Capacity
 from .localqueues import LocalQueue, parse_local_queue
 from .nodes import Node, parse_node
+from .object_labels import WORKLOAD_LABELS, LabelsAllowlist
 from .workload_state import PodsAssembling, workload_state
 from .workloads import (
-    FAMILIES, TOPOLOGY_EVICTIONS, Assignment, Path, Workload, parse_workload, render_fragment, render_workload,
+    FAMILIES, TOPOLOGY_EVICTIONS, Assignment, Path, Workload, parse_workload, render_workload,
 )
 
 if TYPE_CHECKING:
@@ -202,9 +202,13 @@ class ClusterStore:
                  level_keys: Sequence[str] = (), alias_overrides: Mapping[str, str] | None = None,
                  eviction_level: str | None = None, eviction_grace: float = DEFAULT_EVICTION_GRACE,
                  placement_sizes: Sequence[int] = DEFAULT_PLACEMENT_SIZES, shard: int = 0, total_shards: int = 1,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, labels_allowlist: LabelsAllowlist | None = None) -> None:
         self.exposition = exposition
         exposition.register(*FAMILIES, TOPOLOGY_UNRESOLVED)
+        # --metric-labels-allowlist: Workload labels here, PodGroup labels in the gang index
+        self.labels_allowlist = labels_allowlist
+        if labels_allowlist is not None:
+            exposition.register(*labels_allowlist.families())
         exposition.register(TOPOLOGY_EVICTIONS, aggregate=True)  # one owner, a series per domain and reason
         self.gpu_resources = tuple(gpu_resources)
         self.clock = clock
@@ -228,7 +232,7 @@ class ClusterStore:
         self._by_owner_name: dict[tuple[str, str], set[WorkloadKey]] = {}
         self._by_queue: dict[tuple[str, str], set[WorkloadKey]] = {}
         self._place_cache: dict[tuple[Any, ...], tuple[Path, int]] = {}
-        self._fragments: dict[Path, str] = {}
+        self._fragments: dict[Path, LabelPairs] = {}
         self._resolutions: dict[tuple[str, ...], FlavorTopology] = {}  # sorted flavor names -> their Topology
         self._unresolved: dict[WorkloadKey, frozenset[tuple[str, str, str]]] = {}
         self._unresolved_counts: dict[tuple[str, str, str], int] = {}
@@ -239,6 +243,7 @@ class ClusterStore:
         self._eviction_flag = eviction_level
         self.eviction_grace = eviction_grace
         self._topology_evictions: dict[tuple[str, str, Path], int] = {}
+        self._eviction_prefixes: dict[tuple[str, str, Path], str] = {}  # their lines up to the value
         self._node_domain: dict[str, Path] = {}  # node name -> its domain at the eviction level
         self._domain_nodes: dict[Path, int] = {}  # domain -> nodes in it
         self._gone_since: dict[Path, float] = {}  # counted domains without a Node, since when
@@ -323,11 +328,11 @@ class ClusterStore:
         node = self.nodes.get(node_name)
         return tuple(self.levels.labels_from_node(node.labels if node else {}, node_name))
 
-    def fragment(self, path: Path) -> str:
+    def fragment(self, path: Path) -> LabelPairs:
         """The rendered, escaped label pairs of a path, cached (paths repeat across Workloads)."""
         frag = self._fragments.get(path)
         if frag is None:
-            frag = self._fragments[path] = render_fragment(path)
+            frag = self._fragments[path] = topology_pairs(path)
         return frag
 
     def level_name(self, key: str) -> str:
@@ -434,7 +439,11 @@ class ClusterStore:
         wl.unhealthy_paths = [self.node_path(n) for n in wl.unhealthy_nodes]
         wl.state = workload_state(wl, self.clock(), self._assembling(wl.key) if self.pods_assembling else None)
         self._arm_backoff(wl)
-        self.exposition.set_counted(("workload", wl.namespace, wl.name), render_workload(wl, self.fragment, self.level_name))
+        chunks = render_workload(wl, self.fragment, self.level_name)
+        if self.labels_allowlist is not None:
+            line = "".join(self.labels_allowlist.lines("workloads", WORKLOAD_LABELS, wl.key, wl.labels)).encode()
+            chunks.append((WORKLOAD_LABELS, line, line.count(b"\n")))
+        self.exposition.set_counted(("workload", wl.namespace, wl.name), chunks)
         for cb in self.on_workload_change:
             cb(wl.key)
 
@@ -481,8 +490,7 @@ class ClusterStore:
                 log.warning("topology_unresolved", flavor=item[0], topology=item[1], problem=item[2],
                             workload=f"{key[0]}/{key[1]}")
         self.exposition.set(TOPOLOGY_UNRESOLVED_OWNER, {TOPOLOGY_UNRESOLVED: [
-            f'{TOPOLOGY_UNRESOLVED.name}{{flavor="{esc(f)}",topology="{esc(t)}",problem="{p}"}} {n}\n'
-            for (f, t, p), n in sorted(counts.items())
+            TOPOLOGY_UNRESOLVED.sample(key, n) for key, n in sorted(counts.items())
         ]})
 
     def _index(self, wl: Workload) -> None:
@@ -599,11 +607,15 @@ class ClusterStore:
         self._render_topology_evictions()
 
     def _render_topology_evictions(self) -> None:
-        lines = [
-            f'gangscope_topology_evictions_total{{reason="{esc(reason)}",underlying_cause="{esc(cause)}",'
-            f'{self.fragment(domain)}}} {n}\n'
-            for (reason, cause, domain), n in self._topology_evictions.items()
-        ]
+        prefixes = self._eviction_prefixes
+        if len(prefixes) > 2 * len(self._topology_evictions) + 1024:  # keys pruned or counters cleared
+            prefixes.clear()
+        lines = []
+        for key, n in self._topology_evictions.items():
+            prefix = prefixes.get(key)
+            if prefix is None:  # every eviction renders them all: each line's labels once
+                prefix = prefixes[key] = TOPOLOGY_EVICTIONS.prefix(key[:2], self.fragment(key[2]))
+            lines.append(f"{prefix}{n}\n")
         self.exposition.set(TOPOLOGY_EVICTIONS_OWNER, {TOPOLOGY_EVICTIONS: lines})
 
     def _node_domain_of(self, node: Node) -> Path:
@@ -741,6 +753,7 @@ class ClusterStore:
     def _invalidate_paths(self, keys: Iterable[WorkloadKey]) -> None:
         self._place_cache.clear()
         self._fragments.clear()
+        self._eviction_prefixes.clear()
         self._rerender(keys, replace_paths=True)
         for cb in self.on_topology_change:
             cb()

@@ -16,8 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..exposition import Family, format_value
-from ..exposition import escape_label_value as esc
+from ..exposition import Family, LabelPairs, label_pairs
 from ..fields import (
     SHARED_LIMIT, ParseError, Problems, as_bool, as_dict, as_int, as_list, as_str, parse_quantity, parse_time, shared, str_map,
 )
@@ -31,8 +30,11 @@ _EMPTY: dict = {}  # an absent object, read-only
 
 WORKLOAD_INFO = Family(
     "gangscope_workload_info", "info",
-    "Kueue Workload identity: its queues, priority class and controller owner.",
-    (*_NW, "cluster_queue", "local_queue", "priority_class", "owner_kind", "owner_name"),
+    "Kueue Workload identity: its queues, priority class and controller owner; with MultiKueue, the worker cluster "
+    "it was dispatched to (status.clusterName) or, until then, the clusters nominated (status.nominatedClusterNames, "
+    "comma-separated).",
+    (*_NW, "cluster_queue", "local_queue", "priority_class", "owner_kind", "owner_name", "worker_cluster",
+     "nominated_worker_clusters"),
 )
 WORKLOAD_STAGE = Family(
     "gangscope_workload_stage", "gauge",
@@ -303,6 +305,12 @@ class Workload:
     unhealthy_nodes: list[str]
     problems: list[str]
     past_execution_seconds: int | None = None  # status.accumulatedPastExecutionTimeSeconds
+    # MultiKueue (kueue apis/kueue/v1beta2/workload_types.go:697-708, v1beta1 :433-443, same JSON names):
+    # status.clusterName, the worker cluster the Workload was dispatched to (reset on eviction), and
+    # status.nominatedClusterNames, the candidates until then (mutually exclusive with it, a CEL
+    # rule of the CRD at :616; set by pkg/controller/admissionchecks/multikueue/workload.go:880,917).
+    worker_cluster: str = ""
+    nominated_clusters: tuple[str, ...] = ()
     # Filled by the store:
     state: WorkloadState | None = None  # what the status means (exporter.cluster.workload_state)
     cluster_queue: str = ""  # admission's, else the LocalQueue's spec.clusterQueue
@@ -382,6 +390,11 @@ def parse_workload(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",))
     uid, api_version, rv = meta.get("uid"), obj.get("apiVersion"), meta.get("resourceVersion")
     queue, priority, active = spec.get("queueName"), spec.get("priority"), spec.get("active")
     cluster_queue = admission_d.get("clusterQueue")
+    nominated = status.get("nominatedClusterNames")
+    nominated_clusters = () if nominated is None else tuple(
+        _intern(as_str(c, f"status.nominatedClusterNames[{i}]", p))
+        for i, c in enumerate(as_list(nominated, "status.nominatedClusterNames", p)))
+    worker = status.get("clusterName")
 
     return Workload(
         namespace=_intern(namespace),
@@ -411,6 +424,8 @@ def parse_workload(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",))
         unhealthy_nodes=unhealthy,
         problems=p,
         past_execution_seconds=_past_execution(status, p),
+        worker_cluster=_intern(worker) if worker.__class__ is str else as_str(worker, "status.clusterName", p),
+        nominated_clusters=nominated_clusters,
     )
 
 
@@ -715,55 +730,44 @@ def _host_domains(ta: Any) -> tuple[tuple[Domain, ...], Shape] | None:
     return tuple(out), Shape()
 
 
-# Rendering builds each family's lines of one Workload as ``head.join(parts)``, where ``head``
-# is the metric name and the namespace/workload pair, and ``parts`` is ``b""`` followed by a
-# suffix per line (the remaining labels and the value), from a table or a cache: the label
-# pairs after ``workload`` repeat across Workloads (stages, conditions, hosts), so one C-level
-# join replaces a formatted line each. Lines are built as UTF-8 bytes, as the exposition keeps
-# them: a Workload's 5 kB are then written once, not formatted and then encoded.
-_STAGE_PARTS = {
-    current: (b"", *(f',stage="{s}"}} {1 if s == current else 0}\n'.encode() for s in STAGES)) for current in STAGES
+# Rendering builds each family's lines of one Workload with :meth:`Family.lines`: one head (the
+# metric name and the Workload's escaped ``namespace``/``workload``, a :class:`LabelPairs` made
+# once per Workload) joined with a tail per line (the remaining declared labels and the value),
+# from a table or a cache: the tails repeat across Workloads (stages, conditions, hosts), so one
+# C-level join replaces a formatted line each. Lines are built as UTF-8 bytes, as the exposition
+# keeps them: a Workload's 5 kB are then written once, not formatted and then encoded.
+_STAGE_TAILS = {
+    current: tuple(WORKLOAD_STAGE.tail(2, [s], 1 if s == current else 0) for s in STAGES) for current in STAGES
 }
-_CHECK_PARTS = {
-    current: tuple(f',state="{s}"}} {1 if s == current else 0}\n'.encode() for s in CHECK_STATES) for current in CHECK_STATES
+_CHECK_TAILS = {
+    current: tuple(WORKLOAD_ADMISSION_CHECK.tail(3, [s], 1 if s == current else 0) for s in CHECK_STATES)
+    for current in CHECK_STATES
 }
-_CONDITION_SUFFIXES: dict[tuple[str, str, str], bytes] = {}
-_PENDING_SUFFIXES: dict[tuple[str, str], bytes] = {}
-_POD_SUFFIXES: dict[tuple[Path, int], bytes] = {}
+_CONDITION_TAILS: dict[tuple[str, str, str], bytes] = {}
+_PENDING_TAILS: dict[tuple[str, str], bytes] = {}
+_POD_TAILS: dict[tuple[Path, int], bytes] = {}
 
 
-def _condition_suffix(c: Condition) -> bytes:
-    key = (c.type, c.status, c.reason)
-    suffix = _CONDITION_SUFFIXES.get(key)
-    if suffix is None:
-        if len(_CONDITION_SUFFIXES) >= SHARED_LIMIT:
-            _CONDITION_SUFFIXES.clear()
-        suffix = _CONDITION_SUFFIXES[key] = (
-            f',type="{esc(c.type)}",status="{esc(c.status)}",reason="{esc(c.reason)}"}} 1\n'.encode())
-    return suffix
+def _info_tail(cache: dict, family: Family, key: tuple[str, ...]) -> bytes:
+    """The tail of a value-1 line of ``family`` after namespace and workload, from ``cache``."""
+    tail = cache.get(key)
+    if tail is None:
+        if len(cache) >= SHARED_LIMIT:
+            cache.clear()
+        tail = cache[key] = family.tail(2, key, 1)
+    return tail
 
 
-def _pending_suffix(reason: str, category: str) -> bytes:
-    key = (reason, category)
-    suffix = _PENDING_SUFFIXES.get(key)
-    if suffix is None:
-        if len(_PENDING_SUFFIXES) >= SHARED_LIMIT:
-            _PENDING_SUFFIXES.clear()
-        suffix = _PENDING_SUFFIXES[key] = f',reason="{esc(reason)}",category="{category}"}} 1\n'.encode()
-    return suffix
-
-
-def _check_lines(wl: Workload, base: str, out: list[tuple[Family, bytes, int]]) -> None:
+def _check_lines(wl: Workload, lead: LabelPairs, out: list[tuple[Family, bytes, int]]) -> None:
     states, times, n_states, n_times = [], [], 0, 0
     for c in wl.admission_checks:
-        head = f'{base},check="{esc(c.name)}"'
-        parts = _CHECK_PARTS.get(c.state)
-        if parts is not None:
-            states.append(f"gangscope_workload_admission_check{{{head}".encode().join((b"", *parts)))
-            n_states += len(parts)
+        check = lead.plus(("check",), (c.name,))
+        tails = _CHECK_TAILS.get(c.state)
+        if tails is not None:
+            states.append(WORKLOAD_ADMISSION_CHECK.lines(check, tails))
+            n_states += len(tails)
         if c.last_transition_seconds is not None:
-            times.append(f"gangscope_workload_admission_check_transition_timestamp_seconds{{{head}}} "
-                         f"{format_value(c.last_transition_seconds)}\n".encode())
+            times.append(WORKLOAD_ADMISSION_CHECK_TRANSITION.line(check, c.last_transition_seconds))
             n_times += 1
     if n_states:
         out.append((WORKLOAD_ADMISSION_CHECK, b"".join(states), n_states))
@@ -771,34 +775,36 @@ def _check_lines(wl: Workload, base: str, out: list[tuple[Family, bytes, int]]) 
         out.append((WORKLOAD_ADMISSION_CHECK_TRANSITION, b"".join(times), n_times))
 
 
-def _pod_parts(a: Assignment, fragment: Callable[[Path], str]) -> list[bytes]:
-    """``b""`` and the ``<topology labels>} pods`` suffix of each domain of ``a.placed``, domains
-    with one path (an unknown Node) added up."""
+def _pod_tails(a: Assignment, fragment: Callable[[Path], LabelPairs]) -> list[bytes]:
+    """The ``<topology labels>} pods`` tail of each domain of ``a.placed``, domains with one
+    path (an unknown Node) added up."""
     pairs: Sequence[tuple[Path, int]] = a.placed
     if len({path for path, _ in pairs}) != len(pairs):  # domains with one known path (unknown Node) add up
         per_path: dict[Path, int] = {}
         for path, pods in pairs:
             per_path[path] = per_path.get(path, 0) + pods
         pairs = list(per_path.items())
-    cache = _POD_SUFFIXES
-    parts = [b""]
+    cache = _POD_TAILS
+    tails = []
     for pair in pairs:
-        suffix = cache.get(pair)
-        if suffix is None:
+        tail = cache.get(pair)
+        if tail is None:
             if len(cache) >= SHARED_LIMIT:
                 cache.clear()
-            suffix = cache[pair] = f"{fragment(pair[0])}}} {pair[1]}\n".encode()
-        parts.append(suffix)
-    return parts
+            tail = cache[pair] = WORKLOAD_TOPOLOGY_PODS.tail(3, (), pair[1], fragment(pair[0]))
+        tails.append(tail)
+    return tails
 
 
-def _quality_parts(a: Assignment) -> list[tuple[bytes, bytes]]:
-    """``(spanned suffix, locality suffix)`` per level above the host where the assignment's
-    pods have a domain: the distinct domains of that level, and the largest share of the pods in
-    one of them. Levels outside the flavor's Topology (all values "") are left out."""
+def _quality_tails(a: Assignment) -> tuple[list[bytes], list[bytes]]:
+    """Tails (after ``namespace``, ``workload``, ``podset``) of the spanned and the locality
+    lines per level above the host where the assignment's pods have a domain: the distinct
+    domains of that level, and the largest share of the pods in one of them. Levels outside the
+    flavor's Topology (all values "") are left out."""
     placed: Sequence[tuple[Path, int]] = a.placed
     total = sum(pods for _, pods in placed)
-    out: list[tuple[bytes, bytes]] = []
+    spanned: list[bytes] = []
+    locality: list[bytes] = []
     if placed and total > 0:
         for i in range(len(placed[0][0]) - 1):
             per_domain: dict[Path, int] = {}
@@ -807,115 +813,108 @@ def _quality_parts(a: Assignment) -> list[tuple[bytes, bytes]]:
                     domain = path[: i + 1]
                     per_domain[domain] = per_domain.get(domain, 0) + pods
             if per_domain:
-                label = f'level="{esc(placed[0][0][i][0])}"}} '
-                out.append(((label + f"{len(per_domain)}\n").encode(),
-                            (label + format_value(max(per_domain.values()) / total) + "\n").encode()))
-    return out
+                level = (placed[0][0][i][0],)
+                spanned.append(WORKLOAD_DOMAINS_SPANNED.tail(3, level, len(per_domain)))
+                locality.append(WORKLOAD_LOCALITY_RATIO.tail(3, level, max(per_domain.values()) / total))
+    return spanned, locality
 
 
-_REQUEST_SUFFIXES: dict[tuple[Any, ...], tuple[bytes, ...]] = {}  # (pod set, request, level names) -> line suffixes
+_REQUEST_TAILS: dict[tuple[Any, ...], tuple[bytes, ...]] = {}  # (pod set, request, level names) -> line tails
 
 
-def _request_lines(wl: Workload, base: str, level_name: Callable[[str], str], out: list[tuple[Family, bytes, int]]) -> None:
-    parts: list[bytes] = [b""]
+def _request_lines(wl: Workload, lead: LabelPairs, level_name: Callable[[str], str], out: list[tuple[Family, bytes, int]]) -> None:
+    lines: list[bytes] = []
+    n = 0
     for ps in wl.podsets:
         tr = ps.topology
         if tr is None:
             continue
         names = (level_name(tr.level), *(level_name(key) for key, _ in tr.slices))
         key = (ps.name, tr, names)
-        suffixes = _REQUEST_SUFFIXES.get(key)
-        if suffixes is None:
-            head = f',podset="{esc(ps.name)}"'
-            lines = [f'{head},mode="{tr.mode}",level="{esc(names[0])}"}} 1\n'] if tr.mode else []
-            lines += [f'{head},mode="slice_required",level="{esc(name)}"}} {size}\n' for (_, size), name in zip(tr.slices, names[1:])]
-            suffixes = shared(_REQUEST_SUFFIXES, key, tuple(line.encode() for line in lines))
-        parts += suffixes
-    if len(parts) > 1:
-        out.append((WORKLOAD_TOPOLOGY_REQUEST, f"gangscope_workload_topology_request{{{base}".encode().join(parts), len(parts) - 1))
+        tails = _REQUEST_TAILS.get(key)
+        if tails is None:
+            found = [WORKLOAD_TOPOLOGY_REQUEST.tail(3, (tr.mode, names[0]), 1)] if tr.mode else []
+            found += [WORKLOAD_TOPOLOGY_REQUEST.tail(3, ("slice_required", name), size)
+                      for (_, size), name in zip(tr.slices, names[1:])]
+            tails = shared(_REQUEST_TAILS, key, tuple(found))
+        if tails:
+            lines.append(WORKLOAD_TOPOLOGY_REQUEST.lines(lead.plus(("podset",), (ps.name,)), tails))
+            n += len(tails)
+    if n:
+        out.append((WORKLOAD_TOPOLOGY_REQUEST, b"".join(lines), n))
 
 
-def render_workload(wl: Workload, fragment: Callable[[Path], str],
+def render_workload(wl: Workload, fragment: Callable[[Path], LabelPairs],
                     level_name: Callable[[str], str] = str) -> list[tuple[Family, bytes, int]]:
     """All sample lines of one Workload: per family, one UTF-8 string and its number of lines
-    (for :meth:`Exposition.set_counted`, in a list: a dict would hash each Family); ``fragment(path)`` renders a topology path's label
-    pairs (a pure function of the path, so its results are cached here); ``level_name(key)``
-    is the label name of a topology level's node label key (the key itself when it is no level).
+    (for :meth:`Exposition.set_counted`, in a list: a dict would hash each Family); ``fragment(path)``
+    is a topology path's rendered labels (a pure function of the path, so its results are cached
+    here); ``level_name(key)`` is the label name of a topology level's node label key (the key
+    itself when it is no level).
 
-    This runs on every watch event for tens of thousands of objects: lines share a pre-escaped
-    ``namespace,workload`` head and cached suffixes (see ``_STAGE_PARTS``) instead of per-label code.
+    This runs on every watch event for tens of thousands of objects: lines share one escaped
+    ``namespace,workload`` lead and cached tails (see ``_STAGE_TAILS``) instead of per-label code.
     """
-    base = f'namespace="{esc(wl.namespace)}",workload="{esc(wl.name)}"'
+    lead = label_pairs(_NW, (wl.namespace, wl.name))
     owner_kind, owner_name = (wl.owner.kind, wl.owner.name) if wl.owner else ("", "")
     conditions = wl.conditions
     state = wl.state
     if state is None:
         raise ValueError(f"workload {wl.namespace}/{wl.name} rendered before its state was set")
     out: list[tuple[Family, bytes, int]] = [
-        (WORKLOAD_INFO,
-         f'gangscope_workload_info{{{base},cluster_queue="{esc(wl.cluster_queue)}",local_queue="{esc(wl.queue_name)}",'
-         f'priority_class="{esc(wl.priority_class)}",owner_kind="{esc(owner_kind)}",owner_name="{esc(owner_name)}"}} 1\n'
-         .encode(), 1),
-        (WORKLOAD_STAGE, f"gangscope_workload_stage{{{base}".encode().join(_STAGE_PARTS[state.stage]), len(STAGES)),
-        (WORKLOAD_CONDITION, f"gangscope_workload_condition{{{base}".encode().join(
-            [b"", *[_condition_suffix(c) for c in conditions.values()]]), len(conditions)),
+        (WORKLOAD_INFO, WORKLOAD_INFO.line(lead, 1, (
+            wl.cluster_queue, wl.queue_name, wl.priority_class, owner_kind, owner_name, wl.worker_cluster,
+            ",".join(wl.nominated_clusters))), 1),
+        (WORKLOAD_STAGE, WORKLOAD_STAGE.lines(lead, _STAGE_TAILS[state.stage]), len(STAGES)),
+        (WORKLOAD_CONDITION, WORKLOAD_CONDITION.lines(lead, [
+            _info_tail(_CONDITION_TAILS, WORKLOAD_CONDITION, (c.type, c.status, c.reason)) for c in conditions.values()]),
+         len(conditions)),
     ]
     pending = state.pending
     if pending is not None:
-        out.append((WORKLOAD_PENDING_REASON, f"gangscope_workload_pending_reason{{{base}".encode()
-                    + _pending_suffix(pending.reason, pending.category), 1))
+        out.append((WORKLOAD_PENDING_REASON, WORKLOAD_PENDING_REASON.head(lead)
+                    + _info_tail(_PENDING_TAILS, WORKLOAD_PENDING_REASON, (pending.reason, pending.category)), 1))
     if wl.created_seconds is not None:
-        out.append((WORKLOAD_CREATED,
-                    f"gangscope_workload_created_timestamp_seconds{{{base}}} {format_value(wl.created_seconds)}\n".encode(), 1))
+        out.append((WORKLOAD_CREATED, WORKLOAD_CREATED.line(lead, wl.created_seconds), 1))
     for ctype, fam in _TIMESTAMPS:
         c = conditions.get(ctype)
         if c is not None and c.status == "True" and c.last_transition_seconds is not None:
-            out.append((fam, f"{fam.name}{{{base}}} {format_value(c.last_transition_seconds)}\n".encode(), 1))
+            out.append((fam, fam.line(lead, c.last_transition_seconds), 1))
     if wl.evictions:
-        out.append((WORKLOAD_EVICTIONS, "".join([
-            f'gangscope_workload_evictions_total{{{base},reason="{esc(r)}",underlying_cause="{esc(u)}"}} {n}\n'
-            for (r, u), n in wl.evictions.items()
-        ]).encode(), len(wl.evictions)))
+        out.append((WORKLOAD_EVICTIONS, WORKLOAD_EVICTIONS.lines(
+            lead, [WORKLOAD_EVICTIONS.tail(2, key, n) for key, n in wl.evictions.items()]), len(wl.evictions)))
     if wl.requeue_count is not None:
-        out.append((WORKLOAD_REQUEUE_COUNT, f"gangscope_workload_requeue_count{{{base}}} {wl.requeue_count}\n".encode(), 1))
+        out.append((WORKLOAD_REQUEUE_COUNT, WORKLOAD_REQUEUE_COUNT.line(lead, wl.requeue_count), 1))
     if wl.requeue_at_seconds is not None:
-        out.append((WORKLOAD_REQUEUE_AT, f"gangscope_workload_requeue_at_timestamp_seconds{{{base}}} "
-                    f"{format_value(wl.requeue_at_seconds)}\n".encode(), 1))
+        out.append((WORKLOAD_REQUEUE_AT, WORKLOAD_REQUEUE_AT.line(lead, wl.requeue_at_seconds), 1))
     if wl.admission_checks:
-        _check_lines(wl, base, out)
+        _check_lines(wl, lead, out)
     gpus = sum(ps.count * ps.gpus_per_pod for ps in wl.podsets)
-    out.append((WORKLOAD_REQUESTED_GPUS, f"gangscope_workload_requested_gpus{{{base}}} {format_value(gpus)}\n".encode(), 1))
+    out.append((WORKLOAD_REQUESTED_GPUS, WORKLOAD_REQUESTED_GPUS.line(lead, gpus), 1))
     pods, n = b"", 0
     for a in wl.last_assignments:
-        parts = _pod_parts(a, fragment)
-        pods += f'gangscope_workload_topology_pods{{{base},podset="{esc(a.name)}",'.encode().join(parts)
-        n += len(parts) - 1
+        tails = _pod_tails(a, fragment)
+        pods += WORKLOAD_TOPOLOGY_PODS.lines(lead.plus(("podset",), (a.name,)), tails)
+        n += len(tails)
     if n:
         out.append((WORKLOAD_TOPOLOGY_PODS, pods, n))
     if wl.admitted:
         spanned, locality, n = b"", b"", 0
         for a in wl.last_assignments:
-            parts = _quality_parts(a)
-            if parts:
-                head = f'{base},podset="{esc(a.name)}",'.encode()
-                spanned += b"".join([b"gangscope_workload_domains_spanned{" + head + s for s, _ in parts])
-                locality += b"".join([b"gangscope_workload_locality_ratio{" + head + r for _, r in parts])
-                n += len(parts)
+            spanned_tails, locality_tails = _quality_tails(a)
+            if spanned_tails:
+                podset = lead.plus(("podset",), (a.name,))
+                spanned += WORKLOAD_DOMAINS_SPANNED.lines(podset, spanned_tails)
+                locality += WORKLOAD_LOCALITY_RATIO.lines(podset, locality_tails)
+                n += len(spanned_tails)
         if n:
             out.append((WORKLOAD_DOMAINS_SPANNED, spanned, n))
             out.append((WORKLOAD_LOCALITY_RATIO, locality, n))
-    _request_lines(wl, base, level_name, out)
+    _request_lines(wl, lead, level_name, out)
     if wl.past_execution_seconds is not None:
-        out.append((WORKLOAD_PAST_EXECUTION,
-                    f"gangscope_workload_past_execution_seconds{{{base}}} {wl.past_execution_seconds}\n".encode(), 1))
+        out.append((WORKLOAD_PAST_EXECUTION, WORKLOAD_PAST_EXECUTION.line(lead, wl.past_execution_seconds), 1))
     if wl.unhealthy_paths:
         paths = dict.fromkeys(wl.unhealthy_paths)
-        out.append((WORKLOAD_UNHEALTHY_NODE, "".join([
-            f"gangscope_workload_unhealthy_node{{{base},{fragment(path)}}} 1\n" for path in paths
-        ]).encode(), len(paths)))
+        out.append((WORKLOAD_UNHEALTHY_NODE, WORKLOAD_UNHEALTHY_NODE.lines(
+            lead, [WORKLOAD_UNHEALTHY_NODE.tail(2, (), 1, fragment(path)) for path in paths]), len(paths)))
     return out
-
-
-def render_fragment(path: Path) -> str:
-    """``block="b1",rack="r1",host="h1"`` for a topology path (escaped)."""
-    return ",".join(f'{alias}="{esc(value)}"' for alias, value in path)

@@ -51,7 +51,7 @@ def export_shard(exposition: Exposition, shard: int, total: int) -> None:
     exposition.register(SHARD_ORDINAL, TOTAL_SHARDS)
     lines = {TOTAL_SHARDS: [TOTAL_SHARDS.sample([], total)]}
     if shard < total:
-        lines[SHARD_ORDINAL] = [SHARD_ORDINAL.sample([("shard_ordinal", str(shard))], shard)]
+        lines[SHARD_ORDINAL] = [SHARD_ORDINAL.sample((str(shard),), shard)]
     exposition.set(("shard",), lines)
 
 

@@ -102,10 +102,10 @@ class Agent:
                 unresolved += 1
                 continue
             meta = self.pods.get(alloc.namespace, alloc.pod)
-            lines[F.GPU_POD_INFO.sample(
-                [("gpu", str(hit[0])), ("uuid", hit[1]), ("namespace", alloc.namespace), ("pod", alloc.pod),
-                 ("container", alloc.container), ("workload", meta.workload), ("podset", meta.podset),
-                 ("podgroup", meta.podgroup), *base], 1)] = None
+            lines[F.sample(
+                F.GPU_POD_INFO, [("gpu", str(hit[0])), ("uuid", hit[1]), ("namespace", alloc.namespace), ("pod", alloc.pod),
+                                 ("container", alloc.container), ("workload", meta.workload), ("podset", meta.podset),
+                                 ("podgroup", meta.podgroup)], base, 1)] = None
         self.exposition.set(("gpu_pods",), {F.GPU_POD_INFO: list(lines)})
         # Devices NVML does not know are worth one count per kubelet answer, once NVML is up.
         if unresolved and by_index and self._counted is not self.podres.allocations:

@@ -141,19 +141,19 @@ class FabricSampler:
         snap = self.last
         if snap is None:
             return
-        base = list(self.base_labels())
+        base = self.base_labels()
         out: dict[F.Family, list[str]] = {fam: [] for fam in F.FABRIC_FAMILIES}
         for (dev, port), (tx, rx, rate, up) in snap.ports.items():
-            labels = [("device", dev), ("port", port), *base]
+            labels = [("device", dev), ("port", port)]
             if tx is not None:
-                out[F.FABRIC_TX].append(F.FABRIC_TX.sample(labels, self.counters[("ib", dev, port, "tx")].total * WORD))
+                out[F.FABRIC_TX].append(F.sample(F.FABRIC_TX, labels, base, self.counters[("ib", dev, port, "tx")].total * WORD))
             if rx is not None:
-                out[F.FABRIC_RX].append(F.FABRIC_RX.sample(labels, self.counters[("ib", dev, port, "rx")].total * WORD))
+                out[F.FABRIC_RX].append(F.sample(F.FABRIC_RX, labels, base, self.counters[("ib", dev, port, "rx")].total * WORD))
             if rate is not None:
-                out[F.FABRIC_RATE].append(F.FABRIC_RATE.sample(labels, rate))
-            out[F.FABRIC_UP].append(F.FABRIC_UP.sample(labels, 1 if up else 0))
+                out[F.FABRIC_RATE].append(F.sample(F.FABRIC_RATE, labels, base, rate))
+            out[F.FABRIC_UP].append(F.sample(F.FABRIC_UP, labels, base, 1 if up else 0))
         for iface in snap.nics:
-            labels = [("interface", iface), *base]
-            out[F.NIC_TX].append(F.NIC_TX.sample(labels, self.counters[("nic", iface, "tx")].total))
-            out[F.NIC_RX].append(F.NIC_RX.sample(labels, self.counters[("nic", iface, "rx")].total))
+            labels = [("interface", iface)]
+            out[F.NIC_TX].append(F.sample(F.NIC_TX, labels, base, self.counters[("nic", iface, "tx")].total))
+            out[F.NIC_RX].append(F.sample(F.NIC_RX, labels, base, self.counters[("nic", iface, "rx")].total))
         self.exposition.set(self.OWNER, out)

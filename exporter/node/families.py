@@ -8,9 +8,9 @@ join to pods, workloads and gangs goes through ``gangscope_gpu_pod_info`` on ``(
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
-from ..exposition import Family, escape_label_value
+from ..exposition import Family
 
 GPU_INFO = Family(
     "gangscope_gpu_info", "info",
@@ -198,8 +198,15 @@ FABRIC_FAMILIES = (FABRIC_TX, FABRIC_RX, FABRIC_RATE, FABRIC_UP, NIC_TX, NIC_RX)
 FAMILIES = GPU_FAMILIES + FABRIC_FAMILIES
 
 
-def series_prefix(family: Family, labels: Iterable[tuple[str, str]]) -> str:
+def series_prefix(family: Family, labels: Iterable[tuple[str, str]], base: Sequence[tuple[str, str]]) -> str:
     """``name{labels} `` ready for a value: the agent renders thousands of samples a second with
-    unchanged labels, so it builds each prefix once and only formats values per sample."""
-    inner = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in labels)
-    return f"{family.name}{{{inner}}} "
+    unchanged labels, so it builds each prefix once and only formats values per sample. ``labels``
+    are the family's own by name, ``base`` the node's (``node``, then the topology labels)."""
+    node, *levels = base
+    return family.prefix(dict([*labels, node]), levels)
+
+
+def sample(family: Family, labels: Iterable[tuple[str, str]], base: Sequence[tuple[str, str]], value: float) -> str:
+    """One line of an agent family: its own labels by name, then the node's (see :func:`series_prefix`)."""
+    node, *levels = base
+    return family.sample(dict([*labels, node]), value, levels)

@@ -792,7 +792,7 @@ class NvmlSampler:
             own = [("gpu", str(st.dev.index))]
             if fam in (F.GPU_UP, F.GPU_ERRORS):
                 own.append(("uuid", st.dev.uuid))
-            prefix = st.prefixes[key] = F.series_prefix(fam, [*own, *extra, *self.base_labels()])
+            prefix = st.prefixes[key] = F.series_prefix(fam, [*own, *extra], self.base_labels())
         return prefix
 
     def render(self, st: GpuState) -> None:
@@ -816,18 +816,18 @@ class NvmlSampler:
             F.GPU_ERRORS: [f"{self._prefix(st, F.GPU_ERRORS)}{st.errors_total}\n"],
         }
         if dev.uuid:
-            out[F.GPU_INFO] = [F.GPU_INFO.sample(
-                [("gpu", gpu), ("uuid", dev.uuid), ("name", dev.name), ("pci_bus_id", dev.pci_bus_id),
-                 ("driver_version", self.driver), *base], 1)]
+            out[F.GPU_INFO] = [F.sample(
+                F.GPU_INFO, [("gpu", gpu), ("uuid", dev.uuid), ("name", dev.name), ("pci_bus_id", dev.pci_bus_id),
+                             ("driver_version", self.driver)], base, 1)]
             out[F.MIG_INFO] = [
-                F.MIG_INFO.sample([("gpu", gpu), ("uuid", dev.uuid), ("mig_uuid", m), ("gpu_instance", str(gi)), *base], 1)
+                F.sample(F.MIG_INFO, [("gpu", gpu), ("uuid", dev.uuid), ("mig_uuid", m), ("gpu_instance", str(gi))], base, 1)
                 for m, gi in dev.mig
             ]
         if dev.platform is not None:
             p = dev.platform
-            out[F.PLATFORM_INFO] = [F.PLATFORM_INFO.sample(
-                [("gpu", gpu), ("chassis_serial", p.chassis_serial), ("slot", str(p.slot)), ("tray", str(p.tray)),
-                 ("host_id", str(p.host_id)), *base], 1)]
+            out[F.PLATFORM_INFO] = [F.sample(
+                F.PLATFORM_INFO, [("gpu", gpu), ("chassis_serial", p.chassis_serial), ("slot", str(p.slot)),
+                                  ("tray", str(p.tray)), ("host_id", str(p.host_id))], base, 1)]
         if sample is not None:
             out[F.NVLINK_UP] = [f"{self._prefix(st, F.NVLINK_UP, ('link', str(l)))}{v}\n" for l, v in sorted(sample.link_up.items())]
             out[F.NVLINK_VERSION] = [f"{self._prefix(st, F.NVLINK_VERSION, ('link', str(l)))}{v}\n" for l, v in sorted(sample.version.items())]
@@ -855,9 +855,9 @@ class NvmlSampler:
             ]
             fab = sample.fabric
             if fab is not None:
-                out[F.FABRIC_INFO] = [F.FABRIC_INFO.sample(
-                    [("gpu", gpu), ("uuid", dev.uuid), ("cluster_uuid", fab.cluster_uuid), ("clique_id", fab.clique_id),
-                     ("state", fab.state), *base], 1)]
+                out[F.FABRIC_INFO] = [F.sample(
+                    F.FABRIC_INFO, [("gpu", gpu), ("uuid", dev.uuid), ("cluster_uuid", fab.cluster_uuid),
+                                    ("clique_id", fab.clique_id), ("state", fab.state)], base, 1)]
                 out[F.FABRIC_HEALTH] = [f"{self._prefix(st, F.FABRIC_HEALTH, ('check', c))}{v}\n" for c, v in fab.health]
         self.exposition.set(("gpu", dev.index), out)
 

@@ -54,6 +54,13 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- with $c.metricDenylist }}
 - --metric-denylist={{ join "," . }}
 {{- end }}
+{{- with $c.metricLabelsAllowlist }}
+{{- $groups := list }}
+{{- range $resource, $keys := . }}
+{{- $groups = append $groups (printf "%s=[%s]" $resource (join "," $keys)) }}
+{{- end }}
+- --metric-labels-allowlist={{ join "," $groups }}
+{{- end }}
 {{- with $c.discoveryInterval }}
 - --discovery-interval={{ . }}
 {{- end }}
