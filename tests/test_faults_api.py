@@ -381,9 +381,9 @@ async def test_relist_of_20000_objects_while_events_keep_arriving(start_collecto
             i += 1
             await asyncio.sleep(0.005)
 
-    # Each response 50 ms late: the 40 pages span at least 2 s however fast the collector parses,
-    # so the scrapes below really land while the relist is in flight.
-    kube_sim.delay = 0.05
+    # Each response 150 ms late: the 40 pages span at least 6 s however fast the collector parses,
+    # so the scrapes below (each of a 20,000-Workload page) really land while the relist is in flight.
+    kube_sim.delay = 0.15
     kube_sim.bulk_load(workload(f"bulk-{i}", ns=f"ns-{i % 50}", hosts=[f"h{i % 4}"], conditions=admitted_conditions())
                        for i in range(n))
     t0 = time.monotonic()
