@@ -33,10 +33,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import orjson  # noqa: E402
 import psutil  # noqa: E402
+from collector import print_table  # noqa: E402
 
 BLOCK, RACK, HOST = "cloud.provider.com/topology-block", "cloud.provider.com/topology-rack", "kubernetes.io/hostname"
 PAGE = 500  # the informer's LIST limit
@@ -352,11 +354,7 @@ def main() -> None:
             ("flush after 10 Nodes moved to another rack", f"{wl['flush_relabel'] * 1e3:.0f} ms (candidate nodes and fits rebuilt)"),
             ("render of the whole exposition", f"{wl['render'] * 1e3:.0f} ms"),
         ]
-    width = max(len(k) for k, _ in rows)
-    print(f"{'measure':<{width}}  value")
-    print(f"{'-' * width}  {'-' * 40}")
-    for k, v in rows:
-        print(f"{k:<{width}}  {v}")
+    print_table(rows)
 
 
 if __name__ == "__main__":

@@ -241,6 +241,15 @@ async def _measure(url: str, kubeconfig: str, n_workloads: int, scrapes: int) ->
     ]
 
 
+def print_table(rows: list[tuple[str, str]]) -> None:
+    """The benchmarks' two-column table: each measure and its value."""
+    width = max(len(k) for k, _ in rows)
+    print(f"{'measure':<{width}}  value")
+    print(f"{'-' * width}  {'-' * 40}")
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workloads", type=int, default=20_000)
@@ -248,12 +257,7 @@ def main() -> None:
     p.add_argument("--scrapes", type=int, default=20)
     a = p.parse_args()
     setup_logging("warning")
-    rows = asyncio.run(run(a.workloads, a.nodes, a.scrapes))
-    width = max(len(k) for k, _ in rows)
-    print(f"{'measure':<{width}}  value")
-    print(f"{'-' * width}  {'-' * 40}")
-    for k, v in rows:
-        print(f"{k:<{width}}  {v}")
+    print_table(asyncio.run(run(a.workloads, a.nodes, a.scrapes)))
 
 
 if __name__ == "__main__":
