@@ -134,5 +134,15 @@ def series(text: str, prefix: str = "gangscope_") -> dict[tuple[str, frozenset],
     return out
 
 
+def family_series(exposition: Any, family: str) -> dict[tuple, float]:
+    """{sorted label pairs: value} of one family of an Exposition's text page, parsed by prometheus_client."""
+    out = {}
+    for fam in text_string_to_metric_families(exposition.render(False).decode()):
+        for s in fam.samples:
+            if s.name == family:
+                out[tuple(sorted(s.labels.items()))] = s.value
+    return out
+
+
 def sample(name: str, /, **labels: str) -> tuple[str, frozenset]:
     return (name, frozenset(labels.items()))

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.cluster import podgroups as pg
 from exporter.cluster.gangs import GangIndex
@@ -19,6 +18,7 @@ from exporter.cluster.pods import PodStore
 from exporter.cluster.store import ClusterStore
 from exporter.exposition import Exposition
 from exporter.explain import assembly_layer
+from kueue_objects import family_series
 
 REAL = Path(__file__).parent / "fixtures" / "gangs" / "real"
 T0 = 1787220000.0  # 2026-08-20T10:00:00Z
@@ -73,12 +73,7 @@ class Cluster:
         self.h[source].replace(list(objs))
 
     def series(self, family: str) -> dict[tuple, float]:
-        out = {}
-        for fam in text_string_to_metric_families(self.expo.render(False).decode()):
-            for s in fam.samples:
-                if s.name == family:
-                    out[tuple(sorted(s.labels.items()))] = s.value
-        return out
+        return family_series(self.expo, family)
 
     def stage(self, pgname: str, ns: str = "ml") -> str:
         [stage] = [dict(k)["stage"] for k, v in self.series("gangscope_gang_stage").items()

@@ -8,12 +8,12 @@ import copy
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.cluster.gangs import GANG_STAGES, GangIndex, evaluate
 from exporter.cluster.podgroups import parse_coscheduling
 from exporter.cluster.store import ClusterStore
 from exporter.exposition import Exposition
+from kueue_objects import family_series
 
 T0 = 1787220000.0  # 2026-08-20T10:00:00Z
 
@@ -91,12 +91,7 @@ class Cluster:
         self.pgs[SOURCE[obj["apiVersion"].split("/")[0]]].apply("ADDED", obj)
 
     def series(self, family: str) -> dict[tuple, float]:
-        out = {}
-        for fam in text_string_to_metric_families(self.expo.render(False).decode()):
-            for s in fam.samples:
-                if s.name == family:
-                    out[tuple(sorted(s.labels.items()))] = s.value
-        return out
+        return family_series(self.expo, family)
 
     def info(self) -> set[tuple[str, str, str, str, str]]:
         return {(d["namespace"], d["workload"], d["podgroup"], d["api"], d["join_key"])

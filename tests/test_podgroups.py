@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.cluster import podgroups as pg
 from exporter.fields import ParseError
@@ -14,6 +13,7 @@ from exporter.cluster.gangs import GangIndex
 from exporter.cluster.store import ClusterStore
 from exporter.exposition import Exposition
 from exporter.health import SourceHealth
+from kueue_objects import family_series
 
 FIXTURES = Path(__file__).parent / "fixtures" / "podgroups"
 
@@ -26,14 +26,7 @@ def by_name(name: str) -> dict[str, dict]:
     return {o["metadata"].get("name", ""): o for o in items(name)}
 
 
-def series(exposition: Exposition, family: str) -> dict[tuple, float]:
-    """{sorted label pairs: value} of one family, parsed by prometheus_client."""
-    out = {}
-    for fam in text_string_to_metric_families(exposition.render(False).decode()):
-        for s in fam.samples:
-            if s.name == family:
-                out[tuple(sorted(s.labels.items()))] = s.value
-    return out
+series = family_series
 
 
 def L(**labels: str) -> tuple:
