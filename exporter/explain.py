@@ -29,12 +29,14 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from .cluster.gang_state import workload_members
 from .cluster.workload_state import WAITING_STAGES
 from .config import add_kube, add_logging
 
 if TYPE_CHECKING:
     from .cluster.capacity import PodSetFit
-    from .cluster.gangs import Gang, GangIndex
+    from .cluster.gang_state import Gang
+    from .cluster.gangs import GangIndex
     from .cluster.jobs import JobIndex, JobView
     from .cluster.queue_positions import QueuePosition
     from .cluster.store import ClusterStore
@@ -336,11 +338,31 @@ def _members_text(g: Gang) -> str:
         return ""
     if m is not None and m.evidence == "pods":
         text = f"{(m.running or 0) + (m.succeeded or 0)}/{rec.min_member} running"
-        extra = [f"{v} {k}" for k, v in (("bound", m.bound), ("pending", m.pending), ("failed", m.failed)) if v]
-        return text + f" (live pods{': ' + ', '.join(extra) if extra else ''})"
+        extra = [f"{v} {k}" for k, v in (("bound, not started", m.bound), ("pending", m.pending), ("gated", m.gated),
+                                         ("terminating", m.terminating), ("failed", m.failed), ("unknown", m.unknown))
+                 if v]
+        text += f" (live pods{': ' + ', '.join(extra) if extra else ''})"
+        if m.waiting:
+            text += "; waiting to start: " + ", ".join(f"{n} {reason}" for reason, n in m.waiting)
+        if m.gates:
+            text += "; scheduling gates: " + ", ".join(f"{gate} on {n}" for gate, n in m.gates)
+        if m.disrupted:
+            text += "; DisruptionTarget: " + ", ".join(f"{n} {reason}" for reason, n in m.disrupted)
+        if m.unknown_what:
+            text += "; not understood: " + ", ".join(m.unknown_what)
+        return text
     if m is not None and m.evidence == "counters":
         return f"{(m.running or 0) + (m.succeeded or 0)}/{rec.min_member} running (PodGroup status)"
     return f"?/{rec.min_member} running"
+
+
+# Each scheduler's own word for what its status reflects, when the live pods say otherwise.
+_LAG_NOTE = {
+    "native": "it reflects the first scheduling decision only",
+    "volcano": "Volcano's phase counts bound pods, and keeps its last session's word",
+    "coscheduling": "the PodGroup controller updates it on its own resync",
+    "kai": "KAI writes it only while pods are pending",
+}
 
 
 def _phase_lags(g: Gang) -> str:
@@ -351,10 +373,10 @@ def _phase_lags(g: Gang) -> str:
     if rec.api in ("native", "kai") and rec.phase == "Pending":
         return ""  # no status written at all (a 1.37 CompositePodGroup's stays empty): nothing lags
     said = rec.gang_state
-    if said in ("waiting", "partial") and g.stage in ("assembled", "finished"):
+    if said in ("waiting", "partial") and g.stage in ("assembled", "finished", "starting"):
         return f"; its phase still says {rec.phase}"
     if said == "assembled" and g.stage in ("assembling", "stuck", "partially_bound"):
-        return f"; its status still says {rec.phase} (it reflects the first scheduling decision only)"
+        return f"; its status still says {rec.phase} ({_LAG_NOTE[rec.api]})"
     return ""
 
 
@@ -376,12 +398,11 @@ def assembly_layer(wl: Workload | None, gangs: Sequence[Gang], now: float, index
                     f"{k.podgroup.name} {k.stage}" for k in kids) + ")"
     pods = index.workload_pods(wl) if index is not None and wl is not None else []
     if pods:
-        from .cluster.pods import PodStore
-
-        counts = PodStore.counts(pods)
+        counts = workload_members(pods)
         evidence["pods"] = {"total": counts.members, "bound": counts.bound, "running": counts.running,
-                            "ready": counts.ready, "pending": counts.pending, "succeeded": counts.succeeded,
-                            "failed": counts.failed, "bound_gpus": counts.bound_gpus}
+                            "ready": counts.ready, "pending": counts.pending, "gated": counts.gated,
+                            "terminating": counts.terminating, "succeeded": counts.succeeded,
+                            "failed": counts.failed, "placed_gpus": counts.placed_gpus}
     if not gangs:
         need = sum(ps.count for ps in wl.podsets) if wl is not None else 0
         if wl is not None and wl.stage == "assembling":
@@ -403,7 +424,7 @@ def assembly_layer(wl: Workload | None, gangs: Sequence[Gang], now: float, index
         return _layer("assembly", "ok" if wl is not None and wl.stage in ("running", "finished") else "unknown",
                       "no PodGroup joined to this Workload", evidence)
     worst = None
-    order = ("failed", "partially_bound", "stuck", "assembling", "not_admitted")
+    order = ("failed", "partially_bound", "stuck", "unknown", "starting", "assembling", "placing", "queued", "not_admitted")
     for g in gangs:
         if g.stage in order and (worst is None or order.index(g.stage) < order.index(worst.stage)):
             worst = g
@@ -428,7 +449,14 @@ def assembly_layer(wl: Workload | None, gangs: Sequence[Gang], now: float, index
     if rec.parent:
         parts.append(f"in CompositePodGroup {rec.parent}")
     label = {"failed": "gang failed", "partially_bound": "partially bound: some pods hold resources, the rest cannot be placed",
-             "stuck": "stuck assembling", "assembling": "assembling", "not_admitted": "waiting for admission"}[worst.stage]
+             "stuck": "stuck assembling", "assembling": "assembling", "not_admitted": "waiting for admission",
+             "starting": "placed, not started: all members are bound, some containers have not started (a node or "
+                         "image matter, not the gang scheduler's)",
+             "placing": "waiting for placement: Kueue's topology gate holds the pods until TAS assigns them",
+             "queued": f"waiting for its queue {rec.queue or '?'}: Volcano creates the pods once the group is enqueued"
+                       + (" (minResources " + ", ".join(f"{k}={v}" for k, v in rec.min_resources)
+                          + "; the queue's capacity is not watched)" if rec.min_resources else ""),
+             "unknown": "not judged: gangscope does not understand what decides this gang"}[worst.stage]
     summary = f"{label}: " + ", ".join(parts)
     if worst.deadline is not None:
         verb = "passed" if worst.stuck else "ends"
@@ -440,7 +468,7 @@ def assembly_layer(wl: Workload | None, gangs: Sequence[Gang], now: float, index
                                                for u in rec.unschedulable)
     elif rec.message:
         summary += f"; scheduler: {rec.message}"
-    status = "blocking" if worst.stage != "not_admitted" else "unknown"
+    status = "unknown" if worst.stage in ("not_admitted", "unknown") else "blocking"
     return _layer("assembly", status, summary, evidence)
 
 

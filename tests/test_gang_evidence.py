@@ -140,7 +140,7 @@ def test_same_group_judged_by_its_pods_when_they_are_watched() -> None:
     assert c.value("gangscope_gang_idle_gpus", "pg1", "default") == 16
     assert c.value("gangscope_gang_pods", "pg1", "default", state="pending") == 1
     doc = assembly_layer(None, [c.gang("pg1")], c.now, c.gangs)
-    assert "2/3 running (live pods: 2 bound, 1 pending)" in doc["summary"]
+    assert "2/3 running (live pods: 1 pending)" in doc["summary"]
     c.add("pods_coscheduling_legacy", pod("w2", "default", labels=label, node="n2", rv="2"), event="MODIFIED")
     assert c.stage("pg1", "default") == "assembled"
     assert c.value("gangscope_gang_idle_gpus", "pg1", "default") == 0
@@ -289,7 +289,7 @@ def test_native_gang_that_lost_a_pod_is_told_by_its_pods() -> None:
     the condition alone says assembled, the pods say 3 of 4."""
     c = Cluster()
     c.add("podgroups_native", native_pg("workers-0", 4))
-    assert c.stage("workers-0") == "assembled"  # the condition alone: no pods seen yet
+    assert c.stage("workers-0") == "initially_scheduled"  # the condition alone: no pods seen yet
     c.list_pods("pods_kueue", *native_pods("workers-0", 4))
     assert c.stage("workers-0") == "assembled"
     c.now += 300
@@ -298,12 +298,14 @@ def test_native_gang_that_lost_a_pod_is_told_by_its_pods() -> None:
     gang = c.gang("workers-0")
     assert gang.wait_start == c.now  # the window restarts when it falls below its minimum
     doc = assembly_layer(None, [gang], c.now, c.gangs)
-    assert "3/4 running (live pods: 3 bound)" in doc["summary"]
+    assert "3/4 running (live pods)" in doc["summary"]
     assert "its status still says Scheduled (it reflects the first scheduling decision only)" in doc["summary"]
 
 
 def test_changed_min_count_rejudges_the_gang_at_once() -> None:
-    """1.37 beta: minCount is mutable (elastic training, v1beta1/types.go:444-460)."""
+    """1.37 beta: minCount is mutable (elastic training, v1beta1/types.go:444-460): lowered, a
+    waiting gang is assembled at once; raised for a running gang, it is scaling: "it does not
+    affect already scheduled pods", so their GPUs are not idle."""
     c = Cluster()
     c.add("podgroups_native", native_pg("elastic", 4))
     c.list_pods("pods_kueue", *native_pods("elastic", 3))
@@ -312,7 +314,16 @@ def test_changed_min_count_rejudges_the_gang_at_once() -> None:
     assert c.stage("elastic") == "assembled"
     assert c.value("gangscope_podgroup_min_member", "elastic") == 2
     c.add("podgroups_native", native_pg("elastic", 8), event="MODIFIED")
-    assert c.stage("elastic") == "partially_bound"
+    assert c.stage("elastic") == "scaling"
+    assert c.value("gangscope_gang_idle_gpus", "elastic") == 0
+    assert c.gang("elastic").scaled_from == 2
+    # a new member bound and pulling its image: only its GPUs are idle, by its reason
+    new = pod("elastic-new", labels={"kueue.x-k8s.io/podset": "workers"}, phase="Pending", ready=False, node="n9",
+              spec={"schedulingGroup": {"podGroupName": "elastic"}})
+    new["status"]["containerStatuses"] = [{"name": "c", "state": {"waiting": {"reason": "ImagePullBackOff"}}}]
+    c.add("pods_kueue", new)
+    assert c.stage("elastic") == "scaling"
+    assert c.value("gangscope_gang_idle_gpus", "elastic", reason="ImagePullBackOff") == 8
 
 
 def test_1_35_pods_name_their_group_by_workload_ref() -> None:
@@ -418,9 +429,13 @@ def test_kai_subgroups_and_topology() -> None:
             pods.append(pod(f"{job['metadata']['name']}-{i}", "default", labels=tmpl["metadata"]["labels"],
                             annotations=tmpl["metadata"]["annotations"], gpus=4, node=f"{job['metadata']['name']}-n{i}",
                             phase="Running" if job["metadata"]["name"] == "rack-bound-job" or i < 2 else "Pending"))
+    pods[-1]["spec"].pop("nodeName")
     c.list_pods("pods_kai", *pods)
-    assert c.stage("multi-topology-pipeline", "default") == "assembling"  # 5 of 6 running, but zone-workers needs 3
-    c.add("pods_kai", {**pods[-1], "status": {"phase": "Running"}}, event="MODIFIED")
+    assert c.stage("multi-topology-pipeline", "default") == "partially_bound"  # 5 of 6 running, zone-workers needs 3
+    c.add("pods_kai", {**pods[-1], "spec": {**pods[-1]["spec"], "nodeName": "n6"}}, event="MODIFIED")
+    assert c.stage("multi-topology-pipeline", "default") == "starting"  # all 6 placed, one not started
+    c.add("pods_kai", {**pods[-1], "spec": {**pods[-1]["spec"], "nodeName": "n6"}, "status": {"phase": "Running"}},
+          event="MODIFIED")
     assert c.stage("multi-topology-pipeline", "default") == "assembled"
     [hier] = objects("kai-06-docs-hierarchical-podgroup-topology.yaml")
     h = pg.parse_kai("podgroups_kai", hier)

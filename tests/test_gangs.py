@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from exporter.cluster.gangs import GANG_STAGES, GangIndex, evaluate
+from exporter.cluster.gang_state import GANG_STAGES, evaluate
+from exporter.cluster.gangs import GangIndex
 from exporter.cluster.podgroups import parse_coscheduling
 from exporter.cluster.store import ClusterStore
 from exporter.exposition import Exposition

@@ -51,7 +51,7 @@ import argparse
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -63,8 +63,14 @@ from .pods import PodChanges, PodStore
 from .store import ClusterStore
 from .workloads import Workload
 
-if TYPE_CHECKING:
-    from .gangs import GangIndex
+
+
+class GangHost(Protocol):
+    """What the job index needs of the gang index (exporter.cluster.gangs.GangIndex), without
+    importing it: its pods, and a slot for the owner chain it reads back."""
+
+    pods: PodStore | None
+    jobs: Any
 
 log = structlog.get_logger(__name__)
 
@@ -504,7 +510,7 @@ class JobIndex:
         self.exposition.set(("job", *rec.key), out)
 
 
-def attach_jobs(store: ClusterStore, gangs: GangIndex, clock: Callable[[], float] = time.time) -> JobIndex:
+def attach_jobs(store: ClusterStore, gangs: GangHost, clock: Callable[[], float] = time.time) -> JobIndex:
     """The job index of a process, hooked on ``store`` and the gang index's pods (which it gives
     the owner chain for joining pods to Workloads)."""
     jobs = JobIndex(store, gangs.pods, clock)
