@@ -457,3 +457,21 @@ def test_kai_crds_of_both_generations_accept_our_reading() -> None:
     current = yaml.safe_load((REAL / "kai-02-podgroup-crd-v2alpha2-2026-08.yaml").read_text())
     status = current["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
     assert "phase" not in status and "schedulingConditions" in status
+
+
+def test_a_dump_keeps_the_stuck_window_of_its_objects() -> None:
+    """Offline (snapshot, explain --from-file) the dump's pods are one LIST: a gang is never seen
+    empty before its first pod, so its window runs from the objects' own times, not load time."""
+    from exporter.loader import feed
+
+    c = Cluster(now=T0 + 3600)
+    group = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+             "metadata": {"name": "g", "namespace": "ml", "uid": "pg-g", "creationTimestamp": ts(T0)},
+             "spec": {"minMember": 2, "scheduleTimeoutSeconds": 60}, "status": {"phase": "Scheduling"}}
+    label = {"scheduling.x-k8s.io/pod-group": "g"}
+    pods = [pod("a", labels=label), pod("b", labels=label, node=None, phase="Pending", ready=False)]
+    feed(c.expo, c.h, [("dump.yaml", o) for o in (group, *pods)], "test")
+    gang = c.gang("g")
+    assert (gang.stage, gang.wait_start, gang.regressed_at) == ("partially_bound", T0, None)
+    assert gang.stuck
+    assert c.value("gangscope_gang_idle_gpu_seconds_total", "g", api="coscheduling") == 0  # nothing ran over time

@@ -338,7 +338,7 @@ def gang_state(rec: PodGroupRecord, m: Members | None) -> str:
             # Volcano's Running counts scheduled (bound) tasks, its counter running ones, both
             # written in one session (session.go:580-609, 629): bound, not all started.
             return "starting" if rec.api == "volcano" else "assembled"
-        if phase_state in ("finished", "failed"):
+        if phase_state in ("finished", "failed", "unknown"):
             return phase_state
         if volcano_unqueued and not (running or succeeded or failed):
             return "queued"
