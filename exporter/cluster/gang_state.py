@@ -160,15 +160,18 @@ def _bump(d: dict[Any, Any], k: Any, v: float = 1) -> None:
     d[k] = d.get(k, 0) + v
 
 
-def _meets(rec: PodGroupRecord, per: dict[str, int], total: int) -> bool | None:
-    """Whether ``total`` members (``per`` by sub-group, task or replica) satisfy the group."""
+def _meets(rec: PodGroupRecord, per: dict[str, int], total: int, keys: set[str]) -> bool | None:
+    """Whether ``total`` members (``per`` by sub-group, task or replica; ``keys`` every one the
+    members name) satisfy the group."""
     if rec.subgroups:
         return subgroups_satisfied(rec, per, total)
     if rec.min_member is None:
         return None
-    if rec.api == "native" and any(per):
-        # 1.35 replicas of one pod group (podGroupReplicaKey): each is a gang of minCount
-        return all(n >= rec.min_member for k, n in per.items() if k)
+    if rec.api == "native" and any(keys):
+        # 1.35 replicas of one pod group (podGroupReplicaKey, "" the unkeyed one): each is a gang
+        # of minCount (kubernetes 57923d93 pkg/scheduler/framework/plugins/gangscheduling/
+        # gangscheduling_test.go TestGangSchedulingFlow: p5 of replica "2" is not p1's sibling)
+        return all(per.get(k, 0) >= rec.min_member for k in keys)
     if rec.min_task_member:
         # Volcano: the job's minimum and each task's (pkg/scheduler/api/job_info.go:426, plugins/gang)
         return total >= rec.min_member and all(per.get(task, 0) >= n for task, n in rec.min_task_member)
@@ -218,6 +221,7 @@ def pod_members(rec: PodGroupRecord, pods: Iterable[Pod]) -> Members:
     unknown_what: set[str] = set()
     done: dict[str, int] = {}
     placed: dict[str, int] = {}
+    keys: set[str] = set()
     for p in pods:
         phase = p.phase
         if p.terminating and phase not in ("Succeeded", "Failed"):
@@ -227,6 +231,7 @@ def pod_members(rec: PodGroupRecord, pods: Iterable[Pod]) -> Members:
             continue
         members += 1
         sub = p.gang[2] if p.gang is not None else ""
+        keys.add(sub)
         if p.disrupted:
             _bump(disrupted, p.disrupted)
         if phase == "Succeeded":
@@ -238,7 +243,7 @@ def pod_members(rec: PodGroupRecord, pods: Iterable[Pod]) -> Members:
         elif phase not in PHASES or phase == "Unknown":
             unknown += 1  # core/v1 Unknown: the node lost touch; anything else: bad input
             unknown_what.add(f"pod phase {phase}")
-        elif p.node:
+        elif phase == "Running" or p.node:  # Running is the kubelet's word, on a node by definition
             placed_gpus += p.gpus
             _bump(placed, sub)
             if phase == "Running":
@@ -263,7 +268,7 @@ def pod_members(rec: PodGroupRecord, pods: Iterable[Pod]) -> Members:
         "pods", running, succeeded, failed, bound, ready, pending, gated, terminating, unknown, members, placed_gpus,
         terminating_gpus, tuple(sorted((k, v) for k, v in idle.items() if v)), tuple(sorted(gates.items())),
         tuple(sorted(waiting.items())), tuple(sorted(disrupted.items())), tuple(sorted(unknown_what)),
-        _meets(rec, done, running + succeeded), _meets(rec, placed, running + succeeded + bound))
+        _meets(rec, done, running + succeeded, keys), _meets(rec, placed, running + succeeded + bound, keys))
 
 
 _NO_GROUP = PodGroupRecord("", "coscheduling", "", "")
@@ -354,7 +359,11 @@ def gang_state(rec: PodGroupRecord, m: Members | None) -> str:
     if phase_state in ("finished", "failed"):
         return phase_state  # the scheduler's terminal word, and the members are below the minimum
     if m.evidence == "pods":
-        if m.gated:
+        if failed and rec.api == "coscheduling" and minimum and failed + running + succeeded >= minimum:
+            return "failed"  # the controller's Failed (podgroup_controller.go:128-131), below the minimum
+        if m.gated and (m.members or 0) - m.gated - failed < minimum:
+            # Gated members hold the gang only when the others cannot reach its minimum
+            # (Coscheduling PreFilter, scheduler-plugins 903da7df pkg/coscheduling/core/core.go:262-276).
             kinds = {_gate_kind(g) for g, _ in m.gates}
             return "admission" if "admission" in kinds else "placement" if "placement" in kinds else "unknown"
         return "partial" if (m.bound or 0) + running else "waiting"
