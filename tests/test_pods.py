@@ -37,7 +37,7 @@ def test_trimmed_record_of_a_pod() -> None:
     ({"spec": {"schedulingGroup": {"podGroupName": "native-g"}}}, ("native", "native-g", "")),
     ({"annotations": {"pod-group-name": "kai-g"}, "labels": {"kai.scheduler/subgroup-name": "rack"}}, ("kai", "kai-g", "rack")),
     ({"annotations": {"scheduling.k8s.io/group-name": "vc-g"}}, ("volcano", "vc-g", "")),
-    ({"labels": {"pod-group.scheduling.sigs.k8s.io": "old"}}, ("coscheduling", "old", "")),
+    ({"labels": {"pod-group.scheduling.sigs.k8s.io": "old"}}, ("coscheduling_legacy", "old", "")),
     ({"spec": {"workloadRef": {"name": "wl", "podGroup": "workers", "podGroupReplicaKey": "1"}}}, ("native", "wl/workers", "1")),
     ({"labels": {"pod-group.scheduling.run.ai/name": "x"}}, None),  # KAI ignores labels (kai-05)
 ])

@@ -99,7 +99,7 @@ KAI_DEFAULT_STALENESS_GRACE = 60.0  # KAI-Scheduler 72de64fc cmd/scheduler/app/o
 
 TEMPLATE_LABELS = (
     (pg.COSCHEDULING_PODGROUP_LABEL, "coscheduling"),
-    (pg.COSCHEDULING_LEGACY_PODGROUP_LABEL, "coscheduling"),
+    (pg.COSCHEDULING_LEGACY_PODGROUP_LABEL, "coscheduling_legacy"),
 )
 TEMPLATE_ANNOTATIONS = ((pg.VOLCANO_GROUP_ANNOTATION, "volcano"), (KAI_ANNOTATION, "kai"))
 
@@ -123,7 +123,7 @@ def gpus_per_pod(wl: Workload, rec: PodGroupRecord, via: Via | None) -> float | 
     """Per-pod GPUs of the group's pods: the template that names it, else the pod sets' common
     value, else the smallest (idle GPUs are then a lower bound)."""
     if via == "template":
-        named = [g for api, name, g in template_refs(wl) if api == rec.api and name == rec.name]
+        named = [g for api, name, g in template_refs(wl) if api == rec.api_label and name == rec.name]
         if named:
             return named[0]
     values = {ps.gpus_per_pod for ps in wl.podsets if ps.count > 0}

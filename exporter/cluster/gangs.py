@@ -168,7 +168,7 @@ def render_gang(g: Gang) -> dict[Family, list[bytes]]:
     lead = label_pairs(_GANG, (rec.namespace, g.workload.name if g.workload else "", rec.name))
     out: dict[Family, list[bytes]] = {fam: [] for fam in FAMILIES}
     if g.workload is not None and g.via is not None:
-        out[GANG_INFO] = [GANG_INFO.line(lead, 1, (rec.api, g.via, rec.parent))]
+        out[GANG_INFO] = [GANG_INFO.line(lead, 1, (rec.api_label, g.via, rec.parent))]
     out[GANG_STAGE] = [GANG_STAGE.lines(lead, _STAGE_TAILS[g.stage])]
     if g.stage not in ("unreported", "empty"):
         out[GANG_ASSEMBLY_STUCK] = [GANG_ASSEMBLY_STUCK.line(lead, 1 if g.stuck else 0)]
@@ -185,7 +185,7 @@ def render_gang(g: Gang) -> dict[Family, list[bytes]]:
                                              if getattr(m, s)])]
     if g.stage in _SAYS_UNSCHEDULABLE and rec.unschedulable:
         reasons = sorted({u.reason for u in rec.unschedulable})
-        out[PODGROUP_UNSCHEDULABLE] = [PODGROUP_UNSCHEDULABLE.line(label_pairs(_PG, (rec.namespace, rec.name, rec.api)), 1, (r,))
+        out[PODGROUP_UNSCHEDULABLE] = [PODGROUP_UNSCHEDULABLE.line(label_pairs(_PG, (rec.namespace, rec.name, rec.api_label)), 1, (r,))
                                        for r in reasons]
     return out
 
@@ -393,7 +393,7 @@ class GangIndex:
             self._unindex_podgroup(previous)
         self.podgroups[key] = rec
         ns = rec.namespace
-        self._pg_name.add((ns, rec.api, rec.name), key)
+        self._pg_name.add((ns, rec.api_label, rec.name), key)
         for uid in rec.owner_uids:
             self._pg_owner_uid.add(uid, key)
         self._pg_owner_name.add((ns, rec.name), key)
@@ -407,7 +407,7 @@ class GangIndex:
         lines: dict[Family, list[bytes] | list[str]] = {**pg.render(rec)}
         allowlist = self.store.labels_allowlist
         if allowlist is not None:
-            lines[PODGROUP_LABELS] = allowlist.lines("podgroups", PODGROUP_LABELS, (rec.namespace, rec.name, rec.api),
+            lines[PODGROUP_LABELS] = allowlist.lines("podgroups", PODGROUP_LABELS, (rec.namespace, rec.name, rec.api_label),
                                                      rec.labels)
         self.exposition.set(("podgroup", *key), lines)
         self._resolve(key)
@@ -416,7 +416,7 @@ class GangIndex:
 
     def _unindex_podgroup(self, rec: PodGroupRecord) -> None:
         key, ns = rec.key, rec.namespace
-        self._pg_name.discard((ns, rec.api, rec.name), key)
+        self._pg_name.discard((ns, rec.api_label, rec.name), key)
         for uid in rec.owner_uids:
             self._pg_owner_uid.discard(uid, key)
         self._pg_owner_name.discard((ns, rec.name), key)
@@ -510,7 +510,7 @@ class GangIndex:
             return children_members(rec, [self.gangs[k] for k in self._children.of((rec.namespace, rec.name))
                                           if k in self.gangs])
         if self.pods is not None:
-            pods = self.pods.of_gang(rec.namespace, rec.api, rec.name)
+            pods = self.pods.of_gang(rec.namespace, rec.api_label, rec.name)
             if pods or self.pods.covers(rec.source):
                 return pod_members(rec, pods)
         return counter_members(rec)
@@ -535,7 +535,7 @@ class GangIndex:
                     best, found = rank, (wl, via)
 
         workloads = self.store.workloads
-        consider((workloads[k] for k in self._wl_template.of((ns, rec.api, rec.name)) if k in workloads), "template")
+        consider((workloads[k] for k in self._wl_template.of((ns, rec.api_label, rec.name)) if k in workloads), "template")
         if best is None:
             for uid in rec.owner_uids:
                 consider(self.store.workloads_by_owner_uid(uid), "owner_uid")
@@ -606,7 +606,7 @@ class GangIndex:
         rec = self.podgroups[key]
         total = self._idle[key][0]
         self.exposition.set(("gang_idle", *key), {GANG_IDLE_GPU_SECONDS: [
-            GANG_IDLE_GPU_SECONDS.sample((rec.namespace, rec.name, rec.api), round(total, 3))]})
+            GANG_IDLE_GPU_SECONDS.sample((rec.namespace, rec.name, rec.api_label), round(total, 3))]})
 
     def _advance_idle(self) -> None:
         """The tick: move the counters of the gangs idle now (others do not change)."""

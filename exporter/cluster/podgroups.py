@@ -197,6 +197,13 @@ class PodGroupRecord:
         return (self.source, self.namespace, self.name)
 
     @property
+    def api_label(self) -> str:
+        """The ``api`` label of the group's series: its API, and ``coscheduling_legacy`` for the
+        pre-2023 ``scheduling.sigs.k8s.io`` group, so that two PodGroups of one name in the two
+        Coscheduling groups export different series."""
+        return "coscheduling_legacy" if self.source == "podgroups_coscheduling_legacy" else self.api
+
+    @property
     def gang_state(self) -> GangState:
         """What the phase means for the gang; a phase outside the API's list is "unknown" (never a stage
     gangscope would have to guess)."""
@@ -649,7 +656,7 @@ def settle_phase_since(rec: PodGroupRecord, previous: PodGroupRecord | None, now
 def render(rec: PodGroupRecord) -> dict[Family, list[bytes]]:
     """The record's lines for the podgroup families: one escaped lead (namespace, podgroup, api)
     per record and cached phase tails, since this runs on every PodGroup event."""
-    lead = label_pairs(_PG, (rec.namespace, rec.name, rec.api))
+    lead = label_pairs(_PG, (rec.namespace, rec.name, rec.api_label))
     out: dict[Family, list[bytes]] = {fam: [] for fam in FAMILIES}
     if rec.phase is not None:
         out[PODGROUP_PHASE] = [PODGROUP_PHASE.lines(lead, _phase_tails(rec.api, rec.phase))]

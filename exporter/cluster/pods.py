@@ -249,10 +249,10 @@ def _gang(spec: dict, labels: dict, annotations: dict) -> GangRef | None:
     if name:
         task = _value(annotations, VOLCANO_TASK_KEY) or _value(labels, VOLCANO_TASK_KEY)
         return _share(("volcano", name, task))  # type: ignore[return-value]
-    for key in COSCHEDULING_LABELS:
+    for key, api in zip(COSCHEDULING_LABELS, ("coscheduling", "coscheduling_legacy")):
         name = _value(labels, key)
-        if name:
-            return _share(("coscheduling", name, ""))  # type: ignore[return-value]
+        if name:  # the label of each Coscheduling group names a PodGroup of that group
+            return _share((api, name, ""))  # type: ignore[return-value]
     ref = spec.get("workloadRef")
     if ref is not None:
         ref = _map(ref, "spec.workloadRef")
