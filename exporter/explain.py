@@ -350,6 +350,8 @@ def _members_text(g: Gang) -> str:
             text += "; DisruptionTarget: " + ", ".join(f"{n} {reason}" for reason, n in m.disrupted)
         if m.unknown_what:
             text += "; not understood: " + ", ".join(m.unknown_what)
+        if m.gpus_unknown:
+            text += f"; {m.gpus_unknown} placed pods hold GPUs through DRA claims or KAI gpu-memory: how many is unknown"
         return text
     if m is not None and m.evidence == "counters":
         return f"{(m.running or 0) + (m.succeeded or 0)}/{rec.min_member} running (PodGroup status)"

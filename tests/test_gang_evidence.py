@@ -475,3 +475,32 @@ def test_a_dump_keeps_the_stuck_window_of_its_objects() -> None:
     assert (gang.stage, gang.wait_start, gang.regressed_at) == ("partially_bound", T0, None)
     assert gang.stuck
     assert c.value("gangscope_gang_idle_gpu_seconds_total", "g", api="coscheduling") == 0  # nothing ran over time
+
+
+def test_explain_tells_a_starting_gang_as_a_node_or_image_matter() -> None:
+    """Four of four bound and pulling an hour after creation: Coscheduling's timeout is over once
+    the pods bind, so explain names the waiting containers' reasons, not a stuck assembly."""
+    c = Cluster(now=T0 + 3600)
+    c.add("podgroups_coscheduling", {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+        "metadata": {"name": "g", "namespace": "ml", "uid": "pg-g", "creationTimestamp": ts(T0)},
+        "spec": {"minMember": 4, "scheduleTimeoutSeconds": 60}, "status": {"phase": "Scheduling"}})
+    pods = []
+    for i in range(4):
+        p = pod(f"w{i}", labels={"scheduling.x-k8s.io/pod-group": "g"}, phase="Pending", ready=False, node=f"n{i}")
+        p["status"]["containerStatuses"] = [{"name": "c", "ready": False, "state": {
+            "waiting": {"reason": "ImagePullBackOff" if i else "ContainerCreating", "message": "Back-off pulling image"}}}]
+        pods.append(p)
+    c.list_pods("pods_coscheduling", *pods)
+    assert c.stage("g") == "starting"
+    assert c.value("gangscope_gang_assembly_stuck", "g") == 0
+    assert c.value("gangscope_gang_assembly_deadline_timestamp_seconds", "g") is None
+    assert c.value("gangscope_gang_idle_gpus", "g", reason="ImagePullBackOff") == 24
+    assert c.value("gangscope_gang_pods", "g", state="bound") == 4
+    doc = assembly_layer(None, [c.gang("g")], c.now, c.gangs)
+    assert doc["status"] == "blocking"
+    assert doc["summary"].startswith("placed, not started: all members are bound, some containers have not started "
+                                     "(a node or image matter, not the gang scheduler's): PodGroup g (coscheduling)")
+    assert "0/4 running (live pods: 4 bound, not started); waiting to start: 1 ContainerCreating, 3 ImagePullBackOff" \
+        in doc["summary"]
+    assert "stuck" not in doc["summary"] and "timeout" not in doc["summary"]

@@ -236,3 +236,17 @@ def test_phase_outside_the_api_is_unknown() -> None:
     rec = cosched(phase="Exploded")
     assert rec.gang_state == "unknown"
     assert evaluate(rec, None, None, T0, 600.0, None).stage == "unknown"
+
+
+def test_kai_fractions_count_and_dra_claims_are_unknown_not_zero() -> None:
+    half = pod("a", gpus=0, ann={"gpu-fraction": "0.5"})
+    assert (half.gpus, half.gpus_unknown) == (0.5, False)
+    two = pod("b", gpus=0, ann={"gpu-fraction": "0.25", "gpu-fraction-num-devices": "2"})
+    assert two.gpus == 0.5
+    dra = pod("c", gpus=0, spec={"resourceClaims": [{"name": "gpu", "resourceClaimName": "c-gpu"}]})
+    mem = pod("d", gpus=0, ann={"gpu-memory": "20000"})
+    assert (dra.gpus_unknown, mem.gpus_unknown) == (True, True)
+    m = pod_members(cosched(4), [half, two, dra, mem])
+    assert (m.placed_gpus, m.gpus_unknown) == (1.0, 2)
+    with pytest.raises(Exception, match="gpu-fraction"):
+        pod("e", gpus=0, ann={"gpu-fraction": "half"})

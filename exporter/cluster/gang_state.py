@@ -154,6 +154,7 @@ class Members:
     unknown_what: tuple[str, ...] = ()  # what gangscope did not understand (a phase, a gate)
     reached: bool | None = None  # running and succeeded meet the minimum (None: no minimum to judge by)
     placed: bool | None = None  # bound, running and succeeded meet it: the scheduler's own count
+    gpus_unknown: int = 0  # placed members whose GPUs are not in the pod (DRA claims, KAI gpu-memory)
 
 
 def _bump(d: dict[Any, Any], k: Any, v: float = 1) -> None:
@@ -213,6 +214,7 @@ def _gate_kind(gate: str) -> str:
 def pod_members(rec: PodGroupRecord, pods: Iterable[Pod]) -> Members:
     """The gang's members from its live pods, as its scheduler counts them (module docstring)."""
     running = succeeded = failed = bound = ready = pending = gated = terminating = unknown = members = 0
+    gpus_unknown = 0
     placed_gpus = terminating_gpus = 0.0
     idle: dict[str, float] = {}
     gates: dict[str, int] = {}
@@ -245,6 +247,7 @@ def pod_members(rec: PodGroupRecord, pods: Iterable[Pod]) -> Members:
             unknown_what.add(f"pod phase {phase}")
         elif phase == "Running" or p.node:  # Running is the kubelet's word, on a node by definition
             placed_gpus += p.gpus
+            gpus_unknown += p.gpus_unknown
             _bump(placed, sub)
             if phase == "Running":
                 running += 1
@@ -268,7 +271,8 @@ def pod_members(rec: PodGroupRecord, pods: Iterable[Pod]) -> Members:
         "pods", running, succeeded, failed, bound, ready, pending, gated, terminating, unknown, members, placed_gpus,
         terminating_gpus, tuple(sorted((k, v) for k, v in idle.items() if v)), tuple(sorted(gates.items())),
         tuple(sorted(waiting.items())), tuple(sorted(disrupted.items())), tuple(sorted(unknown_what)),
-        _meets(rec, done, running + succeeded, keys), _meets(rec, placed, running + succeeded + bound, keys))
+        _meets(rec, done, running + succeeded, keys), _meets(rec, placed, running + succeeded + bound, keys),
+        gpus_unknown)
 
 
 _NO_GROUP = PodGroupRecord("", "coscheduling", "", "")
@@ -404,6 +408,7 @@ class Gang:
                 "pending": m.pending, "gated": m.gated, "terminating": m.terminating, "unknown": m.unknown,
                 "total": m.members, "placed_gpus": m.placed_gpus, "terminating_gpus": m.terminating_gpus,
                 "gates": dict(m.gates), "waiting": dict(m.waiting), "disrupted": dict(m.disrupted),
+                "gpus_unknown": m.gpus_unknown,
                 "not_understood": list(m.unknown_what)},
         }
 

@@ -67,6 +67,9 @@ COSCHEDULING_LABELS = ("scheduling.x-k8s.io/pod-group", "pod-group.scheduling.si
 VOLCANO_ANNOTATION = "scheduling.k8s.io/group-name"
 KAI_ANNOTATION = "pod-group-name"
 KAI_SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
+KAI_GPU_FRACTION = "gpu-fraction"
+KAI_GPU_FRACTION_DEVICES = "gpu-fraction-num-devices"
+KAI_GPU_MEMORY = "gpu-memory"
 # Volcano's task of a pod (volcano ed72c7c8 staging/src/volcano.sh/apis/pkg/apis/batch/v1alpha1/labels.go:21),
 # which the scheduler reads per task against the PodGroup's minTaskMember (pkg/scheduler/api/job_info.go:124, 426).
 VOLCANO_TASK_KEY = "volcano.sh/task-spec"
@@ -124,6 +127,7 @@ class Pod:
     terminating: bool = False  # metadata.deletionTimestamp is set: it still holds its node's GPUs, but leaves the gang
     gates: tuple[str, ...] = ()  # spec.schedulingGates[].name: the scheduler does not look at the pod until they go
     waiting: str = ""  # bound but not started: the first waiting container's reason (ImagePullBackOff, ...)
+    gpus_unknown: bool = False  # GPUs through DRA claims or KAI gpu-memory: held, but how many is not in the pod
     disrupted: str = ""  # the DisruptionTarget condition's reason while True (preemption, eviction, node drain)
     sources: int = 0  # bit set of the sources that currently deliver the pod
 
@@ -160,6 +164,9 @@ def parse_pod(obj: Any, gpu_resources: Sequence[str]) -> Pod:
     gpus = pod_gpus(spec, gpu_resources, problems) if spec else 0
     if problems:
         raise ParseError("; ".join(problems))
+    gpus_unknown = False
+    if not gpus:
+        gpus, gpus_unknown = _shared_gpus(spec, annotations)
     node, phase = spec.get("nodeName") or "", status.get("phase") or "Pending"
     if node.__class__ is not str or phase.__class__ is not str:
         raise ParseError("pod spec.nodeName or status.phase is not a string")
@@ -187,8 +194,26 @@ def parse_pod(obj: Any, gpu_resources: Sequence[str]) -> Pod:
         owner=_owner(meta.get("ownerReferences")), job=_job(labels, annotations),
         jobset_uid=_value(labels, JOBSET_UID_LABEL), rv=int(rv) if rv.__class__ is str and rv.isdigit() else 0,
         terminating=bool(deletion), gates=_gates(spec.get("schedulingGates")),
-        waiting=_waiting(status) if node and phase == "Pending" else "", disrupted=disrupted,
+        waiting=_waiting(status) if node and phase == "Pending" else "", disrupted=disrupted, gpus_unknown=gpus_unknown,
     )
+
+
+def _shared_gpus(spec: dict, annotations: dict) -> tuple[float, bool]:
+    """GPUs a pod holds without requesting a GPU resource: a KAI fraction (annotation
+    ``gpu-fraction`` times ``gpu-fraction-num-devices``, KAI-Scheduler 72de64fc
+    pkg/common/constants/constants.go:36-40), or, unknown in number, a KAI ``gpu-memory`` request or
+    DRA ``spec.resourceClaims`` (the claim's devices are in the ResourceClaim, not the pod)."""
+    fraction = _value(annotations, KAI_GPU_FRACTION)
+    if fraction:
+        try:
+            share = float(fraction)
+        except ValueError:
+            raise ParseError(f"pod annotation {KAI_GPU_FRACTION}={fraction!r} is not a number") from None
+        devices = _value(annotations, KAI_GPU_FRACTION_DEVICES)
+        return share * (int(devices) if devices.isdigit() else 1), False
+    if _value(annotations, KAI_GPU_MEMORY) or spec.get("resourceClaims"):
+        return 0.0, True
+    return 0.0, False
 
 
 def _gates(raw: Any) -> tuple[str, ...]:
@@ -493,7 +518,8 @@ def _same(a: Pod, b: Pod) -> bool:
     return (a.node == b.node and a.phase == b.phase and a.ready == b.ready and a.gpus == b.gpus and a.gang is b.gang
             and a.workload == b.workload and a.owner is b.owner and a.job is b.job and a.jobset_uid == b.jobset_uid
             and a.name == b.name and a.namespace == b.namespace and a.terminating == b.terminating
-            and a.gates == b.gates and a.waiting == b.waiting and a.disrupted == b.disrupted)
+            and a.gates == b.gates and a.waiting == b.waiting and a.disrupted == b.disrupted
+            and a.gpus_unknown == b.gpus_unknown)
 
 
 class PodHandler:
