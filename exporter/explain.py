@@ -358,12 +358,14 @@ def _members_text(g: Gang) -> str:
     return f"?/{rec.min_member} running"
 
 
-# Each scheduler's own word for what its status reflects, when the live pods say otherwise.
+# What the phase that still says "assembled" means, in each API's own words (kubernetes 10b39a39
+# scheduling/v1beta1/types.go:722-750; volcano ed72c7c8 staging/src/volcano.sh/apis/pkg/apis/
+# scheduling/v1beta1/types.go:47; scheduler-plugins 903da7df apis/scheduling/v1alpha1/types.go:94).
 _LAG_NOTE = {
     "native": "it reflects the first scheduling decision only",
-    "volcano": "Volcano's phase counts bound pods, and keeps its last session's word",
-    "coscheduling": "the PodGroup controller updates it on its own resync",
-    "kai": "KAI writes it only while pods are pending",
+    "volcano": "Volcano: minMember pods have been in running phase, as of its last scheduling session",
+    "coscheduling": "Coscheduling: the minMember pods of the pod group are in running phase, as of the "
+                    "controller's last reconcile",
 }
 
 
@@ -380,6 +382,14 @@ def _phase_lags(g: Gang) -> str:
     if said == "assembled" and g.stage in ("assembling", "stuck", "partially_bound"):
         return f"; its status still says {rec.phase} ({_LAG_NOTE[rec.api]})"
     return ""
+
+
+def _missing(named: list[str], layer: dict[str, Any]) -> dict[str, Any]:
+    """A layer's summary with the PodGroups its pods name that gangscope does not see."""
+    if named:
+        layer["summary"] += (f"; its pods name PodGroup {', '.join(named)}, which gangscope does not see "
+                             "(deleted, or not watched)")
+    return layer
 
 
 def assembly_layer(wl: Workload | None, gangs: Sequence[Gang], now: float, index: GangIndex | None = None) -> dict[str, Any]:
@@ -406,25 +416,28 @@ def assembly_layer(wl: Workload | None, gangs: Sequence[Gang], now: float, index
                             "terminating": counts.terminating, "succeeded": counts.succeeded,
                             "failed": counts.failed, "placed_gpus": counts.placed_gpus}
     if not gangs:
+        named = sorted({f"{p.gang[1]} ({p.gang[0]})" for p in pods if p.gang is not None})
+        if named:  # bad input, or a group deleted under its pods: named, never judged
+            evidence["missing_podgroups"] = named
         need = sum(ps.count for ps in wl.podsets) if wl is not None else 0
         if wl is not None and wl.stage == "assembling":
             ready = wl.conditions.get("PodsReady")
             if ready is None and pods:
                 c = evidence["pods"]
-                return _layer("assembly", "blocking", f"admitted, {c['running'] + c['succeeded']}/{need} pods running "
+                return _missing(named, _layer("assembly", "blocking", f"admitted, {c['running'] + c['succeeded']}/{need} pods running "
                               f"(live pods: {c['bound']} bound, {c['pending']} pending), and no PodGroup is joined: "
-                              "check the pending pods' events", evidence)
+                              "check the pending pods' events", evidence))
             since = f" since {_ts(ready.last_transition_seconds)}" if ready is not None and ready.last_transition_seconds else ""
-            return _layer("assembly", "blocking", f"admitted but pods not ready (Kueue's PodsReady is False, "
+            return _missing(named, _layer("assembly", "blocking", f"admitted but pods not ready (Kueue's PodsReady is False, "
                           f"{ready.reason if ready else '?'}{since}), and no PodGroup is joined "
-                          "(no gang scheduler, or its PodGroups are not watched): check the pods' events", evidence)
+                          "(no gang scheduler, or its PodGroups are not watched): check the pods' events", evidence))
         if wl is not None and wl.stage == "running" and "PodsReady" not in wl.conditions:
             seen = f"; its live pods: {evidence['pods']['running']}/{need} running" if pods else \
                 ", so nothing says the pods are not running"
-            return _layer("assembly", "ok", "no PodGroup joined; Kueue writes no PodsReady here (waitForPodsReady "
-                          "is off)" + seen, evidence)
-        return _layer("assembly", "ok" if wl is not None and wl.stage in ("running", "finished") else "unknown",
-                      "no PodGroup joined to this Workload", evidence)
+            return _missing(named, _layer("assembly", "ok", "no PodGroup joined; Kueue writes no PodsReady here (waitForPodsReady "
+                          "is off)" + seen, evidence))
+        return _missing(named, _layer("assembly", "ok" if wl is not None and wl.stage in ("running", "finished") else "unknown",
+                      "no PodGroup joined to this Workload", evidence))
     worst = None
     order = ("failed", "partially_bound", "stuck", "unknown", "starting", "assembling", "placing", "queued", "not_admitted")
     for g in gangs:

@@ -504,3 +504,17 @@ def test_explain_tells_a_starting_gang_as_a_node_or_image_matter() -> None:
     assert "0/4 running (live pods: 4 bound, not started); waiting to start: 1 ContainerCreating, 3 ImagePullBackOff" \
         in doc["summary"]
     assert "stuck" not in doc["summary"] and "timeout" not in doc["summary"]
+
+
+def test_pods_of_a_group_that_no_longer_exists_are_named_not_judged() -> None:
+    c = Cluster()
+    c.add("workloads", workload("wl", count=2))
+    pods = [pod(f"w{i}", labels={"kueue.x-k8s.io/podset": "main", "scheduling.x-k8s.io/pod-group": "gone"},
+                annotations={"kueue.x-k8s.io/workload": "wl"}, node=None, phase="Pending", ready=False) for i in range(2)]
+    c.list_pods("pods_kueue", *pods)
+    wl = c.store.workloads[("ml", "wl")]
+    assert c.gangs.gangs_of(wl.key) == [] and c.series("gangscope_gang_stage") == {}
+    doc = assembly_layer(wl, [], c.now, c.gangs)
+    assert doc["evidence"]["missing_podgroups"] == ["gone (coscheduling)"]
+    assert doc["summary"].endswith("; its pods name PodGroup gone (coscheduling), which gangscope does not see "
+                                   "(deleted, or not watched)")
