@@ -57,7 +57,7 @@ import argparse
 import asyncio
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import structlog
 
