@@ -64,7 +64,7 @@ from typing import Any, Literal
 
 from . import podgroups as pg
 from .podgroups import PodGroupRecord
-from .pods import KAI_ANNOTATION, PHASES, Pod
+from .pods import KAI_ANNOTATION, Pod
 from .workloads import Workload
 
 Via = Literal["template", "owner_uid", "owner_name"]
@@ -157,10 +157,6 @@ class Members:
     gpus_unknown: int = 0  # placed members whose GPUs are not in the pod (DRA claims, KAI gpu-memory)
 
 
-def _bump(d: dict[Any, Any], k: Any, v: float = 1) -> None:
-    d[k] = d.get(k, 0) + v
-
-
 def _meets(rec: PodGroupRecord, per: dict[str, int], total: int, keys: set[str]) -> bool | None:
     """Whether ``total`` members (``per`` by sub-group, task or replica; ``keys`` every one the
     members name) satisfy the group."""
@@ -212,61 +208,77 @@ def _gate_kind(gate: str) -> str:
 
 
 def pod_members(rec: PodGroupRecord, pods: Iterable[Pod]) -> Members:
-    """The gang's members from its live pods, as its scheduler counts them (module docstring)."""
+    """The gang's members from its live pods, as its scheduler counts them (module docstring).
+
+    This runs at every event of a gang's pods: the common states are counted inline, and members
+    per sub-group, task or replica only where the group has parts."""
     running = succeeded = failed = bound = ready = pending = gated = terminating = unknown = members = 0
     gpus_unknown = 0
-    placed_gpus = terminating_gpus = 0.0
+    placed_gpus = terminating_gpus = running_gpus = 0.0
     idle: dict[str, float] = {}
     gates: dict[str, int] = {}
     waiting: dict[str, int] = {}
     disrupted: dict[str, int] = {}
     unknown_what: set[str] = set()
+    parts = bool(rec.subgroups or rec.min_task_member or rec.api == "native")
     done: dict[str, int] = {}
     placed: dict[str, int] = {}
     keys: set[str] = set()
     for p in pods:
         phase = p.phase
-        if p.terminating and phase not in ("Succeeded", "Failed"):
+        if p.terminating and phase != "Succeeded" and phase != "Failed":
             terminating += 1
             if p.node:
                 terminating_gpus += p.gpus
             continue
         members += 1
-        sub = p.gang[2] if p.gang is not None else ""
-        keys.add(sub)
+        sub = p.gang[2] if parts and p.gang is not None else ""
+        if parts:
+            keys.add(sub)
         if p.disrupted:
-            _bump(disrupted, p.disrupted)
-        if phase == "Succeeded":
+            disrupted[p.disrupted] = disrupted.get(p.disrupted, 0) + 1
+        if phase == "Running":  # the kubelet's word: on a node by definition
+            running += 1
+            ready += p.ready
+            placed_gpus += p.gpus
+            running_gpus += p.gpus
+            gpus_unknown += p.gpus_unknown
+            if parts:
+                done[sub] = done.get(sub, 0) + 1
+                placed[sub] = placed.get(sub, 0) + 1
+        elif phase == "Succeeded":
             succeeded += 1
-            _bump(done, sub)
-            _bump(placed, sub)
+            if parts:
+                done[sub] = done.get(sub, 0) + 1
+                placed[sub] = placed.get(sub, 0) + 1
         elif phase == "Failed":
             failed += 1
-        elif phase not in PHASES or phase == "Unknown":
+        elif phase != "Pending":
             unknown += 1  # core/v1 Unknown: the node lost touch; anything else: bad input
             unknown_what.add(f"pod phase {phase}")
-        elif phase == "Running" or p.node:  # Running is the kubelet's word, on a node by definition
+        elif p.node:
+            bound += 1
             placed_gpus += p.gpus
             gpus_unknown += p.gpus_unknown
-            _bump(placed, sub)
-            if phase == "Running":
-                running += 1
-                ready += p.ready
-                _bump(done, sub)
-                _bump(idle, "members", p.gpus)
-            else:
-                bound += 1
-                reason = p.waiting or "starting"
-                _bump(waiting, reason)
-                _bump(idle, reason if reason in WAITING_REASONS or reason == "starting" else "other", p.gpus)
+            if parts:
+                placed[sub] = placed.get(sub, 0) + 1
+            reason = p.waiting or "starting"
+            waiting[reason] = waiting.get(reason, 0) + 1
+            label = reason if reason in WAITING_REASONS or reason == "starting" else "other"
+            idle[label] = idle.get(label, 0.0) + p.gpus
         elif p.gates:
             gated += 1
             for g in p.gates:
-                _bump(gates, g)
+                gates[g] = gates.get(g, 0) + 1
                 if _gate_kind(g) == "other":
                     unknown_what.add(f"scheduling gate {g}")
         else:
             pending += 1
+    if running_gpus:
+        idle["members"] = running_gpus
+    if not parts:
+        done[""] = running + succeeded
+        placed[""] = running + succeeded + bound
     return Members(
         "pods", running, succeeded, failed, bound, ready, pending, gated, terminating, unknown, members, placed_gpus,
         terminating_gpus, tuple(sorted((k, v) for k, v in idle.items() if v)), tuple(sorted(gates.items())),
