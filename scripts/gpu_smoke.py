@@ -22,6 +22,7 @@ Exit status: 0 when every comparison passed, 1 when one failed or NVML/the agent
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import socket
@@ -106,9 +107,9 @@ def dump_fields(lib: Any) -> None:
         v2 = pynvml.c_nvmlGpuFabricInfoV_t()
         platform = pynvml.c_nvmlPlatformInfo_v2_t()
         calls = {
-            "nvmlDeviceGetGpuFabricInfoV (v3)": lambda: lib.nvmlDeviceGetGpuFabricInfoV(h, v3),
-            "nvmlDeviceGetGpuFabricInfoV (v2)": lambda: lib.nvmlDeviceGetGpuFabricInfoV(h, v2),
-            "nvmlDeviceGetPlatformInfo (v2)": lambda: lib.nvmlDeviceGetPlatformInfo(h, platform),
+            "nvmlDeviceGetGpuFabricInfoV (v3)": lambda: lib.nvmlDeviceGetGpuFabricInfoV(h, ctypes.byref(v3)),
+            "nvmlDeviceGetGpuFabricInfoV (v2)": lambda: lib.nvmlDeviceGetGpuFabricInfoV(h, ctypes.byref(v2)),
+            "nvmlDeviceGetPlatformInfo (v2)": lambda: lib.nvmlDeviceGetPlatformInfo(h, ctypes.byref(platform)),
             "nvmlDeviceGetPcieThroughput (TX)": lambda: lib.nvmlDeviceGetPcieThroughput(h, pynvml.NVML_PCIE_UTIL_TX_BYTES),
             "nvmlDeviceGetNvLinkErrorCounter (link 0, replay)":
                 lambda: lib.nvmlDeviceGetNvLinkErrorCounter(h, 0, pynvml.NVML_NVLINK_ERROR_DL_REPLAY),

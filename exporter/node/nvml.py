@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import ctypes
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -233,10 +234,15 @@ class NvmlReader:
         return out
 
     def _platform(self, dev: GpuDevice) -> PlatformInfo | None:
-        """``nvmlDeviceGetPlatformInfo`` with a v2 struct (the version nvidia-ml-py sets); static, read at open."""
+        """``nvmlDeviceGetPlatformInfo`` with a v2 struct (the version nvidia-ml-py sets); static, read at open.
+
+        The struct goes by reference: the C function takes ``nvmlPlatformInfo_t *`` (nvml.h 8595)
+        and nvidia-ml-py's wrapper hands its argument to C as it is, without ``argtypes``
+        (pynvml.py ``nvmlDeviceGetPlatformInfo``), so a bare struct would be copied by value and
+        NVML would write through whatever the pointer register held."""
         info = pynvml.c_nvmlPlatformInfo_v2_t()
         try:
-            if self._call(dev, "nvmlDeviceGetPlatformInfo", info, family=FF.PLATFORM) is None:
+            if self._call(dev, "nvmlDeviceGetPlatformInfo", ctypes.byref(info), family=FF.PLATFORM) is None:
                 return None
         except pynvml.NVMLError_GpuIsLost:
             raise
@@ -499,13 +505,14 @@ class NvmlReader:
     def _read_fabric(self, dev: GpuDevice, out: GpuSample) -> None:
         """``nvmlDeviceGetGpuFabricInfoV`` with the newest struct the driver knows (v3, else v2): the
         caller sets the version and the driver answers ARGUMENT_VERSION_MISMATCH to one it predates
-        (nvml.h 7835-7841; NVIDIA's mock library, bridge/fabric.go, does the same)."""
+        (nvml.h 7835-7841; NVIDIA's mock library, bridge/fabric.go, does the same). By reference:
+        ``nvmlGpuFabricInfoV_t *`` (nvml.h 7852), and pynvml passes its argument through untouched."""
         name = "nvmlDeviceGetGpuFabricInfoV"
         if name in dev.unsupported_calls:
             return
         info = pynvml.c_nvmlGpuFabricInfo_v3_t() if dev.fabric_v3 else pynvml.c_nvmlGpuFabricInfoV_t()
         try:
-            self.lib.nvmlDeviceGetGpuFabricInfoV(dev.handle, info)
+            self.lib.nvmlDeviceGetGpuFabricInfoV(dev.handle, ctypes.byref(info))
         except pynvml.NVMLError_ArgumentVersionMismatch as exc:
             if dev.fabric_v3:
                 dev.fabric_v3 = False

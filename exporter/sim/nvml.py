@@ -123,7 +123,15 @@ _ENTRY = ctypes.sizeof(pynvml.c_nvmlFieldValue_t)  # 40 bytes: timestamp at 8, t
 _TIMESTAMP, _VALUE = struct.Struct("<q"), struct.Struct("<Q")
 _FABRIC_V2 = fabric_version(pynvml.c_nvmlGpuFabricInfo_v2_t, 2)
 _FABRIC_V3 = fabric_version(pynvml.c_nvmlGpuFabricInfo_v3_t, 3)
+_PLATFORM_V1 = fabric_version(pynvml.c_nvmlPlatformInfo_v1_t, 1)
 _PLATFORM_V2 = fabric_version(pynvml.c_nvmlPlatformInfo_v2_t, 2)
+# nvmlGpuFabricState_t is one unsigned char (nvml.h 3808) that nvidia-ml-py declares c_uint; the
+# three bytes after it are padding that NVML does not write. The simulator fills them, as stack
+# garbage would, so that a reader that forgets the & 0xFF sees a state that is not one.
+PADDING = 0xA5A5A500
+# "One greater than the largest field ID defined above" (nvml.h 2957, NVML_FI_MAX at go-nvml
+# @2f9e261; nvidia-ml-py 13.615 has a newer 308): an id at or above it is INVALID_ARGUMENT.
+FI_MAX = 303
 
 
 @dataclass
@@ -457,7 +465,7 @@ class SimNvml:
             v.fieldId, v.scopeId, v.latencyUsec = fid, scope, latency
             v.nvmlReturn = pynvml.NVML_SUCCESS
             v.valueType = ULL
-            code = self._field_error(gpu, fid)
+            code = pynvml.NVML_ERROR_INVALID_ARGUMENT if not 0 < fid < FI_MAX else self._field_error(gpu, fid)
             links = range(gpu.links) if scope == UINT_MAX else (scope,)
             if code is not None:
                 v.nvmlReturn = code
@@ -526,17 +534,22 @@ class SimNvml:
     def nvmlDeviceGetMaxPcieLinkWidth(self, handle: SimGpu) -> int:
         return self._gpu(handle).pcie_width[1]
 
-    def nvmlDeviceGetGpuFabricInfoV(self, handle: SimGpu, info: ctypes.Structure) -> int:
+    def nvmlDeviceGetGpuFabricInfoV(self, handle: SimGpu, arg: object) -> int:
         """Fills the caller's versioned struct, like the C function (mock bridge/fabric.go: a
-        version other than v2/v3 is ARGUMENT_VERSION_MISMATCH, checked before support)."""
+        version other than v2/v3 is ARGUMENT_VERSION_MISMATCH, checked before support). The
+        struct must come by reference (:func:`_struct_arg`); ``state`` is written as the C
+        library leaves it: one byte, the three bytes after it not NVML's (:data:`PADDING`)."""
         gpu = self._gpu(handle)
+        info = _struct_arg(arg, (pynvml.c_nvmlGpuFabricInfo_v2_t, pynvml.c_nvmlGpuFabricInfo_v3_t))
         p = self.profile
-        if info.version not in (_FABRIC_V2, *((_FABRIC_V3,) if p.fabric_v3 else ())):
+        if info.version not in (_FABRIC_V2, _FABRIC_V3) or info.version != fabric_version(type(info), info.version >> 24):
+            raise _error(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        if info.version == _FABRIC_V3 and not p.fabric_v3:
             raise _error(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
         if p.fabric == "none":
             raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         info.status = pynvml.NVML_SUCCESS
-        info.state = pynvml.NVML_GPU_FABRIC_STATE_COMPLETED
+        info.state = PADDING | pynvml.NVML_GPU_FABRIC_STATE_COMPLETED
         if p.fabric == "nvl72":
             raw = uuidlib.UUID(self.chassis.cluster_uuid).bytes
             for i, b in enumerate(raw):
@@ -548,8 +561,13 @@ class SimNvml:
                                       else pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_LIMITED_CAPACITY)
         return pynvml.NVML_SUCCESS
 
-    def nvmlDeviceGetPlatformInfo(self, handle: SimGpu, info: ctypes.Structure) -> int:
+    def nvmlDeviceGetPlatformInfo(self, handle: SimGpu, arg: object) -> int:
+        """``nvmlPlatformInfo_t *`` (nvml.h 8595): INVALID_ARGUMENT for no struct, ARGUMENT_VERSION_MISMATCH
+        for a version that is not v1/v2 of the struct passed (nvml.h 8590-8593)."""
         gpu = self._gpu(handle)
+        info = _struct_arg(arg, (pynvml.c_nvmlPlatformInfo_v1_t, pynvml.c_nvmlPlatformInfo_v2_t))
+        if info.version not in (_PLATFORM_V1, _PLATFORM_V2) or info.version != fabric_version(type(info), info.version >> 24):
+            raise _error(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
         code = self.profile.platform
         if code is not None:
             raise _error(code)
@@ -560,6 +578,26 @@ class SimNvml:
         info.slotNumber, info.trayIndex, info.hostId = bytes([c.slot]), bytes([c.tray]), bytes([c.host_id])
         info.peerType, info.moduleId = b"\x01", bytes([gpu.module_id])
         return pynvml.NVML_SUCCESS
+
+
+def _struct_arg(arg: object, types: tuple[type[ctypes.Structure], ...]) -> ctypes.Structure:
+    """The struct behind a ``ctypes.byref``/``ctypes.pointer`` argument, as a C function takes it.
+
+    nvidia-ml-py's wrappers (``nvmlDeviceGetGpuFabricInfoV``, ``nvmlDeviceGetPlatformInfo``) pass
+    their argument to C without ``argtypes``; ctypes then copies a bare struct onto the stack by
+    value, and NVML writes through whatever the pointer register held (the agent crashed so).
+    The C stand-in (exporter/sim/libnvml) sees such a call as a bad pointer or a wrong version;
+    this simulator refuses it as INVALID_ARGUMENT, as it refuses anything that is not a pointer
+    to one of ``types``."""
+    if isinstance(arg, ctypes._Pointer):
+        target: object = arg.contents
+    elif type(arg).__name__ == "CArgObject":  # ctypes.byref(...)
+        target = arg._obj  # type: ignore[attr-defined]
+    else:  # a struct by value, None, an int...
+        raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+    if not isinstance(target, types):
+        raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+    return target
 
 
 def i_hex(profile: str, index: int) -> str:
