@@ -21,6 +21,8 @@
  *                           whose counters stay where they start.
  *   GANGSCOPE_STUB_CALL_US  microseconds each call spends on the CPU (the benchmark's driver cost)
  *   GANGSCOPE_STUB_MIG      1: GPU 0 is in MIG mode with two MIG devices
+ *   GANGSCOPE_STUB_PCIE_GEN the PCIe generation reported (default: the profile's); a slower
+ *                           link gives a reader on a busy test machine more time between reads
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -226,7 +228,7 @@ struct nvmlDevice_st {
 static const profile_t *P = &PROFILES[2];
 static struct nvmlDevice_st devices[STUB_MAX_GPUS];
 static struct nvmlDevice_st migs[STUB_MAX_GPUS][2];
-static int ngpus, refcount, mig_on;
+static int ngpus, refcount, mig_on, pcie_gen;
 static long call_us;
 static struct stub_state private_state;
 static struct stub_state *S = &private_state;
@@ -281,6 +283,8 @@ static void load_config(void) {
     if (n && atoi(n) > 0) ngpus = atoi(n) > STUB_MAX_GPUS ? STUB_MAX_GPUS : atoi(n);
     const char *us = getenv("GANGSCOPE_STUB_CALL_US");
     call_us = us ? atol(us) : 0;
+    const char *gen = getenv("GANGSCOPE_STUB_PCIE_GEN");
+    pcie_gen = gen && atoi(gen) > 0 ? atoi(gen) : P->pcie_gen;
     const char *mig = getenv("GANGSCOPE_STUB_MIG");
     mig_on = mig && strcmp(mig, "1") == 0;
     const char *path = getenv("GANGSCOPE_STUB_STATE");
@@ -448,7 +452,7 @@ static nvmlReturn_t out_uint(const char *fn, unsigned int *p, unsigned int v) {
 /* nvml.h 5492, 5531, 5549, 5567 */
 nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *maxLinkGen) {
     CHECK(device, i);
-    return out_uint(__func__, maxLinkGen, P->pcie_gen);
+    return out_uint(__func__, maxLinkGen, pcie_gen);
 }
 nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned int *maxLinkWidth) {
     CHECK(device, i);
@@ -456,7 +460,7 @@ nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned int *ma
 }
 nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned int *currLinkGen) {
     CHECK(device, i);
-    return out_uint(__func__, currLinkGen, P->pcie_gen);
+    return out_uint(__func__, currLinkGen, pcie_gen);
 }
 nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned int *currLinkWidth) {
     CHECK(device, i);
