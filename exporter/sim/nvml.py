@@ -158,6 +158,8 @@ class SimGpu:
     reset_at: float = 0.0  # counters count from here (a GPU reset zeroes them)
     fabric_health: int = HEALTHY_FABRIC
     module_id: int = 0
+    pcie_wrap: int | None = None  # the range the PCIe counters wrap at, whatever valueType says
+    refresh: float = 0.0  # the driver refreshes this GPU's counters every so many seconds (0: on every read)
 
 
 @dataclass
@@ -279,6 +281,14 @@ class SimNvml:
         """GPU ``index`` was reset between two reads, without a read seeing it lost."""
         self.recover(index)
 
+    def unlose(self, index: int) -> None:
+        """GPU ``index`` answers again without a reset: its counters went on from where they were."""
+        self.gpus[index].lost_at = None
+
+    def step_wall(self, seconds: float) -> None:
+        """NTP steps the wall clock NVML stamps values with; the monotonic clock does not move."""
+        self.wall0 += seconds
+
     def hang(self, index: int) -> None:
         """Calls on GPU ``index`` block from now on (until :meth:`release`)."""
         self._release.clear()
@@ -293,10 +303,11 @@ class SimNvml:
         gpu = self.gpus[index]
         gpu.fabric_health = (gpu.fabric_health & ~0x3) | pynvml.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE
 
-    def set_pcie_rate(self, index: int, rate: float, value_type: int | None = UINT) -> None:
-        """Drive GPU ``index``'s PCIe counters at ``rate`` bytes/s from zero now, ``value_type`` wide."""
+    def set_pcie_rate(self, index: int, rate: float, value_type: int | None = UINT, wrap: int | None = None) -> None:
+        """Drive GPU ``index``'s PCIe counters at ``rate`` bytes/s from zero now, ``value_type`` wide
+        (``wrap``: a driver that types them so but wraps them at this range)."""
         gpu = self.gpus[index]
-        gpu.pcie_rate, gpu.pcie_value_type, gpu.pcie_offset = rate, value_type, 0
+        gpu.pcie_rate, gpu.pcie_value_type, gpu.pcie_offset, gpu.pcie_wrap = rate, value_type, 0, wrap
         gpu.reset_at = self.clock() - self.t0
         self._plans.clear()
 
@@ -447,6 +458,8 @@ class SimNvml:
         array_type, template, counters = plan
         buf = bytearray(template)
         elapsed = self.elapsed(gpu)
+        if gpu.refresh:  # the value of the driver's last refresh
+            elapsed = elapsed // gpu.refresh * gpu.refresh
         now_us = self._timestamp_us()
         for i in range(len(buf) // _ENTRY):
             _TIMESTAMP.pack_into(buf, i * _ENTRY + 8, now_us)
@@ -471,7 +484,8 @@ class SimNvml:
                 v.nvmlReturn = code
             elif fid in PCIE_BYTES:
                 v.valueType = gpu.pcie_value_type
-                counters.append((i, self.pcie_rate(gpu, fid), gpu.pcie_offset, 2**32 if gpu.pcie_value_type == UINT else 2**64))
+                counters.append((i, self.pcie_rate(gpu, fid), gpu.pcie_offset,
+                                 gpu.pcie_wrap or (2**32 if gpu.pcie_value_type == UINT else 2**64)))
             elif fid == pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT:
                 v.valueType = UINT
                 v.value.uiVal = gpu.links
