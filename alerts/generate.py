@@ -235,6 +235,7 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
     drop = a["GangscopeWorkloadNVLinkThroughputDrop"]
     nverr = a["GangscopeNVLinkErrorsRising"]
     gen = a["GangscopePCIeLinkGenerationDegraded"]
+    gaps = a["GangscopeGPUCounterReadGaps"]
     src = a["GangscopeSourceDown"]
     parse = a["GangscopeParseErrors"]
     rw = cfg.rate_window
@@ -411,6 +412,14 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
             "A GPU in use never reached its maximum PCIe generation.",
             "The PCIe link of GPU {{ $labels.gpu }} on node {{ $labels.node }}, allocated to a pod, has not run above "
             f"generation {{{{ $value }}}} in the last {gen['window']}, below its maximum.",
+        ),
+        rule(
+            "GangscopeGPUCounterReadGaps",
+            f"increase(gangscope_pcie_read_gaps_total[{gaps['window']}]) > 0",
+            "A GPU's PCIe byte counter was read too late to be exact.",
+            "The agent read the 32-bit PCIe counters of GPU {{ $labels.gpu }} on node {{ $labels.node }} too far apart "
+            f"{{{{ $value | humanize }}}} times in the last {gaps['window']}: the bytes across each gap are estimated from "
+            "the 20 ms throughput, not counted.",
         ),
     ]
     selfmon = [

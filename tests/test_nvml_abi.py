@@ -23,7 +23,7 @@ import pytest
 from exporter.sim import libnvml
 from stub_libs import ROOT, scrape, series, start_agent, stop, wait_until
 
-GPUS = {"a100": 8, "h100": 8, "h200": 8, "b200": 8, "gb200": 4}
+GPUS = libnvml.GPU_COUNTS
 LINKS = {"a100": 12, "h100": 18, "h200": 18, "b200": 18, "gb200": 18}
 CLUSTER = "7b968a6d-c8aa-45e1-9e07-e1e51be99c31"
 
@@ -213,7 +213,7 @@ def test_the_agent_stays_up_and_serves_what_the_generation_supports(stub_dir: Pa
         assert proc.poll() is None
         assert state.s.refusals == 0
         for g in range(gpus):
-            uuid = f"GPU-{0x51ab0000 + g:08x}-{libnvml_device_id(profile):04x}-4c0d-9a3b-{g:012x}"
+            uuid = libnvml.gpu_uuid(profile, g)
             assert got[key("gangscope_gpu_up", gpu=g, uuid=uuid)] == 1
             assert got[key("gangscope_gpu_errors_total", gpu=g, uuid=uuid)] == 0
             fabric = [k for k in got if k[0] == "gangscope_gpu_fabric_info" and ("gpu", str(g)) in k[1]]
@@ -241,10 +241,6 @@ def test_the_agent_stays_up_and_serves_what_the_generation_supports(stub_dir: Pa
     finally:
         code = stop(proc)
     assert code == 0, (tmp_path / f"agent-{port}.log").read_text()[-3000:]
-
-
-def libnvml_device_id(profile: str) -> int:
-    return {"a100": 0x20B2, "h100": 0x2330, "h200": 0x2335, "b200": 0x2901, "gb200": 0x2941}[profile]
 
 
 def test_state_layout_matches_the_c_header() -> None:

@@ -41,14 +41,14 @@ GPU_POD_INFO = Family(
 
 NVLINK_TX = Family(
     "gangscope_nvlink_transmit_bytes_total", "counter",
-    "NVLink data bytes transmitted on the link: NVML field 138 (KiB converted to bytes), or on NVLink5 GPUs "
-    "without it field 202 (bytes).",
+    "NVLink data bytes transmitted on the link: NVML field 202 (bytes) on NVLink5 GPUs, else field 138 (KiB "
+    "converted to bytes).",
     ("gpu", "link", "node"), topology=True,
 )
 NVLINK_RX = Family(
     "gangscope_nvlink_receive_bytes_total", "counter",
-    "NVLink data bytes received on the link: NVML field 139 (KiB converted to bytes), or on NVLink5 GPUs "
-    "without it field 204 (bytes).",
+    "NVLink data bytes received on the link: NVML field 204 (bytes) on NVLink5 GPUs, else field 139 (KiB "
+    "converted to bytes).",
     ("gpu", "link", "node"), topology=True,
 )
 NVLINK_RAW_TX = Family(
@@ -102,8 +102,9 @@ PCIE_READ_INTERVAL = Family(
 )
 PCIE_GAPS = Family(
     "gangscope_pcie_read_gaps_total", "counter",
-    "PCIe counter reads further apart than one wrap at the link's maximum rate (a stalled reader, a slow "
-    "driver, or --pcie-interval set too long): the bytes counted across each are a lower bound.",
+    "PCIe counter reads too far apart to count every wrap (further apart than one wrap at the link's maximum "
+    "rate, a step beyond 3/4 of the range, or the first read after the GPU was lost): the wraps across each are "
+    "estimated from NVML's 20 ms throughput, so the byte totals hold an estimate there.",
     ("gpu", "node"), topology=True,
 )
 PCIE_THROUGHPUT = Family(

@@ -86,6 +86,15 @@ class StubState:
         return self.s.gpu[index]
 
 
+PCI_DEVICE_IDS = {"a100": 0x20B2, "h100": 0x2330, "h200": 0x2335, "b200": 0x2901, "gb200": 0x2941}
+GPU_COUNTS = {"a100": 8, "h100": 8, "h200": 8, "b200": 8, "gb200": 4}
+
+
+def gpu_uuid(profile: str, index: int) -> str:
+    """The UUID the stand-in reports for GPU ``index`` (nvml_stub.c ``nvmlDeviceGetUUID``)."""
+    return f"GPU-{0x51AB0000 + index:08x}-{PCI_DEVICE_IDS[profile]:04x}-4c0d-9a3b-{index:012x}"
+
+
 def _digest() -> str:
     h = hashlib.sha256()
     for name in (*SOURCES.values(), "stub_state.h"):
