@@ -201,3 +201,61 @@ async def test_blackwell_prefers_the_nvlink5_byte_counters_where_both_answer() -
     assert value(expo, "gangscope_nvlink_transmit_bytes_total", gpu="0", link="3") == sim.link_counter(
         sim.gpus[0], 3, pynvml.NVML_FI_DEV_NVLINK_COUNT_XMIT_BYTES)
     sampler.close()
+
+
+async def test_a_32bit_nvlink_kib_counter_wraps_exactly_and_says_nothing() -> None:
+    """138/139 reported 32-bit: 2**32 KiB take over a minute at NVLink rates, so 1 s samples see
+    every wrap, judged against the link's maximum rate; no gap."""
+    clock = Clock()
+    sim = SimNvml(gpus=1, clock=clock)
+    sim.gpus[0].nvlink_value_type = UINT
+    sim.gpus[0].nvlink_offset = 2**32 - 5_000_000  # KiB: wraps within the first seconds
+    expo, _, sampler = make(sim)
+    assert await sampler.start()
+    await sampler.sample_once()
+    for _ in range(5):
+        clock.t += 1
+        await sampler.sample_once()
+    fid = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
+    truth = (sim.gpus[0].nvlink_offset + sim.link_counter(sim.gpus[0], 0, fid)) * 1024
+    assert truth > 2**32 * 1024
+    assert value(expo, "gangscope_nvlink_transmit_bytes_total", gpu="0", link="0") == truth
+    assert value(expo, "gangscope_nvlink_read_gaps_total", gpu="0") == 0
+    sampler.close()
+
+
+async def test_a_32bit_nvlink5_byte_counter_read_each_second_is_a_counted_lower_bound() -> None:
+    """202/204 reported 32-bit wrap every 0.1-0.2 s at NVLink5 rates: a 1 s sample cannot see its
+    wraps, and a link has no independent rate to estimate them with. Each read is counted as a gap
+    and adds only the forward distance: a lower bound, and the series says so."""
+    clock = Clock()
+    sim = SimNvml(profile="gb200", gpus=1, clock=clock)
+    sim.gpus[0].nvlink_value_type = UINT
+    expo, _, sampler = make(sim)
+    assert await sampler.start()
+    await sampler.sample_once()
+    fid = pynvml.NVML_FI_DEV_NVLINK_COUNT_XMIT_BYTES
+    raw = [sim.link_counter(sim.gpus[0], 0, fid) % 2**32]
+    for _ in range(5):
+        clock.t += 1
+        await sampler.sample_once()
+        raw.append(sim.link_counter(sim.gpus[0], 0, fid) % 2**32)
+    forward = raw[0] + sum((b - a) % 2**32 for a, b in zip(raw, raw[1:]))
+    assert value(expo, "gangscope_nvlink_transmit_bytes_total", gpu="0", link="0") == forward
+    assert forward < sim.link_counter(sim.gpus[0], 0, fid)
+    # every read after the first, of both counters (raw ones are absent on GB200), on every link
+    assert value(expo, "gangscope_nvlink_read_gaps_total", gpu="0") == 5 * 2 * sim.gpus[0].links
+    assert value(expo, "gangscope_nvlink_read_gaps_total", gpu="0") is not None
+    sampler.close()
+
+
+async def test_no_nvlink_gap_series_where_the_counters_are_64bit() -> None:
+    clock = Clock()
+    sim = SimNvml(gpus=1, clock=clock)
+    expo, _, sampler = make(sim)
+    assert await sampler.start()
+    for _ in range(3):
+        clock.t += 1
+        await sampler.sample_once()
+    assert value(expo, "gangscope_nvlink_read_gaps_total", gpu="0") is None
+    sampler.close()

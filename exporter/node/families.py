@@ -107,6 +107,13 @@ PCIE_GAPS = Family(
     "estimated from NVML's 20 ms throughput, so the byte totals hold an estimate there.",
     ("gpu", "node"), topology=True,
 )
+NVLINK_GAPS = Family(
+    "gangscope_nvlink_read_gaps_total", "counter",
+    "Reads of the GPU's NVLink byte counters, over all links, too far apart to count every wrap, on a GPU whose "
+    "driver reports them 32-bit (absent where they are 64-bit): no wrap is added across them, so the NVLink byte "
+    "totals are a lower bound. One series per GPU.",
+    ("gpu", "node"), topology=True,
+)
 PCIE_THROUGHPUT = Family(
     "gangscope_pcie_throughput_bytes_per_second", "gauge",
     "PCIe throughput over NVML's 20 ms window at the last sample (direction transmit or receive); "
@@ -189,7 +196,7 @@ NIC_RX = Family(
 GPU_FAMILIES = (
     GPU_INFO, GPU_UP, GPU_ERRORS, MIG_INFO, GPU_POD_INFO, FIELD_SUPPORTED, FABRIC_INFO, FABRIC_HEALTH, PLATFORM_INFO,
     NVLINK_TX, NVLINK_RX, NVLINK_RAW_TX, NVLINK_RAW_RX, NVLINK_UP, NVLINK_VERSION, NVLINK_ERRORS,
-    PCIE_TX, PCIE_RX, PCIE_READ_INTERVAL, PCIE_GAPS, PCIE_THROUGHPUT, PCIE_GENERATION, PCIE_WIDTH,
+    PCIE_TX, PCIE_RX, PCIE_READ_INTERVAL, PCIE_GAPS, NVLINK_GAPS, PCIE_THROUGHPUT, PCIE_GENERATION, PCIE_WIDTH,
 )
 # NVML field id -> the byte counter family its link series belong to
 NVLINK_BYTE_FAMILIES = {

@@ -101,6 +101,8 @@ class GpuDevice:
     fabric: FabricInfo | None = None
     # monotonic totals, folded on this thread
     link_counters: dict[tuple[int, int], MonotonicCounter] = field(default_factory=dict)
+    link_32bit: set[tuple[int, int]] = field(default_factory=set)  # (field id, link) of byte counters reported 32-bit
+    fields_ts: tuple[float, float] | None = None  # monotonic (before, after) the last sample's field-value call
     error_counters: dict[tuple[int, str], MonotonicCounter] = field(default_factory=dict)
     pcie: dict[str, MonotonicCounter] = field(default_factory=dict)  # direction -> bytes
     pcie_ts: dict[str, tuple[float, float]] = field(default_factory=dict)  # direction -> monotonic (before, after) the read that changed it
@@ -134,6 +136,7 @@ class GpuSample:
     nvlink_errors: dict[tuple[int, str], int] = field(default_factory=dict)
     pcie: dict[str, int] = field(default_factory=dict)  # direction -> bytes
     pcie_gaps: int = 0
+    nvlink_gaps: int | None = None  # only for a GPU whose NVLink byte counters are 32-bit
     pcie_period: float | None = None
     pcie_rate: tuple[int, int] | None = None  # bytes/s (tx, rx) where the counters are unsupported
     gen: tuple[int | None, int | None] = (None, None)
@@ -407,6 +410,8 @@ class NvmlReader:
         out.nvlink_errors = {key: c.total for key, c in dev.error_counters.items()}
         out.pcie = {d: c.total for d, c in dev.pcie.items()}
         out.pcie_gaps = sum(c.gaps for c in dev.pcie.values())
+        if dev.link_32bit:
+            out.nvlink_gaps = sum(c.gaps for c in dev.link_counters.values())
         out.pcie_period = dev.pcie_period
         out.pcie_rate = dev.pcie_rate if dev.pcie_mode == "throughput" else None
         out.support = dict(dev.support)
@@ -431,6 +436,7 @@ class NvmlReader:
             dev.field_values = False
             return
         t1 = self.clock()
+        last, dev.fields_ts = dev.fields_ts, (t0, t1)
         for key, fv in zip(request, values):  # NVML fills the array in request order
             ret = fv.nvmlReturn
             if ret != pynvml.NVML_SUCCESS:
@@ -456,7 +462,11 @@ class NvmlReader:
                 counter.update(int(value), modulus)
             else:
                 value, modulus = FF.field_value(fv)
-                dev.link_counters.setdefault(key, MonotonicCounter()).update(int(value), modulus)
+                counter = dev.link_counters.setdefault(key, MonotonicCounter())
+                if 0 < modulus < 2**64 and last is not None:
+                    self._fold_link(dev, key, counter, int(value), modulus, last, (t0, t1))
+                else:
+                    counter.update(int(value), modulus)
 
     def _fold_pcie(self, dev: GpuDevice, direction: str, value: int, t0: float, t1: float, wall_us: int) -> None:
         """A PCIe byte counter read between monotonic times ``t0`` and ``t1``: wraps are unambiguous
@@ -500,6 +510,21 @@ class NvmlReader:
                 dev.clock_steps += 1
         dev.pcie_ts[direction] = (t0, t1)
         dev.pcie_wall[direction] = wall_us
+
+    def _fold_link(self, dev: GpuDevice, key: tuple[int, int], counter: MonotonicCounter, value: int, modulus: int,
+                   last: tuple[float, float], now: tuple[float, float]) -> None:
+        """An NVLink byte counter the driver reports 32-bit, guarded as PCIe is: wraps are exact
+        while the link could not have moved a whole range between the reads (at
+        :data:`~exporter.node.fields.NVLINK_MAX_RATE`); beyond that the wraps cannot be known (no
+        independent rate exists for a link: the counter's own would only repeat its undercount),
+        so none is added, the total is a lower bound, and the read is counted in
+        ``gangscope_nvlink_read_gaps_total``. 138-141 count KiB (2**32 of them take 68 s at that
+        rate: exact with 1 s samples); 202/204 count bytes (67 ms: every sample is a gap, and says so)."""
+        unit = 1 if key[0] in FF.NVLINK5_BYTES.ids else 1024
+        wide = now[1] - last[0]
+        bound = FF.NVLINK_MAX_RATE * wide * BOUND_SLACK / unit + BOUND_BYTES
+        counter.update(value, modulus, bound, 0.0)
+        dev.link_32bit.add(key)
 
     def _gap_rate(self, dev: GpuDevice, direction: str) -> float:
         """Bytes/s to estimate a gap with: the driver's 20 ms ``nvmlDeviceGetPcieThroughput`` (KB/s,
@@ -981,4 +1006,6 @@ class NvmlSampler:
                     out[fam] = [f"{self._prefix(st, fam)}{total}\n"]
             if sample.pcie:
                 out[F.PCIE_GAPS] = [f"{self._prefix(st, F.PCIE_GAPS)}{sample.pcie_gaps}\n"]
+            if sample.nvlink_gaps is not None:
+                out[F.NVLINK_GAPS] = [f"{self._prefix(st, F.NVLINK_GAPS)}{sample.nvlink_gaps}\n"]
         self.exposition.set(("gpu_counters", st.dev.index), out)

@@ -160,6 +160,8 @@ class SimGpu:
     module_id: int = 0
     pcie_wrap: int | None = None  # the range the PCIe counters wrap at, whatever valueType says
     refresh: float = 0.0  # the driver refreshes this GPU's counters every so many seconds (0: on every read)
+    nvlink_value_type: int = ULL  # UINT: a driver that reports the NVLink byte counters 32-bit
+    nvlink_offset: int = 0  # where the NVLink byte counters start (in the field's unit)
 
 
 @dataclass
@@ -493,7 +495,9 @@ class SimNvml:
                 v.nvmlReturn = pynvml.NVML_ERROR_INVALID_ARGUMENT
             elif fid in _COUNTERS:  # the aggregate scope sums every link (nvml.h line 2599)
                 unit = 1 if fid in NVLINK5_BYTES else KIB
-                counters.append((i, sum(self.link_rate(gpu, link, fid) for link in links) / unit, 0, 2**64))
+                v.valueType = gpu.nvlink_value_type
+                counters.append((i, sum(self.link_rate(gpu, link, fid) for link in links) / unit, gpu.nvlink_offset,
+                                 2**32 if gpu.nvlink_value_type == UINT else 2**64))
             elif fid in (*NVLINK_DL_ERRORS, *NVLINK5_ERRORS):
                 rate = _ERROR_RATES.get(fid, 0.0) if scope in gpu.link_errors else 0.0
                 counters.append((i, rate, 0, 2**64))
