@@ -29,14 +29,14 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .cluster.workload_state import WAITING_STAGES
+from .cluster.workload_state import WAITING_STAGES, in_queue
 from .config import add_kube, add_logging
 
 if TYPE_CHECKING:
     from .cluster.capacity import PodSetFit
     from .cluster.gangs import Gang, GangIndex
     from .cluster.jobs import JobIndex, JobView
-    from .cluster.queue_positions import QueuePosition
+    from .cluster.clusterqueues import QueuePosition
     from .cluster.store import ClusterStore
     from .cluster.workloads import AdmissionCheck, Condition, Workload
 
@@ -595,7 +595,7 @@ async def diagnose(store: ClusterStore, gangs: GangIndex, namespace: str, name: 
     how, wl, wl_gangs = resolve(store, gangs, namespace, name)
     position = store.queue_positions.get(wl.key) if wl is not None else None
     finished = wl is not None and wl.stage == "finished"
-    fits = store.capacity.workload_fit(wl) if wl is not None and wl.stage in WAITING_STAGES else []
+    fits = store.capacity.workload_fit(wl) if wl is not None and in_queue(wl.state) else []
     layers: list[dict[str, Any]] = []
     blocked: dict[str, Any] | None = None
     for layer_name in LAYERS:
@@ -721,7 +721,7 @@ async def _load_live(args: argparse.Namespace, store: ClusterStore, gangs: GangI
         if wl is None:
             return
         await _load_nodes(client, wl, handlers[NODES.source])
-        if wl.stage in WAITING_STAGES and any(ps.topology is not None for ps in wl.podsets):
+        if in_queue(wl.state) and any(ps.topology is not None for ps in wl.podsets):
             await _load_capacity(args, client, store, handlers)
             _, wl, _ = resolve(store, gangs, namespace, name)  # the Workload as the cluster-wide list has it
             if wl is None:

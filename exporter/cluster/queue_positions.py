@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -31,15 +30,14 @@ from ..health import SourceHealth
 from ..kube.client import ApiError, Forbidden, KubeClient, NotFound
 from ..kube.discovery import served_version
 from ..kube.resources import QUEUE_POSITIONS
+from .clusterqueues import QueuePosition
 from .store import ClusterStore, WorkloadKey
+from .workload_state import in_queue
 
 log = structlog.get_logger(__name__)
 
 DEFAULT_INTERVAL = 30.0
 DEFAULT_LIMIT = 1000  # Kueue's own default (pkg/constants/constants.go:43)
-# Stages of Workloads that wait in a ClusterQueue's queue (the others are admitted, held by
-# quota already, deactivated or finished, and Kueue does not list them).
-QUEUED_STAGES = frozenset({"queued", "inadmissible", "preempting", "held", "backoff"})
 
 QUEUE_POSITION = Family(
     "gangscope_workload_queue_position", "gauge",
@@ -53,19 +51,6 @@ LOCAL_QUEUE_POSITION = Family(
     ("namespace", "workload", "local_queue"),
 )
 FAMILIES = (QUEUE_POSITION, LOCAL_QUEUE_POSITION)
-
-
-@dataclass(frozen=True, slots=True)
-class QueuePosition:
-    """Where a Workload stands in its ClusterQueue (positions from 0, as Kueue counts them)."""
-
-    cluster_queue: str
-    position: int
-    listed: int  # Workloads in the answer: all of the queue when ``complete``
-    complete: bool  # False when the answer stopped at the limit
-    local_queue: str
-    local_position: int
-    polled_at: float
 
 
 def pending_path(version: str, cluster_queue: str) -> str:
@@ -116,7 +101,7 @@ class QueuePositionPoller:
     def pending_cluster_queues(self) -> set[str]:
         """ClusterQueues that hold a Workload waiting for quota."""
         return {wl.cluster_queue for wl in self.store.workloads.values()
-                if wl.cluster_queue and wl.state is not None and wl.state.stage in QUEUED_STAGES}
+                if wl.cluster_queue and in_queue(wl.state)}
 
     async def run(self) -> None:
         """Discover, poll every ``interval``, mark the source down when it is not served or
@@ -166,7 +151,7 @@ class QueuePositionPoller:
 
     def _waiting(self, key: WorkloadKey) -> bool:
         wl = self.store.workloads.get(key)
-        return wl is not None and wl.state is not None and wl.state.stage in QUEUED_STAGES
+        return wl is not None and in_queue(wl.state)
 
     def _set(self, positions: dict[WorkloadKey, QueuePosition]) -> None:
         self.store.queue_positions = positions
