@@ -100,6 +100,14 @@ def test_cohort_record() -> None:
     ({"kind": "ClusterQueue", "metadata": {"name": "x"}, "spec": "gpu"}, "spec is a str"),
     ({"kind": "ClusterQueue", "metadata": {"name": "x"}, "spec": {"resourceGroups": {"flavors": []}}},
      "spec.resourceGroups is a dict"),
+    # clusterqueue_types.go:254 (CEL) and :271-272: every flavor lists the covered resources, in order
+    ({"kind": "ClusterQueue", "metadata": {"name": "x"}, "spec": {"resourceGroups": [
+        {"coveredResources": ["cpu", "nvidia.com/gpu"], "flavors": [{"name": "f", "resources": [
+            {"name": "nvidia.com/gpu", "nominalQuota": 8}, {"name": "cpu", "nominalQuota": 8}]}]}]}},
+     r"lists resources \['nvidia.com/gpu', 'cpu'\], not the group's coveredResources \['cpu', 'nvidia.com/gpu'\]"),
+    ({"kind": "ClusterQueue", "metadata": {"name": "x"}, "spec": {"resourceGroups": [
+        {"coveredResources": ["cpu", "nvidia.com/gpu"], "flavors": [{"name": "f", "resources": [
+            {"name": "cpu", "nominalQuota": 8}]}]}]}}, "lists resources"),
 ])
 def test_unusable_cluster_queue_is_refused(obj: dict[str, Any], error: str) -> None:
     with pytest.raises(ParseError, match=error):

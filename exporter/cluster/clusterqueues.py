@@ -202,6 +202,13 @@ def _resource_groups(raw: Any, where: str, p: Problems) -> tuple[ResourceGroup, 
                 nominal = _quantity(rq.get("nominalQuota"), rw + ".nominalQuota", p)
                 quotas.append(ResourceQuota(rname, nominal or 0, _quantity(rq.get("borrowingLimit"), rw + ".borrowingLimit", p),
                                             _quantity(rq.get("lendingLimit"), rw + ".lendingLimit", p)))
+            names = [q.name for q in quotas]
+            if names != list(covered):
+                # "Each flavor MUST list all the resources listed for this group in the same order"
+                # (clusterqueue_types.go:271-272; the CRD's CEL rule at :254 and Kueue's webhook
+                # refuse the object, but a server without CEL, before 1.25, stores it): which quota
+                # belongs to which resource is then unknowable, so the queue is not read at all.
+                raise ParseError(f"{fw} ({name}) lists resources {names}, not the group's coveredResources {list(covered)}")
             flavors.append(FlavorQuotas(name, tuple(quotas)))
         groups.append(ResourceGroup(covered, tuple(flavors)))
     return tuple(groups)
@@ -251,7 +258,8 @@ def parse_cluster_queue(obj: Any) -> ClusterQueue:
     """Decode a ClusterQueue of either API version; problems in single fields land in ``problems``.
 
     Raises :class:`ParseError` when the object has no name, or its spec or resource groups are
-    not what the API allows (a queue whose flavors cannot be read cannot be judged at all).
+    not what the API allows (a queue whose flavors cannot be read cannot be judged at all): a
+    flavor whose resources are not its group's ``coveredResources``, in order.
     """
     p: Problems = []
     name, spec, status = _named(obj, "ClusterQueue", p)
