@@ -189,6 +189,7 @@ def admission_layer(wl: Workload | None, position: QueuePosition | None = None,
         if pending is not None else None,
         "requeue": {"count": wl.requeue_count, "at": wl.requeue_at or None} if wl.requeue_count is not None or wl.requeue_at else None,
         "evictions": [{"reason": r, "underlying_cause": u, "count": n} for (r, u), n in sorted(wl.evictions.items())],
+        "failed_nodes": list(wl.failed_nodes),
         "admission_checks": [_check(c) for c in wl.admission_checks],
         "blocking_check": check.name if check is not None else None,
         "queue_position": _position(position),
@@ -215,6 +216,7 @@ def admission_layer(wl: Workload | None, position: QueuePosition | None = None,
             summary += f"; requeued {wl.requeue_count}x" + (f", next retry {wl.requeue_at}" if wl.requeue_at else "")
         if check is not None:
             summary += "; " + _check_text(check)
+        summary += _eviction_text(wl, pending.message)
         summary += _position_text(position)
         if pending.category == "capacity" and fits:  # would the free GPUs take it, once quota allows?
             from .cluster.capacity import fit_text
@@ -228,8 +230,28 @@ def admission_layer(wl: Workload | None, position: QueuePosition | None = None,
         summary = f"quota reserved in {cq}, admission pending"
         summary += ": " + (_check_text(check) if check is not None else (adm or {}).get("message") or "checks not ready")
         return _layer("admission", "blocking", summary, evidence)
+    if stage == "admission_checks":  # Admitted=False PendingDelayedTopologyRequests: quota held, not admitted yet
+        since = (qr or {}).get("since")
+        return _layer("admission", "ok", f"quota reserved in {cq} (queue {wl.queue_name})" + (f" at {since}" if since else "")
+                      + "; admission waits for its delayed topology assignment: see placement", evidence)
     since = (adm or qr or {}).get("since")
     return _layer("admission", "ok", f"admitted to {cq} (queue {wl.queue_name})" + (f" at {since}" if since else ""), evidence)
+
+
+def _eviction_text(wl: Workload, pending_message: str) -> str:
+    """"; evicted before ..." for a Workload back in the queue after an eviction (its Evicted
+    condition is still True: Kueue resets it when it reserves quota again, pkg/workload/workload.go:941),
+    naming the failed nodes of a NodeFailures eviction (exporter.cluster.evictions)."""
+    ev = wl.conditions.get("Evicted")
+    if ev is None or ev.status != "True":
+        return ""
+    text = f"; evicted before ({ev.reason}"
+    if ev.reason == "NodeFailures" and wl.failed_nodes:
+        text += f", failed node{'s' if len(wl.failed_nodes) > 1 else ''} {', '.join(wl.failed_nodes)}"
+    text += f" at {ev.last_transition})" if ev.last_transition else ")"
+    if ev.message and ev.message != pending_message:
+        text += f": {ev.message}"
+    return text
 
 
 def _check_text(c: AdmissionCheck) -> str:

@@ -24,7 +24,7 @@ GANGSCOPE = frozenset(
         "gangscope_workload_topology_pods",
         "gangscope_workload_unhealthy_node",
         "gangscope_workload_pending_reason",
-        "gangscope_workload_requeue_count",
+        "gangscope_workload_requeues",
         "gangscope_workload_requeue_at_timestamp_seconds",
         "gangscope_workload_admission_check",
         "gangscope_workload_admission_check_transition_timestamp_seconds",

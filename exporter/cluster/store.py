@@ -45,7 +45,7 @@ exception of any other type is a bug, counted in ``gangscope_internal_errors_tot
 Two things outlive the objects Kueue shows: the last topology assignment of each Workload
 (Kueue clears ``status.admission`` when it evicts), and ``gangscope_topology_evictions_total``,
 which attributes each eviction (a ``status.schedulingStats.evictions`` count going up) once to
-each domain, at ``eviction_level``, of that last assignment. A domain that no Node has any more
+each domain, at ``eviction_level``, where it happened (:mod:`exporter.cluster.evictions`). A domain that no Node has any more
 is dropped ``eviction_grace`` seconds later, so the counter's series do not outlive the cluster.
 """
 
@@ -68,6 +68,7 @@ from ..topology import HOSTNAME_LABEL, DomainPaths, TopologyError, TopologyLevel
 from .capacity import DEFAULT_PLACEMENT_SIZES, Capacity
 from .clusterqueues import FAMILIES as CLUSTER_QUEUE_FAMILIES
 from .clusterqueues import ClusterQueue, Cohort, QueuePosition, parse_cluster_queue, parse_cohort, render_cluster_queue
+from .evictions import NODE_FAILURES, eviction_domains, failed_nodes, new_evictions
 from .localqueues import LocalQueue, parse_local_queue
 from .nodes import Node, parse_node
 from .object_labels import WORKLOAD_LABELS, LabelsAllowlist
@@ -391,6 +392,8 @@ class ClusterStore:
             wl.last_assignments = wl.assignments
         elif prev is not None:
             wl.last_assignments = prev.last_assignments
+        if prev is not None:
+            wl.failed_nodes = prev.failed_nodes  # replaced by _count_evictions on a new NodeFailures eviction
         for a in wl.last_assignments:
             if not a.placed and a.domains:
                 a.placed = self.place(a)
@@ -583,33 +586,28 @@ class ClusterStore:
 
     def _count_evictions(self, prev: Workload, wl: Workload) -> None:
         """Count each eviction Kueue records in ``status.schedulingStats.evictions`` (object
-        state, so two collectors agree), once per domain of the last assignment.
-
-        Kueue increments the count of (reason, underlyingCause) in the same patch that sets the
-        Evicted condition (kueue pkg/workload/evict/evict.go:178-185). A deactivation writes the
-        condition's reason as ``DeactivatedDueTo<Cause>`` but the count as ``Deactivated`` with
-        the cause apart (evict.go:181-182, 185), so counting the stats alone counts it once.
-        """
-        found: dict[tuple[str, str], int] = {}
-        before = prev.evictions
-        for key, n in wl.evictions.items():
-            delta = n - before.get(key, 0)
-            if delta > 0:
-                found[key] = delta
+        state, so two collectors agree) once per domain it happened in
+        (:func:`exporter.cluster.evictions.eviction_domains`: the placement seen before this
+        event; for node failures, the failed nodes' domains only)."""
+        found = new_evictions(prev, wl)
         if not found:
             return
         depth = self.eviction_depth
-        domains = {path[:depth] for a in wl.last_assignments for path, _ in a.placed}
-        if not domains:
-            return
         counters = self._topology_evictions
+        counted: set[Path] = set()
         for (reason, cause), n in found.items():
+            domains, _ = eviction_domains(reason, prev, wl, depth, self._node_domain.get)
+            if reason == NODE_FAILURES:
+                wl.failed_nodes = failed_nodes(prev, wl)
             for domain in domains:
                 k = (reason, cause, domain)
                 counters[k] = counters.get(k, 0) + n
+            counted |= domains
+        if not counted:
+            return
         if self.nodes:
             now = self.clock()
-            for domain in domains:
+            for domain in counted:
                 if not self._domain_nodes.get(domain):
                     self._gone_since.setdefault(domain, now)
             self._arm_prune()

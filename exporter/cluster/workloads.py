@@ -71,7 +71,7 @@ WORKLOAD_EVICTIONS = Family(
     (*_NW, "reason", "underlying_cause"),
 )
 WORKLOAD_REQUEUE_COUNT = Family(
-    "gangscope_workload_requeue_count", "gauge",
+    "gangscope_workload_requeues", "gauge",
     "Times Kueue requeued the Workload after an eviction with backoff (status.requeueState.count; reset on reactivation).", _NW,
 )
 WORKLOAD_REQUEUE_AT = Family(
@@ -123,7 +123,8 @@ WORKLOAD_PAST_EXECUTION = Family(
 TOPOLOGY_EVICTIONS = Family(
     "gangscope_topology_evictions_total", "counter",
     "Workload evictions observed since start (status.schedulingStats), counted once per domain at --eviction-level "
-    "(labels of that level and above) of the evicted Workload's last assignment.",
+    "(labels of that level and above) of the placement the Workload was evicted from; NodeFailures only in the domains "
+    "of the failed nodes (every domain of the placement where no failed node is known).",
     ("reason", "underlying_cause"), topology=True,
 )
 
@@ -316,6 +317,7 @@ class Workload:
     cluster_queue: str = ""  # admission's, else the LocalQueue's spec.clusterQueue
     last_assignments: list[Assignment] = field(default_factory=list)  # current, else the last seen with topology
     unhealthy_paths: list[Path] = field(default_factory=list)
+    failed_nodes: tuple[str, ...] = ()  # the nodes of its last NodeFailures eviction (exporter.cluster.evictions)
 
     @property
     def key(self) -> tuple[str, str]:
