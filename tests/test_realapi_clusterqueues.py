@@ -68,8 +68,8 @@ async def test_namespaced_install_without_cluster_queue_rights(real_api: RealClu
             assert {n for n, st in states.items() if st == "synced"} == set(states) - QUEUE_SOURCES, states
             s = series(await scrape(collector.port))
             assert {r.source: s[sample("gangscope_source_up", source=r.source)] for r in COLLECTOR_RESOURCES
-                    if r is not QUEUE_POSITIONS} == {r.source: 0.0 if r.source in QUEUE_SOURCES else 1.0
-                                                     for r in COLLECTOR_RESOURCES if r is not QUEUE_POSITIONS}
+                    if r.source != QUEUE_POSITIONS.source} == {r.source: 0.0 if r.source in QUEUE_SOURCES else 1.0
+                                                     for r in COLLECTOR_RESOURCES if r.source != QUEUE_POSITIONS.source}
             assert not any(k[0].startswith("gangscope_cluster_queue_") for k in s)
             # The Workload's series are served; without its queue, "inactive" is not known to be a
             # misconfiguration (it may be stopped): held, not paged.

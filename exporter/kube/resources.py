@@ -88,11 +88,15 @@ POD_RESOURCES = (PODS_KUEUE, PODS_COSCHEDULING, PODS_COSCHEDULING_LEGACY, PODS_V
 # Kueue's visibility API: a subresource GET, polled by exporter.cluster.queue_positions.
 QUEUE_POSITIONS = Resource("queue_positions", "visibility.kueue.x-k8s.io", ("v1beta2", "v1beta1"),
                            "clusterqueues/pendingworkloads", "PendingWorkloadsSummary", False, verbs=("get",))
+# The same per LocalQueue, namespaced (a collector limited to --namespaces asks this one): one
+# source with the above (its health is queue_positions), kueue pkg/visibility/storage/pending_workloads_lq.go.
+QUEUE_POSITIONS_LOCAL = Resource("queue_positions", "visibility.kueue.x-k8s.io", ("v1beta2", "v1beta1"),
+                                 "localqueues/pendingworkloads", "PendingWorkloadsSummary", True, verbs=("get",))
 
 COLLECTOR_RESOURCES = (
     WORKLOADS, LOCAL_QUEUES, TOPOLOGIES, RESOURCE_FLAVORS, NODES, CLUSTER_QUEUES, COHORTS,
     COSCHEDULING_PODGROUPS, COSCHEDULING_LEGACY_PODGROUPS, VOLCANO_PODGROUPS, NATIVE_PODGROUPS, NATIVE_WORKLOADS,
-    QUEUE_POSITIONS, NATIVE_COMPOSITE_PODGROUPS, KAI_PODGROUPS, JOBSETS, TRAINJOBS, LEADERWORKERSETS, *POD_RESOURCES,
+    QUEUE_POSITIONS, QUEUE_POSITIONS_LOCAL, NATIVE_COMPOSITE_PODGROUPS, KAI_PODGROUPS, JOBSETS, TRAINJOBS, LEADERWORKERSETS, *POD_RESOURCES,
 )
 
 # Automatic sharding of the collector (--pod/--pod-namespace, exporter.kube.sharding): its own Pod
