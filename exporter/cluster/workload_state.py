@@ -28,18 +28,17 @@ a tag is named. Kueue 0.14 and later are covered:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+# The judgement's vocabulary and result types live with the Workload record they describe (the
+# record holds its state), so this module reads exporter.cluster.workloads and not the reverse.
+from .workloads import CHECK_STATES, STAGES, AdmissionCheck, Condition, PendingReason, Workload, WorkloadState
 
 if TYPE_CHECKING:
     from .clusterqueues import ClusterQueue
-    from .workloads import AdmissionCheck, Condition, Workload
 
-# Highest precedence first: the first stage whose rule holds is the Workload's stage.
-STAGES = (
-    "finished", "deactivated", "evicting", "recovering", "running", "assembling", "admission_checks",
-    "preempting", "backoff", "held", "inadmissible", "queued",
-)
+__all__ = ["CATEGORIES", "CHECK_STATES", "STAGES", "WAITING_STAGES", "PendingReason", "WorkloadState", "in_queue",
+           "holds_quota", "quota_reason_meaning", "workload_state"]
 
 # Stages of a Workload that waits for admission without holding quota: where the admission layer
 # holds it, and the Workloads whose fit in the free capacity gangscope_workload_fit reports.
@@ -58,35 +57,6 @@ CATEGORIES = ("capacity", "configuration", "preemption", "policy", "backoff", "e
 # A joined gang's (or, later, the pods') word on whether an admitted Workload's pods are still
 # assembling: True (some are), False (all are placed), None (nothing joined, or nothing known).
 PodsAssembling = Callable[[tuple[str, str]], "bool | None"]
-
-
-@dataclass(frozen=True, slots=True)
-class PendingReason:
-    """Why a Workload is not admitted: Kueue's reason token, its category and Kueue's message.
-
-    ``reason`` is the token Kueue wrote (``QuotaReserved``'s reason, ``Admitted``'s while checks
-    are pending, the ``Requeued`` reason during a backoff); an absent ``QuotaReserved`` counts as
-    ``PendingEvaluation`` and an absent ``Admitted`` with quota reserved as
-    ``UnsatisfiedAdmissionChecks``, as Kueue's own unadmitted-workloads metric counts them
-    (KEP-10852, "Handling of Missing or Unset Status Conditions"); a backoff without a
-    ``Requeued=False`` condition (an admission check's retry delay) says ``Backoff``.
-    """
-
-    reason: str
-    category: str
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class WorkloadState:
-    """The meaning of one Workload's status at one instant (see :func:`workload_state`)."""
-
-    stage: str
-    pending: PendingReason | None  # None once admitted (or finished)
-    backoff_until: float | None  # requeueState.requeueAt while it is in the future
-    blocking_check: AdmissionCheck | None  # the admission check that holds admission, if any
-    pods_assembling: bool | None  # the gang signal this state was computed with
-    uses_pods_signal: bool = False  # whether the stage depends on it (admitted, no PodsReady)
 
 
 # --- QuotaReserved=False: typed reasons (UnadmittedWorkloadsObservability) ----------------------
@@ -238,8 +208,7 @@ def quota_reason_meaning(reason: str, message: str, evicted_message: str | None 
     return "inadmissible", "capacity"
 
 
-# Check states (workload_types.go:803-805: Pending, Ready, Retry, Rejected), worst first.
-CHECK_STATES = ("Pending", "Ready", "Retry", "Rejected")
+# Check states (workload_types.go:803-805, CHECK_STATES), worst first.
 _CHECK_RANK = {"Rejected": 0, "Retry": 1, "Pending": 2}
 
 

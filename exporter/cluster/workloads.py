@@ -23,7 +23,16 @@ from ..fields import (
 from ..taints import Toleration, parse_tolerations
 from ..topologies import FlavorTopology
 from ..topology import AssignmentError, Domain, iter_domains
-from .workload_state import CHECK_STATES, STAGES, WorkloadState
+
+# The stages a Workload's status means, highest precedence first: the first stage whose rule holds
+# is the Workload's stage (the rules: exporter.cluster.workload_state, which judges; the record
+# holds the result, so the vocabulary lives here and that module reads this one).
+STAGES = (
+    "finished", "deactivated", "evicting", "recovering", "running", "assembling", "admission_checks",
+    "preempting", "backoff", "held", "inadmissible", "queued",
+)
+# Admission check states (kueue apis/kueue/v1beta2/workload_types.go:803-805).
+CHECK_STATES = ("Pending", "Ready", "Retry", "Rejected")
 
 _NW = ("namespace", "workload")
 _EMPTY: dict = {}  # an absent object, read-only
@@ -187,6 +196,36 @@ class AdmissionCheck:
         if self.state != "Retry" or self.requeue_after_seconds is None or self.last_transition_seconds is None:
             return None
         return self.last_transition_seconds + self.requeue_after_seconds
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReason:
+    """Why a Workload is not admitted: Kueue's reason token, its category and Kueue's message.
+
+    ``reason`` is the token Kueue wrote (``QuotaReserved``'s reason, ``Admitted``'s while checks
+    are pending, the ``Requeued`` reason during a backoff); an absent ``QuotaReserved`` counts as
+    ``PendingEvaluation`` and an absent ``Admitted`` with quota reserved as
+    ``UnsatisfiedAdmissionChecks``, as Kueue's own unadmitted-workloads metric counts them
+    (KEP-10852, "Handling of Missing or Unset Status Conditions"); a backoff without a
+    ``Requeued=False`` condition (an admission check's retry delay) says ``Backoff``.
+    """
+
+    reason: str
+    category: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadState:
+    """The meaning of one Workload's status at one instant
+    (:func:`exporter.cluster.workload_state.workload_state` computes it)."""
+
+    stage: str
+    pending: PendingReason | None  # None once admitted (or finished)
+    backoff_until: float | None  # requeueState.requeueAt while it is in the future
+    blocking_check: AdmissionCheck | None  # the admission check that holds admission, if any
+    pods_assembling: bool | None  # the gang signal this state was computed with
+    uses_pods_signal: bool = False  # whether the stage depends on it (admitted, no PodsReady)
 
 
 @dataclass(slots=True)
