@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from .cluster.capacity import PodSetFit
     from .cluster.gangs import Gang, GangIndex
     from .cluster.jobs import JobIndex, JobView
-    from .cluster.clusterqueues import QueuePosition
+    from .cluster.clusterqueues import ClusterQueue, QueuePosition
     from .cluster.store import ClusterStore
     from .cluster.workloads import AdmissionCheck, Condition, Workload
 
@@ -174,7 +174,7 @@ def _fit(f: PodSetFit) -> dict[str, Any]:
 
 
 def admission_layer(wl: Workload | None, position: QueuePosition | None = None,
-                    fits: Sequence[PodSetFit] = ()) -> dict[str, Any]:
+                    fits: Sequence[PodSetFit] = (), queue: ClusterQueue | None = None) -> dict[str, Any]:
     if wl is None or wl.state is None:
         return _layer("admission", "unknown", "no Kueue Workload joined to this PodGroup (not admitted by Kueue)")
     conds = wl.conditions
@@ -193,6 +193,10 @@ def admission_layer(wl: Workload | None, position: QueuePosition | None = None,
         "admission_checks": [_check(c) for c in wl.admission_checks],
         "blocking_check": check.name if check is not None else None,
         "queue_position": _position(position),
+        "cluster_queue_state": {
+            "active": queue.active, "reason": queue.active_reason or None, "message": queue.active_message or None,
+            "stop_policy": queue.stop_policy, "flavors": list(queue.flavor_names), "cohort": queue.cohort or None,
+        } if queue is not None else None,
     }
     cq = wl.cluster_queue or "?"
     stage = state.stage
@@ -217,6 +221,7 @@ def admission_layer(wl: Workload | None, position: QueuePosition | None = None,
         if check is not None:
             summary += "; " + _check_text(check)
         summary += _eviction_text(wl, pending.message)
+        summary += _queue_text(wl, queue, pending.message)
         summary += _position_text(position)
         if pending.category == "capacity" and fits:  # would the free GPUs take it, once quota allows?
             from .cluster.capacity import fit_text
@@ -236,6 +241,19 @@ def admission_layer(wl: Workload | None, position: QueuePosition | None = None,
                       + "; admission waits for its delayed topology assignment: see placement", evidence)
     since = (adm or qr or {}).get("since")
     return _layer("admission", "ok", f"admitted to {cq} (queue {wl.queue_name})" + (f" at {since}" if since else ""), evidence)
+
+
+def _queue_text(wl: Workload, queue: ClusterQueue | None, pending_message: str) -> str:
+    """Why the Workload's ClusterQueue admits nothing, from its Active condition (Kueue's own
+    words, pkg/cache/scheduler/clusterqueue.go:311-366), where it is not active."""
+    if queue is not None:
+        if queue.active:
+            return ""
+        why = queue.active_reason or "no Active condition yet"
+        return f"; ClusterQueue {queue.name} is not active ({why}" + (f": {queue.active_message})" if queue.active_message else ")")
+    if pending_message.startswith("ClusterQueue ") and pending_message.endswith(" is inactive"):
+        return "; whether the ClusterQueue is stopped or misconfigured is unknown (ClusterQueues not read)"
+    return ""
 
 
 def _eviction_text(wl: Workload, pending_message: str) -> str:
@@ -626,7 +644,7 @@ async def diagnose(store: ClusterStore, gangs: GangIndex, namespace: str, name: 
             layers.append(_layer(layer_name, "not_reached", why))
             continue
         if layer_name == "admission":
-            layer = admission_layer(wl, position, fits)
+            layer = admission_layer(wl, position, fits, store.cluster_queues.get(wl.cluster_queue) if wl is not None else None)
         elif layer_name == "placement":
             layer = placement_layer(wl, fits)
         elif layer_name == "assembly":
@@ -727,8 +745,8 @@ async def _load_live(args: argparse.Namespace, store: ClusterStore, gangs: GangI
     host; without the right to read Nodes the placement shows hosts only), every Node and Workload
     for a waiting Workload with a topology request (its fit, :func:`_load_capacity`), and Kueue's
     visibility API for a pending Workload's queue position (left out when not served or forbidden)."""
-    from .cluster.queue_positions import DEFAULT_LIMIT, fetch_positions
-    from .kube.client import ApiError, KubeClient
+    from .cluster.queue_positions import DEFAULT_LIMIT, fetch_local_positions, fetch_positions
+    from .kube.client import ApiError, Forbidden, KubeClient
     from .kube.discovery import served_version
     from .cluster.collector import source_specs
     from .kube.resources import NODES, QUEUE_POSITIONS
@@ -753,6 +771,12 @@ async def _load_live(args: argparse.Namespace, store: ClusterStore, gangs: GangI
         try:  # optional: not served or forbidden leaves the position out
             version = await served_version(client, QUEUE_POSITIONS)
             found = await fetch_positions(client, version, wl.cluster_queue, DEFAULT_LIMIT, time.time()) if version else None
+        except Forbidden:  # a user with rights in the namespace only: its LocalQueue's endpoint
+            try:
+                found = await fetch_local_positions(client, version, wl.namespace, wl.queue_name, wl.cluster_queue,
+                                                    DEFAULT_LIMIT, time.time()) if version else None
+            except ApiError:
+                return
         except ApiError:
             return
         if found is not None and wl.key in found[0]:

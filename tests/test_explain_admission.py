@@ -39,3 +39,25 @@ def test_delayed_topology_request_is_quota_reserved_not_admitted() -> None:
     layer = admission_layer(store.workload("team", "wl"))
     assert layer["summary"].startswith("quota reserved in cq (queue q) at 2026-08-20T10:00:00Z; admission waits")
     assert "admitted to" not in layer["summary"]
+
+
+def test_a_workload_of_a_queue_without_its_flavor_says_why() -> None:
+    """The flavor deleted: Kueue's queue says FlavorNotFound (clusterqueue.go:320-322), its
+    Workloads "ClusterQueue cq is inactive" (workload_controller.go:2035-2036); explain puts the
+    queue's own words beside the Workload's."""
+    from kueue_objects import cluster_queue, flavor_not_found
+
+    _, store, h = collector()
+    h["localqueues"].replace([local_queue("q", "team", "cq")])
+    h["clusterqueues"].replace([cluster_queue("cq", ("h100",), active=flavor_not_found("h100"))])
+    h["workloads"].replace([workload(hosts=[], admitted_cq=None, conditions=[
+        cond("QuotaReserved", "False", "Suspended", message="ClusterQueue cq is inactive")])])
+    wl = store.workload("team", "wl")
+    layer = admission_layer(wl, queue=store.cluster_queues["cq"])
+    assert layer["summary"] == (
+        "inadmissible in cq (queue q): cannot be admitted as configured (this will not clear by itself) (Suspended): "
+        "ClusterQueue cq is inactive; ClusterQueue cq is not active (FlavorNotFound: Can't admit new workloads: "
+        "references missing ResourceFlavor(s): h100.)")
+    assert layer["evidence"]["cluster_queue_state"]["flavors"] == ["h100"]
+    unknown = admission_layer(wl)
+    assert unknown["summary"].endswith("whether the ClusterQueue is stopped or misconfigured is unknown (ClusterQueues not read)")
