@@ -174,7 +174,8 @@ def _fit(f: PodSetFit) -> dict[str, Any]:
 
 
 def admission_layer(wl: Workload | None, position: QueuePosition | None = None,
-                    fits: Sequence[PodSetFit] = (), queue: ClusterQueue | None = None) -> dict[str, Any]:
+                    fits: Sequence[PodSetFit] = (), queue: ClusterQueue | None = None,
+                    cohorts: Sequence[str] = ()) -> dict[str, Any]:
     if wl is None or wl.state is None:
         return _layer("admission", "unknown", "no Kueue Workload joined to this PodGroup (not admitted by Kueue)")
     conds = wl.conditions
@@ -196,6 +197,7 @@ def admission_layer(wl: Workload | None, position: QueuePosition | None = None,
         "cluster_queue_state": {
             "active": queue.active, "reason": queue.active_reason or None, "message": queue.active_message or None,
             "stop_policy": queue.stop_policy, "flavors": list(queue.flavor_names), "cohort": queue.cohort or None,
+            "cohort_tree": list(cohorts),
         } if queue is not None else None,
     }
     cq = wl.cluster_queue or "?"
@@ -241,6 +243,18 @@ def admission_layer(wl: Workload | None, position: QueuePosition | None = None,
                       + "; admission waits for its delayed topology assignment: see placement", evidence)
     since = (adm or qr or {}).get("since")
     return _layer("admission", "ok", f"admitted to {cq} (queue {wl.queue_name})" + (f" at {since}" if since else ""), evidence)
+
+
+def cohort_tree(store: ClusterStore, queue: ClusterQueue | None) -> list[str]:
+    """The queue's cohort and its parents up to the root, from the Cohort objects (a cohort
+    without an object ends the chain; Kueue rejects cycles, this guards against a stale one)."""
+    out: list[str] = []
+    name = queue.cohort if queue is not None else ""
+    while name and name not in out:
+        out.append(name)
+        cohort = store.cohorts.get(name)
+        name = cohort.parent if cohort is not None else ""
+    return out
 
 
 def _queue_text(wl: Workload, queue: ClusterQueue | None, pending_message: str) -> str:
@@ -644,7 +658,8 @@ async def diagnose(store: ClusterStore, gangs: GangIndex, namespace: str, name: 
             layers.append(_layer(layer_name, "not_reached", why))
             continue
         if layer_name == "admission":
-            layer = admission_layer(wl, position, fits, store.cluster_queues.get(wl.cluster_queue) if wl is not None else None)
+            queue = store.cluster_queues.get(wl.cluster_queue) if wl is not None else None
+            layer = admission_layer(wl, position, fits, queue, cohort_tree(store, queue))
         elif layer_name == "placement":
             layer = placement_layer(wl, fits)
         elif layer_name == "assembly":

@@ -61,3 +61,16 @@ def test_a_workload_of_a_queue_without_its_flavor_says_why() -> None:
     assert layer["evidence"]["cluster_queue_state"]["flavors"] == ["h100"]
     unknown = admission_layer(wl)
     assert unknown["summary"].endswith("whether the ClusterQueue is stopped or misconfigured is unknown (ClusterQueues not read)")
+
+
+def test_the_cohort_tree_from_the_cohort_objects() -> None:
+    from exporter.explain import cohort_tree
+    from kueue_objects import cluster_queue
+
+    _, store, h = collector()
+    h["clusterqueues"].replace([cluster_queue("cq", cohort="team-a")])
+    h["cohorts"].replace([{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Cohort", "metadata": {"name": n},
+                           "spec": {"parentName": p} if p else {}} for n, p in (("team-a", "org"), ("org", ""))])
+    assert cohort_tree(store, store.cluster_queues["cq"]) == ["team-a", "org"]
+    h["cohorts"].replace([])  # a cohort needs no object (clusterqueue_types.go:88-89)
+    assert cohort_tree(store, store.cluster_queues["cq"]) == ["team-a"]

@@ -37,8 +37,8 @@ from waiting import eventually
 KUEUE = Path(__file__).resolve().parents[2] / "shared" / "tools" / "kueue"
 if not KUEUE.is_dir():
     KUEUE = Path("/work/shared/tools/kueue")
-pytestmark = pytest.mark.skipif(not (KUEUE / "kueue").exists() or shutil.which("kubectl") is None,
-                                reason="the real Kueue (../shared/tools/kueue) or kubectl is not on this machine")
+pytestmark = [pytest.mark.realapi, pytest.mark.skipif(not (KUEUE / "kueue").exists() or shutil.which("kubectl") is None,
+                                reason="the real Kueue (../shared/tools/kueue) or kubectl is not on this machine")]
 
 
 @pytest.fixture(scope="module")
