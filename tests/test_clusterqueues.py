@@ -233,3 +233,33 @@ def test_waiting_for_replacement_pods_is_held_and_not_in_the_queue() -> None:
     obj2["status"]["conditions"][-1].update(status="False", reason="PodsReady", message="No pods need replacement")
     state = workload_state(parse_workload(obj2), NOW)
     assert state.stage == "queued" and in_queue(state)
+
+
+def test_waiting_for_replacement_pods_has_no_fit_and_no_queue_position() -> None:
+    """The fit (gangscope_workload_fit) and the visibility poll cover only Workloads in Kueue's
+    queue: a pod group waiting for replacement pods is not one (workload.go:1283-1285)."""
+    from exporter.cluster.collector import build_collector
+    from exporter.cluster.queue_positions import QueuePositionPoller
+    from kueue_objects import gpu_node, topology
+
+    ex = Exposition()
+    store, h, _ = build_collector(ex)
+    h["topologies"].replace([topology()])
+    h["resourceflavors"].replace([flavor("tas")])
+    h["localqueues"].replace([local_queue("q", "team", "cq")])
+    h["nodes"].replace([gpu_node("h1", "b1", "r1"), gpu_node("h2", "b1", "r1")])
+    request = {"required": "cloud.provider.com/topology-rack"}
+    waits = workload("waits", hosts=[], count=2, admitted_cq=None, topology=request,
+                     conditions=[cond("QuotaReserved", "False", "Pending", message="waiting")])
+    replacing = workload("replacing", hosts=[], count=2, admitted_cq=None, topology=request, conditions=[
+        cond("QuotaReserved", "False", "Pending", message="waiting"),
+        cond("WaitingForReplacementPods", "True", "PodsFailed", message="Some Failed pods need replacement")])
+    h["workloads"].replace([waits, replacing])
+    h["workloads"].apply("MODIFIED", waits)  # capacity settles after the events
+    fits = {dict(k)["workload"] for k in family_series(ex, "gangscope_workload_fit")}
+    assert fits == {"waits"}
+    poller = QueuePositionPoller(None, store, Exposition())  # type: ignore[arg-type]
+    assert poller.pending_cluster_queues() == {"cq"}
+    assert poller.pending_local_queues() == {("team", "q", "cq")}
+    h["workloads"].apply("DELETED", waits)
+    assert poller.pending_cluster_queues() == set()
