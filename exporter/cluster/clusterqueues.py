@@ -20,7 +20,7 @@ Kueue's visibility API lists it (polled by :mod:`.queue_positions`, kept by the 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -176,6 +176,19 @@ def _quantity(raw: Any, what: str, p: Problems) -> float | None:
         return None
 
 
+def _named_items(raw: Any, where: str, p: Problems) -> Iterator[tuple[str, dict, str]]:
+    """(name, object, its path) of each item of a list keyed by ``name`` (flavors, resources);
+    an item without one is a problem and skipped."""
+    for i, item in enumerate(as_list(raw, where, p)):
+        w = f"{where}[{i}]"
+        item = as_dict(item, w, p)
+        name = as_str(item.get("name"), w + ".name", p)
+        if name:
+            yield name, item, w
+        else:
+            p.append(f"{w}.name missing")
+
+
 def _resource_groups(raw: Any, where: str, p: Problems) -> tuple[ResourceGroup, ...]:
     groups = []
     for i, rg in enumerate(as_list(raw, where, p)):
@@ -184,24 +197,12 @@ def _resource_groups(raw: Any, where: str, p: Problems) -> tuple[ResourceGroup, 
         covered = tuple(r for j, r in enumerate(as_list(rg.get("coveredResources"), w + ".coveredResources", p))
                         if as_str(r, f"{w}.coveredResources[{j}]", p))
         flavors = []
-        for j, fq in enumerate(as_list(rg.get("flavors"), w + ".flavors", p)):
-            fw = f"{w}.flavors[{j}]"
-            fq = as_dict(fq, fw, p)
-            name = as_str(fq.get("name"), fw + ".name", p)
-            if not name:
-                p.append(f"{fw}.name missing")
-                continue
-            quotas = []
-            for k, rq in enumerate(as_list(fq.get("resources"), fw + ".resources", p)):
-                rw = f"{fw}.resources[{k}]"
-                rq = as_dict(rq, rw, p)
-                rname = as_str(rq.get("name"), rw + ".name", p)
-                if not rname:
-                    p.append(f"{rw}.name missing")
-                    continue
-                nominal = _quantity(rq.get("nominalQuota"), rw + ".nominalQuota", p)
-                quotas.append(ResourceQuota(rname, nominal or 0, _quantity(rq.get("borrowingLimit"), rw + ".borrowingLimit", p),
-                                            _quantity(rq.get("lendingLimit"), rw + ".lendingLimit", p)))
+        for name, fq, fw in _named_items(rg.get("flavors"), w + ".flavors", p):
+            quotas = tuple(
+                ResourceQuota(rname, _quantity(rq.get("nominalQuota"), rw + ".nominalQuota", p) or 0,
+                              _quantity(rq.get("borrowingLimit"), rw + ".borrowingLimit", p),
+                              _quantity(rq.get("lendingLimit"), rw + ".lendingLimit", p))
+                for rname, rq, rw in _named_items(fq.get("resources"), fw + ".resources", p))
             names = [q.name for q in quotas]
             if names != list(covered):
                 # "Each flavor MUST list all the resources listed for this group in the same order"
@@ -209,31 +210,18 @@ def _resource_groups(raw: Any, where: str, p: Problems) -> tuple[ResourceGroup, 
                 # refuse the object, but a server without CEL, before 1.25, stores it): which quota
                 # belongs to which resource is then unknowable, so the queue is not read at all.
                 raise ParseError(f"{fw} ({name}) lists resources {names}, not the group's coveredResources {list(covered)}")
-            flavors.append(FlavorQuotas(name, tuple(quotas)))
+            flavors.append(FlavorQuotas(name, quotas))
         groups.append(ResourceGroup(covered, tuple(flavors)))
     return tuple(groups)
 
 
 def _usage(raw: Any, where: str, p: Problems) -> tuple[ResourceUsage, ...]:
-    out = []
-    for i, fu in enumerate(as_list(raw, where, p)):
-        w = f"{where}[{i}]"
-        fu = as_dict(fu, w, p)
-        flavor = as_str(fu.get("name"), w + ".name", p)
-        if not flavor:
-            p.append(f"{w}.name missing")
-            continue
-        for j, ru in enumerate(as_list(fu.get("resources"), w + ".resources", p)):
-            rw = f"{w}.resources[{j}]"
-            ru = as_dict(ru, rw, p)
-            name = as_str(ru.get("name"), rw + ".name", p)
-            if not name:
-                p.append(f"{rw}.name missing")
-                continue
-            # total and borrowed are omitempty (clusterqueue_types.go:422, 427): absent is zero
-            out.append(ResourceUsage(flavor, name, _quantity(ru.get("total"), rw + ".total", p) or 0,
-                                     _quantity(ru.get("borrowed"), rw + ".borrowed", p) or 0))
-    return tuple(out)
+    # total and borrowed are omitempty (clusterqueue_types.go:422, 427): absent is zero
+    return tuple(
+        ResourceUsage(flavor, name, _quantity(ru.get("total"), rw + ".total", p) or 0,
+                      _quantity(ru.get("borrowed"), rw + ".borrowed", p) or 0)
+        for flavor, fu, w in _named_items(raw, where, p)
+        for name, ru, rw in _named_items(fu.get("resources"), w + ".resources", p))
 
 
 def _weight(spec: dict, p: Problems) -> float | None:
