@@ -250,12 +250,25 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
 
     admission = [
         rule(
+            # Causes, not Kueue's inadmissible count: with BestEffortFIFO every Workload short of
+            # free quota is counted inadmissible too (kueue pkg/metrics/metrics.go:457-460,
+            # pkg/cache/queue/cluster_queue.go:568-590), so the count is high on a healthy, busy
+            # queue. A queue inactive for anything but a stop (gangscope_cluster_queue_active),
+            # or holding Workloads that will not clear by themselves, is what needs a person; the
+            # queue's own reason first (its Workloads then say only Suspended).
             "GangscopeClusterQueueInadmissible",
-            'sum by (cluster_queue) (kueue_pending_workloads{status="inadmissible"}) > 0',
-            "A ClusterQueue holds inadmissible workloads.",
-            "ClusterQueue {{ $labels.cluster_queue }} has had inadmissible workloads for more than "
-            f"{a['GangscopeClusterQueueInadmissible']['for']} (now {{{{ $value }}}}): Kueue cannot admit them "
-            "as they are (no matching flavor, quota or LocalQueue).",
+            'max by (cluster_queue, reason) (1 - gangscope_cluster_queue_active{reason!~"Ready|Stopped|"}) > 0\n'
+            "or on (cluster_queue)\n"
+            "count by (cluster_queue, reason) (\n"
+            '  (gangscope_workload_pending_reason{category="configuration"} == 1)\n'
+            "  * on (namespace, workload) group_left (cluster_queue)\n"
+            '  topk by (namespace, workload) (1, gangscope_workload_info{cluster_queue!=""})\n'
+            ")",
+            "A ClusterQueue cannot admit workloads because of a configuration problem.",
+            "ClusterQueue {{ $labels.cluster_queue }} has had a configuration problem for more than "
+            f"{a['GangscopeClusterQueueInadmissible']['for']} (reason {{{{ $labels.reason }}}}): the queue is inactive "
+            "(a missing ResourceFlavor, Topology or admission check) or holds workloads that Kueue will not admit as "
+            "they are. `kubectl get clusterqueue {{ $labels.cluster_queue }} -o yaml` shows its Active condition.",
         ),
         rule(
             "GangscopeWorkloadMisconfigured",

@@ -29,14 +29,14 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .cluster.workload_state import WAITING_STAGES
+from .cluster.workload_state import WAITING_STAGES, in_queue
 from .config import add_kube, add_logging
 
 if TYPE_CHECKING:
     from .cluster.capacity import PodSetFit
     from .cluster.gangs import Gang, GangIndex
     from .cluster.jobs import JobIndex, JobView
-    from .cluster.queue_positions import QueuePosition
+    from .cluster.clusterqueues import ClusterQueue, QueuePosition
     from .cluster.store import ClusterStore
     from .cluster.workloads import AdmissionCheck, Condition, Workload
 
@@ -174,7 +174,8 @@ def _fit(f: PodSetFit) -> dict[str, Any]:
 
 
 def admission_layer(wl: Workload | None, position: QueuePosition | None = None,
-                    fits: Sequence[PodSetFit] = ()) -> dict[str, Any]:
+                    fits: Sequence[PodSetFit] = (), queue: ClusterQueue | None = None,
+                    cohorts: Sequence[str] = ()) -> dict[str, Any]:
     if wl is None or wl.state is None:
         return _layer("admission", "unknown", "no Kueue Workload joined to this PodGroup (not admitted by Kueue)")
     conds = wl.conditions
@@ -189,9 +190,15 @@ def admission_layer(wl: Workload | None, position: QueuePosition | None = None,
         if pending is not None else None,
         "requeue": {"count": wl.requeue_count, "at": wl.requeue_at or None} if wl.requeue_count is not None or wl.requeue_at else None,
         "evictions": [{"reason": r, "underlying_cause": u, "count": n} for (r, u), n in sorted(wl.evictions.items())],
+        "failed_nodes": list(wl.failed_nodes),
         "admission_checks": [_check(c) for c in wl.admission_checks],
         "blocking_check": check.name if check is not None else None,
         "queue_position": _position(position),
+        "cluster_queue_state": {
+            "active": queue.active, "reason": queue.active_reason or None, "message": queue.active_message or None,
+            "stop_policy": queue.stop_policy, "flavors": list(queue.flavor_names), "cohort": queue.cohort or None,
+            "cohort_tree": list(cohorts),
+        } if queue is not None else None,
     }
     cq = wl.cluster_queue or "?"
     stage = state.stage
@@ -215,6 +222,8 @@ def admission_layer(wl: Workload | None, position: QueuePosition | None = None,
             summary += f"; requeued {wl.requeue_count}x" + (f", next retry {wl.requeue_at}" if wl.requeue_at else "")
         if check is not None:
             summary += "; " + _check_text(check)
+        summary += _eviction_text(wl, pending.message)
+        summary += _queue_text(wl, queue, pending.message)
         summary += _position_text(position)
         if pending.category == "capacity" and fits:  # would the free GPUs take it, once quota allows?
             from .cluster.capacity import fit_text
@@ -228,8 +237,53 @@ def admission_layer(wl: Workload | None, position: QueuePosition | None = None,
         summary = f"quota reserved in {cq}, admission pending"
         summary += ": " + (_check_text(check) if check is not None else (adm or {}).get("message") or "checks not ready")
         return _layer("admission", "blocking", summary, evidence)
+    if stage == "admission_checks":  # Admitted=False PendingDelayedTopologyRequests: quota held, not admitted yet
+        since = (qr or {}).get("since")
+        return _layer("admission", "ok", f"quota reserved in {cq} (queue {wl.queue_name})" + (f" at {since}" if since else "")
+                      + "; admission waits for its delayed topology assignment: see placement", evidence)
     since = (adm or qr or {}).get("since")
     return _layer("admission", "ok", f"admitted to {cq} (queue {wl.queue_name})" + (f" at {since}" if since else ""), evidence)
+
+
+def cohort_tree(store: ClusterStore, queue: ClusterQueue | None) -> list[str]:
+    """The queue's cohort and its parents up to the root, from the Cohort objects (a cohort
+    without an object ends the chain; Kueue rejects cycles, this guards against a stale one)."""
+    out: list[str] = []
+    name = queue.cohort if queue is not None else ""
+    while name and name not in out:
+        out.append(name)
+        cohort = store.cohorts.get(name)
+        name = cohort.parent if cohort is not None else ""
+    return out
+
+
+def _queue_text(wl: Workload, queue: ClusterQueue | None, pending_message: str) -> str:
+    """Why the Workload's ClusterQueue admits nothing, from its Active condition (Kueue's own
+    words, pkg/cache/scheduler/clusterqueue.go:311-366), where it is not active."""
+    if queue is not None:
+        if queue.active:
+            return ""
+        why = queue.active_reason or "no Active condition yet"
+        return f"; ClusterQueue {queue.name} is not active ({why}" + (f": {queue.active_message})" if queue.active_message else ")")
+    if pending_message.startswith("ClusterQueue ") and pending_message.endswith(" is inactive"):
+        return "; whether the ClusterQueue is stopped or misconfigured is unknown (ClusterQueues not read)"
+    return ""
+
+
+def _eviction_text(wl: Workload, pending_message: str) -> str:
+    """"; evicted before ..." for a Workload back in the queue after an eviction (its Evicted
+    condition is still True: Kueue resets it when it reserves quota again, pkg/workload/workload.go:941),
+    naming the failed nodes of a NodeFailures eviction (exporter.cluster.evictions)."""
+    ev = wl.conditions.get("Evicted")
+    if ev is None or ev.status != "True":
+        return ""
+    text = f"; evicted before ({ev.reason}"
+    if ev.reason == "NodeFailures" and wl.failed_nodes:
+        text += f", failed node{'s' if len(wl.failed_nodes) > 1 else ''} {', '.join(wl.failed_nodes)}"
+    text += f" at {ev.last_transition})" if ev.last_transition else ")"
+    if ev.message and ev.message != pending_message:
+        text += f": {ev.message}"
+    return text
 
 
 def _check_text(c: AdmissionCheck) -> str:
@@ -595,7 +649,7 @@ async def diagnose(store: ClusterStore, gangs: GangIndex, namespace: str, name: 
     how, wl, wl_gangs = resolve(store, gangs, namespace, name)
     position = store.queue_positions.get(wl.key) if wl is not None else None
     finished = wl is not None and wl.stage == "finished"
-    fits = store.capacity.workload_fit(wl) if wl is not None and wl.stage in WAITING_STAGES else []
+    fits = store.capacity.workload_fit(wl) if wl is not None and in_queue(wl.state) else []
     layers: list[dict[str, Any]] = []
     blocked: dict[str, Any] | None = None
     for layer_name in LAYERS:
@@ -604,7 +658,8 @@ async def diagnose(store: ClusterStore, gangs: GangIndex, namespace: str, name: 
             layers.append(_layer(layer_name, "not_reached", why))
             continue
         if layer_name == "admission":
-            layer = admission_layer(wl, position, fits)
+            queue = store.cluster_queues.get(wl.cluster_queue) if wl is not None else None
+            layer = admission_layer(wl, position, fits, queue, cohort_tree(store, queue))
         elif layer_name == "placement":
             layer = placement_layer(wl, fits)
         elif layer_name == "assembly":
@@ -705,8 +760,8 @@ async def _load_live(args: argparse.Namespace, store: ClusterStore, gangs: GangI
     host; without the right to read Nodes the placement shows hosts only), every Node and Workload
     for a waiting Workload with a topology request (its fit, :func:`_load_capacity`), and Kueue's
     visibility API for a pending Workload's queue position (left out when not served or forbidden)."""
-    from .cluster.queue_positions import DEFAULT_LIMIT, fetch_positions
-    from .kube.client import ApiError, KubeClient
+    from .cluster.queue_positions import DEFAULT_LIMIT, fetch_local_positions, fetch_positions
+    from .kube.client import ApiError, Forbidden, KubeClient
     from .kube.discovery import served_version
     from .cluster.collector import source_specs
     from .kube.resources import NODES, QUEUE_POSITIONS
@@ -721,7 +776,7 @@ async def _load_live(args: argparse.Namespace, store: ClusterStore, gangs: GangI
         if wl is None:
             return
         await _load_nodes(client, wl, handlers[NODES.source])
-        if wl.stage in WAITING_STAGES and any(ps.topology is not None for ps in wl.podsets):
+        if in_queue(wl.state) and any(ps.topology is not None for ps in wl.podsets):
             await _load_capacity(args, client, store, handlers)
             _, wl, _ = resolve(store, gangs, namespace, name)  # the Workload as the cluster-wide list has it
             if wl is None:
@@ -731,6 +786,12 @@ async def _load_live(args: argparse.Namespace, store: ClusterStore, gangs: GangI
         try:  # optional: not served or forbidden leaves the position out
             version = await served_version(client, QUEUE_POSITIONS)
             found = await fetch_positions(client, version, wl.cluster_queue, DEFAULT_LIMIT, time.time()) if version else None
+        except Forbidden:  # a user with rights in the namespace only: its LocalQueue's endpoint
+            try:
+                found = await fetch_local_positions(client, version, wl.namespace, wl.queue_name, wl.cluster_queue,
+                                                    DEFAULT_LIMIT, time.time()) if version else None
+            except ApiError:
+                return
         except ApiError:
             return
         if found is not None and wl.key in found[0]:

@@ -24,7 +24,7 @@ GANGSCOPE = frozenset(
         "gangscope_workload_topology_pods",
         "gangscope_workload_unhealthy_node",
         "gangscope_workload_pending_reason",
-        "gangscope_workload_requeue_count",
+        "gangscope_workload_requeues",
         "gangscope_workload_requeue_at_timestamp_seconds",
         "gangscope_workload_admission_check",
         "gangscope_workload_admission_check_transition_timestamp_seconds",
@@ -36,6 +36,12 @@ GANGSCOPE = frozenset(
         "gangscope_workload_domains_spanned",
         "gangscope_workload_locality_ratio",
         "gangscope_workload_past_execution_seconds",
+        # ClusterQueues
+        "gangscope_cluster_queue_active",
+        "gangscope_cluster_queue_flavor_info",
+        "gangscope_cluster_queue_nominal_quota",
+        "gangscope_cluster_queue_reserved",
+        "gangscope_cluster_queue_used",
         # capacity per domain
         "gangscope_domain_gpus",
         "gangscope_domain_gpus_bound",

@@ -236,6 +236,19 @@ async def test_running_demo_serves_joined_series(static_demo: Demo) -> None:
     assert idle[("ml-team", "job-mixtral-sft")] == 0
 
 
+async def test_demo_pages_pass_promtool_check_metrics(static_demo: Demo) -> None:
+    """Both processes' pages, as the demo serves them (every family the scenario fills), lint
+    clean: no gauge with a suffix promtool reserves (``_count``, ``_sum``, ``_bucket``, ``_total``)."""
+    ports = {"collector": static_demo.collector.port, **{f"agent {n}": a.port for n, a in sorted(static_demo.agents.items())[:2]}}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+        for what, port in ports.items():
+            async with session.get(f"http://127.0.0.1:{port}/metrics") as resp:
+                text = await resp.text()
+            assert "# TYPE" in text
+            lint = subprocess.run(["promtool", "check", "metrics"], input=text.encode(), capture_output=True)
+            assert lint.returncode == 0, f"{what}: " + lint.stdout.decode() + lint.stderr.decode()
+
+
 @pytest.mark.parametrize("profile", ["a100", "h200", "b200"])
 async def test_demo_runs_every_gpu_generation(profile: str) -> None:
     """--sim-profile gives blocks 1-2 another generation (h100 and the gb200 rack run in every demo):

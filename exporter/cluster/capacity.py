@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, Any
 from ..exposition import Exposition, Family, LabelPairs, format_value
 from ..taints import Taint, Toleration, tolerated, untolerated
 from ..topology import HOSTNAME_LABEL
-from .workload_state import WAITING_STAGES, holds_quota
+from .workload_state import holds_quota, in_queue
 
 if TYPE_CHECKING:
     from ..topologies import ResourceFlavor, Topology
@@ -738,7 +738,7 @@ class Capacity:
 
     def _note_waiting(self, key: WorkloadKey, wl: Workload | None) -> None:
         requests = []
-        if wl is not None and wl.stage in WAITING_STAGES and wl.podsets:
+        if wl is not None and in_queue(wl.state) and wl.podsets:
             requests = [(ps, (ps.topology, ps.gpus_per_pod, ps.count, ps.tolerations, tuple(sorted(ps.node_selector.items()))))
                         for ps in wl.podsets
                         if ps.topology is not None and ps.gpus_per_pod > 0 and ps.count > 0

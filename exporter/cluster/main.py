@@ -44,13 +44,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds between polls of Kueue's visibility API for pending Workloads' queue positions "
                         "(0: do not poll; default 30)")
     p.add_argument("--queue-position-limit", type=int, default=DEFAULT_LIMIT, metavar="N",
-                   help="Workloads asked for per ClusterQueue and poll (Kueue's limit parameter; default 1000)")
+                   help="most Workloads asked for per ClusterQueue (or LocalQueue) and poll, in pages of 1000 "
+                        "(Kueue's limit and offset parameters; default 10000)")
     add_logging(p)
 
 
 def add_scope(p: argparse.ArgumentParser) -> None:
     """What the collector watches: kube-state-metrics' flags of the same names."""
-    sources = ",".join(r.source for r in COLLECTOR_RESOURCES)
+    sources = ",".join(dict.fromkeys(r.source for r in COLLECTOR_RESOURCES))
     p.add_argument("--resources", default="", metavar="SOURCE,...",
                    help=f"watch only these sources (default: all of {sources})")
     p.add_argument("--namespaces", action="append", default=[], metavar="NS,...",
@@ -77,7 +78,7 @@ def scope_from_args(args: argparse.Namespace) -> Scope:
 
 def sources_from_args(args: argparse.Namespace) -> set[str]:
     """The --resources selection (every collector source by default). Raises ValueError on an unknown one."""
-    known = [r.source for r in COLLECTOR_RESOURCES]
+    known = list(dict.fromkeys(r.source for r in COLLECTOR_RESOURCES))
     chosen = {s.strip() for s in args.resources.split(",") if s.strip()} or set(known)
     unknown = sorted(chosen - set(known))
     if unknown:
@@ -185,7 +186,7 @@ class Collector:
         specs = [spec for spec in source_specs(args, self.handlers) if spec.resource.source in self.selected]
         self.positions = QueuePositionPoller(self.client, self.store, self.exposition,
                                              interval=args.queue_position_interval, limit=args.queue_position_limit,
-                                             discovery_interval=args.discovery_interval
+                                             discovery_interval=args.discovery_interval, scope=self.scope,
                                              ) if QUEUE_POSITIONS.source in self.selected else None
         self.sources = SourceSet(self.client, specs, self.exposition, discovery_interval=args.discovery_interval,
                                  backoff=self._backoff, scope=self.scope)

@@ -23,7 +23,16 @@ from ..fields import (
 from ..taints import Toleration, parse_tolerations
 from ..topologies import FlavorTopology
 from ..topology import AssignmentError, Domain, iter_domains
-from .workload_state import CHECK_STATES, STAGES, WorkloadState
+
+# The stages a Workload's status means, highest precedence first: the first stage whose rule holds
+# is the Workload's stage (the rules: exporter.cluster.workload_state, which judges; the record
+# holds the result, so the vocabulary lives here and that module reads this one).
+STAGES = (
+    "finished", "deactivated", "evicting", "recovering", "running", "assembling", "admission_checks",
+    "preempting", "backoff", "held", "inadmissible", "queued",
+)
+# Admission check states (kueue apis/kueue/v1beta2/workload_types.go:803-805).
+CHECK_STATES = ("Pending", "Ready", "Retry", "Rejected")
 
 _NW = ("namespace", "workload")
 _EMPTY: dict = {}  # an absent object, read-only
@@ -71,7 +80,7 @@ WORKLOAD_EVICTIONS = Family(
     (*_NW, "reason", "underlying_cause"),
 )
 WORKLOAD_REQUEUE_COUNT = Family(
-    "gangscope_workload_requeue_count", "gauge",
+    "gangscope_workload_requeues", "gauge",
     "Times Kueue requeued the Workload after an eviction with backoff (status.requeueState.count; reset on reactivation).", _NW,
 )
 WORKLOAD_REQUEUE_AT = Family(
@@ -123,7 +132,8 @@ WORKLOAD_PAST_EXECUTION = Family(
 TOPOLOGY_EVICTIONS = Family(
     "gangscope_topology_evictions_total", "counter",
     "Workload evictions observed since start (status.schedulingStats), counted once per domain at --eviction-level "
-    "(labels of that level and above) of the evicted Workload's last assignment.",
+    "(labels of that level and above) of the placement the Workload was evicted from; NodeFailures only in the domains "
+    "of the failed nodes (every domain of the placement where no failed node is known).",
     ("reason", "underlying_cause"), topology=True,
 )
 
@@ -186,6 +196,36 @@ class AdmissionCheck:
         if self.state != "Retry" or self.requeue_after_seconds is None or self.last_transition_seconds is None:
             return None
         return self.last_transition_seconds + self.requeue_after_seconds
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReason:
+    """Why a Workload is not admitted: Kueue's reason token, its category and Kueue's message.
+
+    ``reason`` is the token Kueue wrote (``QuotaReserved``'s reason, ``Admitted``'s while checks
+    are pending, the ``Requeued`` reason during a backoff); an absent ``QuotaReserved`` counts as
+    ``PendingEvaluation`` and an absent ``Admitted`` with quota reserved as
+    ``UnsatisfiedAdmissionChecks``, as Kueue's own unadmitted-workloads metric counts them
+    (KEP-10852, "Handling of Missing or Unset Status Conditions"); a backoff without a
+    ``Requeued=False`` condition (an admission check's retry delay) says ``Backoff``.
+    """
+
+    reason: str
+    category: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadState:
+    """The meaning of one Workload's status at one instant
+    (:func:`exporter.cluster.workload_state.workload_state` computes it)."""
+
+    stage: str
+    pending: PendingReason | None  # None once admitted (or finished)
+    backoff_until: float | None  # requeueState.requeueAt while it is in the future
+    blocking_check: AdmissionCheck | None  # the admission check that holds admission, if any
+    pods_assembling: bool | None  # the gang signal this state was computed with
+    uses_pods_signal: bool = False  # whether the stage depends on it (admitted, no PodsReady)
 
 
 @dataclass(slots=True)
@@ -316,6 +356,7 @@ class Workload:
     cluster_queue: str = ""  # admission's, else the LocalQueue's spec.clusterQueue
     last_assignments: list[Assignment] = field(default_factory=list)  # current, else the last seen with topology
     unhealthy_paths: list[Path] = field(default_factory=list)
+    failed_nodes: tuple[str, ...] = ()  # the nodes of its last NodeFailures eviction (exporter.cluster.evictions)
 
     @property
     def key(self) -> tuple[str, str]:

@@ -713,7 +713,22 @@ def _stalled_trainjob(sc: Scenario, now: datetime, node: str, gpus: int) -> None
 
 
 def _node_failure_timeline(sc: Scenario, wl: Obj, failed_node: str, now: datetime) -> None:
-    """At +20 s a node of ``wl`` fails (unhealthyNodes); at +40 s Kueue evicts it with NodeFailures and clears admission."""
+    """At +20 s a node of ``wl`` fails: the node lifecycle controller marks its Ready condition
+    Unknown and taints it unreachable (kubernetes pkg/controller/nodelifecycle/
+    node_lifecycle_controller.go: NodeStatusUnknown, "Kubelet stopped posting node status.";
+    taints node.kubernetes.io/unreachable NoSchedule and NoExecute), and Kueue's TAS node
+    controller lists it in the Workload's unhealthyNodes; at +40 s Kueue evicts the Workload with
+    NodeFailures, clearing unhealthyNodes and admission (kueue pkg/workload/evict/evict.go:205-209).
+    The node stays failed, so capacity, fit and the fragmentation alert see it unavailable throughout."""
+    node = copy.deepcopy(next(n for n in sc.nodes if n["metadata"]["name"] == failed_node))
+    at = _ts(now + timedelta(seconds=20))
+    for c in node["status"]["conditions"]:
+        c.update(status="Unknown", reason="NodeStatusUnknown", message="Kubelet stopped posting node status.",
+                 lastTransitionTime=at)
+    node["spec"]["taints"] = [*node["spec"].get("taints", []),
+                              {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule", "timeAdded": at},
+                              {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": at}]
+    sc.timeline.append((20.0, "MODIFIED", node))
     step1 = copy.deepcopy(wl)
     step1["status"]["unhealthyNodes"] = [{"name": failed_node}]
     _set_cond(step1, _cond("PodsReady", "False", "WaitForRecovery", "At least one pod has failed, waiting for recovery", now))
