@@ -27,6 +27,7 @@ from ..kube.resources import AGENT_NODE, AGENT_PODS, TOPOLOGIES
 from ..topology import TopologyLevels, parse_alias_overrides
 from . import families as F
 from .fabric import FabricSampler
+from .lifecycle import FatalWatch, NvmlLifecycle
 from .nodeinfo import NodeTopology, TopologyLevelsWatch
 from .nvml import NvmlSampler
 from .podresources import PodResourcesPoller, resolve_device
@@ -62,17 +63,23 @@ class Agent:
         self.args = args
         self.exposition = exposition_from_args(args)
         self.exposition.register(*F.GPU_FAMILIES)
-        self.node = NodeTopology(args.node_name, levels, self._relabel)
+        self.node = NodeTopology(args.node_name, levels, self._relabel, on_labels=self._node_labels)
         # No levels given: follow the Kueue Topologies, as the collector does.
         self.topologies = None if any(k.strip() for k in args.topology_levels.split(",")) \
             else TopologyLevelsWatch(self.node, parse_alias_overrides(args.topology_alias))
         self.pods = PodIndex(self.render_pods)
         self.nvml_health = SourceHealth("nvml", self.exposition)
-        self.sampler = NvmlSampler(
-            nvml or nvml_factory(args.nvml, args.sim_profile), self.exposition, self.nvml_health, self.node.base_labels,
-            interval=args.sample_interval, timeout=args.nvml_timeout, pcie_interval=args.pcie_interval,
-            on_inventory=self.render_pods,
-        )
+        library = nvml or nvml_factory(args.nvml, args.sim_profile)
+
+        def make_sampler() -> NvmlSampler:  # one per NVML initialisation (see lifecycle.py)
+            return NvmlSampler(
+                lambda: FatalWatch(library(), self.lifecycle.on_fatal), self.exposition, self.nvml_health,
+                self.node.base_labels, interval=args.sample_interval, timeout=args.nvml_timeout,
+                pcie_interval=args.pcie_interval, on_inventory=self.render_pods,
+            )
+
+        self.lifecycle = NvmlLifecycle(make_sampler, self.exposition, self.nvml_health, self.node.base_labels,
+                                       self.render_pods, node_settled=self._node_settled)
         self.podres = PodResourcesPoller(
             args.pod_resources_socket, SourceHealth("podresources", self.exposition), self.render_pods,
             interval=args.pod_resources_interval, resources=args.gpu_resource or ("nvidia.com/gpu", "nvidia.com/mig-*"),
@@ -86,6 +93,21 @@ class Agent:
         self._sources: Any = None
         self._endpoint: Any = None
         self.port = 0
+
+    @property
+    def sampler(self) -> NvmlSampler:
+        """The current NVML sampler (a new one after each release, see :class:`NvmlLifecycle`)."""
+        return self.lifecycle.sampler
+
+    def _node_labels(self, labels: Any) -> None:
+        self.lifecycle.set_labels(labels)
+
+    def _node_settled(self) -> bool:
+        """Whether the Node's labels are known, or will not be (no access, not served, forbidden, failing)."""
+        if self._sources is None:
+            return True
+        state = self._sources.sources.get(AGENT_NODE.source)
+        return state is None or state.synced_once or state.phase in ("not_served", "forbidden", "error")
 
     # ----- the join series -------------------------------------------------------------------
 
@@ -122,6 +144,7 @@ class Agent:
         for health in self.healths():
             health.set_labels(self.node.base_labels())
         self.sampler.relabel()
+        self.lifecycle.render()
         self.fabric.render()
         self.render_pods()
 
@@ -142,7 +165,7 @@ class Agent:
                                              title=f"gangscope agent on {self.args.node_name}", sources=self.healths)
         self.port = self._endpoint.port
         self._tasks = [
-            asyncio.create_task(self.sampler.run(), name="nvml"),
+            asyncio.create_task(self.lifecycle.run(), name="nvml-lifecycle"),
             asyncio.create_task(self.podres.run(), name="podresources"),
             asyncio.create_task(self.fabric.run(), name="fabric"),
         ]
@@ -184,7 +207,7 @@ class Agent:
         if self._sources is not None:
             await self._sources.stop()
         await self.podres.close()
-        self.sampler.close()
+        self.lifecycle.close()
         if self._endpoint is not None:
             await self._endpoint.close()
         if self._client is not None:
