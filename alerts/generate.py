@@ -384,7 +384,9 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
         ),
         rule(
             "GangscopeNVLinkDown",
-            "gangscope_nvlink_link_up == 0",
+            # Only links seen up while their series existed (NVLINK_TRAINED): a link never trained
+            # (no NVLink bridge or peer) reads inactive forever and is not a failure.
+            f"gangscope_nvlink_link_up == 0\nand {NVLINK_TRAINED}",
             "An NVLink link is down.",
             "NVLink link {{ $labels.link }} of GPU {{ $labels.gpu }} on node {{ $labels.node }} "
             f"({_desc_domain(dom)}) is down.",
@@ -728,12 +730,33 @@ def recording_rules(cfg: Config) -> list[dict[str, Any]]:
             }
         )
     return [
-        {"name": "gangscope-interconnect.rules", "rules": throughput},
+        {"name": "gangscope-interconnect.rules", "rules": throughput + nvlink_link_rules()},
         {"name": "gangscope-gangs.rules", "rules": gangs},
         {"name": "gangscope-hardware.rules", "rules": hardware_rules(cfg)},
         {"name": "gangscope-stragglers.rules", "rules": straggler_rules(cfg)},
         {"name": "gangscope-dcgm.rules", "rules": dcgm_rules(cfg)},
         {"name": "gangscope-capacity.rules", "rules": capacity_rules(cfg)},
+    ]
+
+
+NVLINK_TRAINED = "link:gangscope_nvlink_link_up:trained"
+
+
+def nvlink_link_rules() -> list[dict[str, Any]]:
+    """A latch: 1 for each link that has been up at least once while its series existed.
+
+    A link that the device has but that never trained (a PCIe card without its NVLink bridge, a
+    board whose peer is absent) reports inactive from the first sample on, for as long as the
+    agent runs; a failure is a link that was up and went down. The rule reads its own previous
+    result: the link up now, or trained before and still exported. A gap in the link's series
+    (the agent restarted, NVML released for a driver upgrade) ends the latch, so "trained" means
+    since the series last appeared. Links the device reports not present (NVLink state
+    NOT_SUPPORTED) have no series at all."""
+    return [
+        {
+            "record": NVLINK_TRAINED,
+            "expr": f"gangscope_nvlink_link_up == 1\nor ({NVLINK_TRAINED} and gangscope_nvlink_link_up)",
+        },
     ]
 
 

@@ -30,7 +30,7 @@ from .fabric import FabricSampler
 from .lifecycle import FatalWatch, NvmlLifecycle
 from .nodeinfo import NodeTopology, TopologyLevelsWatch
 from .nvml import NvmlSampler
-from .podresources import PodResourcesPoller, resolve_device
+from .podresources import DEFAULT_RESOURCES, Allocation, PodResourcesPoller, resolve_device
 from .pods import PodIndex
 
 log = structlog.get_logger(__name__)
@@ -62,7 +62,7 @@ class Agent:
     def __init__(self, args: argparse.Namespace, levels: TopologyLevels, nvml: Callable[[], Any] | None = None) -> None:
         self.args = args
         self.exposition = exposition_from_args(args)
-        self.exposition.register(*F.GPU_FAMILIES)
+        self.exposition.register(*F.GPU_FAMILIES, *F.POD_RESOURCES_FAMILIES)
         self.node = NodeTopology(args.node_name, levels, self._relabel, on_labels=self._node_labels)
         # No levels given: follow the Kueue Topologies, as the collector does.
         self.topologies = None if any(k.strip() for k in args.topology_levels.split(",")) \
@@ -82,7 +82,7 @@ class Agent:
                                        self.render_pods, node_settled=self._node_settled)
         self.podres = PodResourcesPoller(
             args.pod_resources_socket, SourceHealth("podresources", self.exposition), self.render_pods,
-            interval=args.pod_resources_interval, resources=args.gpu_resource or ("nvidia.com/gpu", "nvidia.com/mig-*"),
+            interval=args.pod_resources_interval, resources=args.gpu_resource or DEFAULT_RESOURCES,
         )
         self.fabric = FabricSampler(args.sysfs, self.exposition, SourceHealth("fabric", self.exposition),
                                     self.node.base_labels, interval=args.sample_interval)
@@ -112,14 +112,16 @@ class Agent:
     # ----- the join series -------------------------------------------------------------------
 
     def render_pods(self) -> None:
-        """``gangscope_gpu_pod_info``: kubelet allocations x NVML inventory x pod metadata."""
+        """``gangscope_gpu_pod_info`` (kubelet allocations x NVML inventory x pod metadata) and
+        ``gangscope_gpu_kubelet_devices`` (what the kubelet can allocate of each GPU)."""
         inventory = self.sampler.inventory()
-        by_index = {i: st.dev.uuid for i, st in self.sampler.gpus.items() if st.dev.uuid}
+        by_minor = {st.dev.minor: (i, st.dev.uuid) for i, st in self.sampler.gpus.items()
+                    if st.dev.uuid and st.dev.minor is not None}
         base = self.node.base_labels()
         lines: dict[str, None] = {}
         unresolved = 0
         for alloc in self.podres.allocations:
-            hit = resolve_device(alloc, inventory, by_index)
+            hit = resolve_device(alloc, inventory, by_minor)
             if hit is None:
                 unresolved += 1
                 continue
@@ -129,8 +131,16 @@ class Agent:
                                  ("container", alloc.container), ("workload", meta.workload), ("podset", meta.podset),
                                  ("podgroup", meta.podgroup)], base, 1)] = None
         self.exposition.set(("gpu_pods",), {F.GPU_POD_INFO: list(lines)})
+        offered: dict[tuple[int, str], int] = {}
+        for resource, device in self.podres.allocatable or ():
+            hit = resolve_device(Allocation("", "", "", device), inventory, by_minor)
+            if hit is not None:
+                offered[(hit[0], resource)] = offered.get((hit[0], resource), 0) + 1
+        self.exposition.set(("gpu_allocatable",), {F.GPU_KUBELET_DEVICES: [
+            F.sample(F.GPU_KUBELET_DEVICES, [("gpu", str(gpu)), ("resource", resource)], base, count)
+            for (gpu, resource), count in sorted(offered.items())]})
         # Devices NVML does not know are worth one count per kubelet answer, once NVML is up.
-        if unresolved and by_index and self._counted is not self.podres.allocations:
+        if unresolved and inventory and self._counted is not self.podres.allocations:
             self._counted = self.podres.allocations
             self.podres.health.parse_error(unresolved)
             log.warning("podresources_unknown_devices", count=unresolved,

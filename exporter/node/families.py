@@ -154,6 +154,14 @@ PLATFORM_INFO = Family(
     ("gpu", "chassis_serial", "slot", "tray", "host_id", "node"), topology=True,
 )
 
+GPU_KUBELET_DEVICES = Family(
+    "gangscope_gpu_kubelet_devices", "gauge",
+    "Devices of the GPU the kubelet can allocate under an extended resource (pod-resources "
+    "GetAllocatableResources): 1 for a whole GPU, the replica count of a shared GPU (nvidia.com/gpu.shared, "
+    "time-slicing), the MIG devices of each nvidia.com/mig-* profile. Absent where the kubelet does not serve "
+    "the call or offers no device of the GPU (DRA allocates it). About one series per GPU.",
+    ("gpu", "resource", "node"), topology=True,
+)
 NVML_RELEASED = Family(
     "gangscope_nvml_released", "gauge",
     "1 while the agent has let go of NVML (workers stopped, nvmlShutdown called, no GPU series) because the "
@@ -204,7 +212,8 @@ NVLINK_BYTE_FAMILIES = {
 }
 FABRIC_FAMILIES = (FABRIC_TX, FABRIC_RX, FABRIC_RATE, FABRIC_UP, NIC_TX, NIC_RX)
 LIFECYCLE_FAMILIES = (NVML_RELEASED,)
-FAMILIES = GPU_FAMILIES + FABRIC_FAMILIES + LIFECYCLE_FAMILIES
+POD_RESOURCES_FAMILIES = (GPU_KUBELET_DEVICES,)
+FAMILIES = GPU_FAMILIES + FABRIC_FAMILIES + LIFECYCLE_FAMILIES + POD_RESOURCES_FAMILIES
 
 
 def series_prefix(family: Family, labels: Iterable[tuple[str, str]], base: Sequence[tuple[str, str]]) -> str:

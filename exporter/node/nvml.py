@@ -70,6 +70,7 @@ class GpuDevice:
     uuid: str = ""
     name: str = ""
     pci_bus_id: str = ""
+    minor: int | None = None  # /dev/nvidiaN: the number DRA devices (gpu-N) and GKE's nvidiaN name
     links: int = 0
     max_gen: int | None = None
     max_width: int | None = None
@@ -184,6 +185,7 @@ class NvmlReader:
         dev.name = _text(lib.nvmlDeviceGetName(handle))
         dev.pci_bus_id = _text(lib.nvmlDeviceGetPciInfo(handle).busId)
         dev.handle = handle
+        dev.minor = self._call(dev, "nvmlDeviceGetMinorNumber")
         if dev.lost:  # the GPU came back through a reset, which zeroes its counters
             for counter in dev.counters():
                 counter.restart()
