@@ -236,3 +236,23 @@ async def test_a_driver_nvml_refuses_after_the_upgrade_exits_for_a_restart(tmp_p
         stop.set()
         await asyncio.gather(serving, return_exceptions=True)
         await api.stop()
+
+
+async def test_release_with_a_call_stuck_in_the_driver_skips_nvml_shutdown(tmp_path: Path) -> None:
+    """A GPU hung in the driver when the upgrade starts: the release waits one NVML deadline for the
+    call, then lets go without nvmlShutdown under it (it could block too); the series still go."""
+    sim = SimNvml()
+    api, agent, scraper = await start(tmp_path, sim)
+    try:
+        await scraper.when(lambda r: len(only(r, "gangscope_gpu_up")) == 8)
+        sim.hang(4)
+        await scraper.when(lambda r: ({"gpu": "4"}, 0) in [({"gpu": l["gpu"]}, v) for l, v in only(r, "gangscope_gpu_up")])
+        api.update(node(**{UPGRADE_STATE: "pod-restart-required"}))
+        rows = await scraper.when(lambda r: released(r) == [({"reason": DRIVER_UPGRADE}, 1)])
+        assert only(rows, "gangscope_gpu_up") == []
+        assert sim.initialized, "nvmlShutdown is not called while a call is stuck"
+        assert agent.lifecycle.stuck()
+    finally:
+        sim.release()
+        await agent.stop()
+        await api.stop()
