@@ -730,7 +730,7 @@ def recording_rules(cfg: Config) -> list[dict[str, Any]]:
             }
         )
     return [
-        {"name": "gangscope-interconnect.rules", "rules": throughput + nvlink_link_rules()},
+        {"name": "gangscope-interconnect.rules", "rules": throughput + nvlink_link_rules(cfg)},
         {"name": "gangscope-gangs.rules", "rules": gangs},
         {"name": "gangscope-hardware.rules", "rules": hardware_rules(cfg)},
         {"name": "gangscope-stragglers.rules", "rules": straggler_rules(cfg)},
@@ -742,20 +742,22 @@ def recording_rules(cfg: Config) -> list[dict[str, Any]]:
 NVLINK_TRAINED = "link:gangscope_nvlink_link_up:trained"
 
 
-def nvlink_link_rules() -> list[dict[str, Any]]:
+def nvlink_link_rules(cfg: Config) -> list[dict[str, Any]]:
     """A latch: 1 for each link that has been up at least once while its series existed.
 
     A link that the device has but that never trained (a PCIe card without its NVLink bridge, a
     board whose peer is absent) reports inactive from the first sample on, for as long as the
     agent runs; a failure is a link that was up and went down. The rule reads its own previous
-    result: the link up now, or trained before and still exported. A gap in the link's series
-    (the agent restarted, NVML released for a driver upgrade) ends the latch, so "trained" means
-    since the series last appeared. Links the device reports not present (NVLink state
+    result: the link up now, or trained before and with a sample within ``gap``
+    (``last_over_time`` skips the staleness markers of a failed scrape or an agent restart, which
+    would otherwise end the latch and silence a real failure). A longer absence (NVML released for
+    a driver upgrade, the node gone) ends it. Links the device reports not present (NVLink state
     NOT_SUPPORTED) have no series at all."""
+    gap = cfg.alerts["GangscopeNVLinkDown"]["gap"]
     return [
         {
             "record": NVLINK_TRAINED,
-            "expr": f"gangscope_nvlink_link_up == 1\nor ({NVLINK_TRAINED} and gangscope_nvlink_link_up)",
+            "expr": f"gangscope_nvlink_link_up == 1\nor ({NVLINK_TRAINED} and last_over_time(gangscope_nvlink_link_up[{gap}]))",
         },
     ]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import threading
 from pathlib import Path
 
 import aiohttp
@@ -254,5 +255,42 @@ async def test_release_with_a_call_stuck_in_the_driver_skips_nvml_shutdown(tmp_p
         assert agent.lifecycle.stuck()
     finally:
         sim.release()
+        await agent.stop()
+        await api.stop()
+
+
+class SlowInit(SimNvml):
+    """nvmlInit blocks until ``proceed`` is set: a driver slow to answer at start."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started, self.proceed = threading.Event(), threading.Event()
+
+    def nvmlInit(self) -> None:
+        self.started.set()
+        self.proceed.wait(10)
+        super().nvmlInit()
+
+
+async def test_a_release_during_nvml_init_waits_for_it_and_shuts_it_down(tmp_path: Path) -> None:
+    """The labels ask for a release while nvmlInit is still running on its thread: the release
+    waits for it, then calls nvmlShutdown, so the late init does not keep the driver held."""
+    sim = SlowInit()
+    api, agent, scraper = await start(tmp_path, sim)
+    try:
+        async with asyncio.timeout(10):
+            while not sim.started.is_set():
+                await asyncio.sleep(0.02)
+        api.update(node(**{MIG_STATE: "pending"}))
+        async with asyncio.timeout(10):
+            while agent.lifecycle.wanted != MIG_RECONFIGURATION:
+                await asyncio.sleep(0.02)
+        sim.proceed.set()
+        rows = await scraper.when(lambda r: released(r) == [({"reason": MIG_RECONFIGURATION}, 1)])
+        assert not sim.initialized, "the init that finished during the release was shut down"
+        assert only(rows, "gangscope_gpu_up") == []
+        assert not agent.lifecycle.stuck()
+    finally:
+        sim.proceed.set()
         await agent.stop()
         await api.stop()

@@ -27,7 +27,7 @@ from ..kube.resources import AGENT_NODE, AGENT_PODS, TOPOLOGIES
 from ..topology import TopologyLevels, parse_alias_overrides
 from . import families as F
 from .fabric import FabricSampler
-from .lifecycle import FatalWatch, NvmlLifecycle
+from .lifecycle import NvmlLifecycle
 from .nodeinfo import NodeTopology, TopologyLevelsWatch
 from .nvml import NvmlSampler
 from .podresources import DEFAULT_RESOURCES, Allocation, PodResourcesPoller, resolve_device
@@ -73,7 +73,7 @@ class Agent:
 
         def make_sampler() -> NvmlSampler:  # one per NVML initialisation (see lifecycle.py)
             return NvmlSampler(
-                lambda: FatalWatch(library(), self.lifecycle.on_fatal), self.exposition, self.nvml_health,
+                lambda: self.lifecycle.watched(library()), self.exposition, self.nvml_health,
                 self.node.base_labels, interval=args.sample_interval, timeout=args.nvml_timeout,
                 pcie_interval=args.pcie_interval, on_inventory=self.render_pods,
             )

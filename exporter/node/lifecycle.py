@@ -79,13 +79,17 @@ def release_reason(labels: Mapping[str, str]) -> str:
 
 
 class FatalWatch:
-    """The NVML library with ``nvmlInit`` watched for :data:`FATAL_INIT_ERRORS` (``on_fatal`` is
-    called on the calling thread, then the error is raised as before); every other attribute is
-    the library's own, looked up once (no wrapper on the sampling path)."""
+    """The NVML library with ``nvmlInit`` watched: :data:`FATAL_INIT_ERRORS` are reported to
+    ``on_fatal`` (on the calling thread, then raised as before), and ``in_flight``/``held`` say
+    whether an initialisation is running or holds the library, so a release can wait for the one
+    and shut the other down. Every other attribute is the library's own, looked up once (no
+    wrapper on the sampling path)."""
 
     def __init__(self, lib: Any, on_fatal: Callable[[pynvml.NVMLError], None]) -> None:
         self._lib = lib
         self._on_fatal = on_fatal
+        self.in_flight = False
+        self.held = False
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._lib, name)
@@ -93,12 +97,20 @@ class FatalWatch:
         return attr
 
     def nvmlInit(self) -> None:
+        self.in_flight = True
         try:
             self._lib.nvmlInit()
+            self.held = True
         except pynvml.NVMLError as exc:
             if exc.value in FATAL_INIT_ERRORS:
                 self._on_fatal(exc)
             raise
+        finally:
+            self.in_flight = False
+
+    def nvmlShutdown(self) -> None:
+        self.held = False
+        self._lib.nvmlShutdown()
 
 
 class NvmlLifecycle:
@@ -120,12 +132,18 @@ class NvmlLifecycle:
         self.releases = 0
         self._left_stuck = False  # a released sampler had a call stuck in the driver
         self.fatal: str | None = None  # set when nvmlInit answered a FATAL_INIT_ERRORS code
+        self._library: FatalWatch | None = None  # the library the current sampler initialised last
         self._task: asyncio.Task | None = None
         self._changed = asyncio.Event()
         self._fatal_event = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         exposition.register(*F.LIFECYCLE_FAMILIES)
         self.render()
+
+    def watched(self, lib: Any) -> FatalWatch:
+        """The sampler's library factory wraps each library it makes with this."""
+        self._library = FatalWatch(lib, self.on_fatal)
+        return self._library
 
     # ----- inputs ----------------------------------------------------------------------------
 
@@ -187,27 +205,28 @@ class NvmlLifecycle:
         await self._stop_task()
         sampler = self.sampler
         sampler.close()
-        # A call in progress finishes first (its worker stops after it); one still running past the
-        # NVML deadline is stuck in the driver, and nvmlShutdown is not called under it.
+        # A call in progress (an nvmlInit included) finishes first (its worker stops after it); one
+        # still running past the NVML deadline is stuck in the driver, and nvmlShutdown is not
+        # called under it.
+        library = self._library
         deadline = time.monotonic() + sampler.timeout
-        while (stuck := sampler.stuck()) and time.monotonic() < deadline:
+        while ((stuck := sampler.stuck()) or (library is not None and library.in_flight)) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
+        stuck = stuck or (library is not None and library.in_flight)
         for idx in list(sampler.gpus):
             self.exposition.delete(("gpu", idx))
             self.exposition.delete(("gpu_counters", idx))
         sampler.gpus = {}  # the pod join sees no GPUs until the next sampler enumerates them
         self._left_stuck = self._left_stuck or stuck
-        shut = await self._shutdown(sampler) if sampler.reader is not None and not stuck else False
+        shut = await self._shutdown(library) if library is not None and library.held and not stuck else False
         self.health.down(f"NVML released: {reason}", error=False)
         log.info("nvml_released", reason=reason, nvml_shutdown=shut, call_stuck=stuck)
         self.render()
         self.on_change()
 
     @staticmethod
-    async def _shutdown(sampler: NvmlSampler) -> bool:
+    async def _shutdown(lib: FatalWatch) -> bool:
         """``nvmlShutdown`` on a thread of its own (it may block in the driver); whether it returned."""
-        assert sampler.reader is not None
-        lib = sampler.reader.lib
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         loop = asyncio.get_running_loop()
 
