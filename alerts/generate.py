@@ -398,7 +398,9 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
         ),
         rule(
             "GangscopeNVLinkDown",
-            "gangscope_nvlink_link_up == 0",
+            # Only links seen up while their series existed (NVLINK_TRAINED): a link never trained
+            # (no NVLink bridge or peer) reads inactive forever and is not a failure.
+            f"gangscope_nvlink_link_up == 0\nand {NVLINK_TRAINED}",
             "An NVLink link is down.",
             "NVLink link {{ $labels.link }} of GPU {{ $labels.gpu }} on node {{ $labels.node }} "
             f"({_desc_domain(dom)}) is down.",
@@ -750,12 +752,35 @@ def recording_rules(cfg: Config) -> list[dict[str, Any]]:
             }
         )
     return [
-        {"name": "gangscope-interconnect.rules", "rules": throughput},
+        {"name": "gangscope-interconnect.rules", "rules": throughput + nvlink_link_rules(cfg)},
         {"name": "gangscope-gangs.rules", "rules": gangs},
         {"name": "gangscope-hardware.rules", "rules": hardware_rules(cfg)},
         {"name": "gangscope-stragglers.rules", "rules": straggler_rules(cfg)},
         {"name": "gangscope-dcgm.rules", "rules": dcgm_rules(cfg)},
         {"name": "gangscope-capacity.rules", "rules": capacity_rules(cfg)},
+    ]
+
+
+NVLINK_TRAINED = "link:gangscope_nvlink_link_up:trained"
+
+
+def nvlink_link_rules(cfg: Config) -> list[dict[str, Any]]:
+    """A latch: 1 for each link that has been up at least once while its series existed.
+
+    A link that the device has but that never trained (a PCIe card without its NVLink bridge, a
+    board whose peer is absent) reports inactive from the first sample on, for as long as the
+    agent runs; a failure is a link that was up and went down. The rule reads its own previous
+    result: the link up now, or trained before and with a sample within ``gap``
+    (``last_over_time`` skips the staleness markers of a failed scrape or an agent restart, which
+    would otherwise end the latch and silence a real failure). A longer absence (NVML released for
+    a driver upgrade, the node gone) ends it. Links the device reports not present (NVLink state
+    NOT_SUPPORTED) have no series at all."""
+    gap = cfg.alerts["GangscopeNVLinkDown"]["gap"]
+    return [
+        {
+            "record": NVLINK_TRAINED,
+            "expr": f"gangscope_nvlink_link_up == 1\nor ({NVLINK_TRAINED} and last_over_time(gangscope_nvlink_link_up[{gap}]))",
+        },
     ]
 
 
@@ -947,33 +972,60 @@ def straggler_rules(cfg: Config) -> list[dict[str, Any]]:
 def dcgm_rules(cfg: Config) -> list[dict[str, Any]]:
     """dcgm-exporter's series with gangscope's workload and topology labels.
 
-    Most GPU clusters already run dcgm-exporter; its series carry UUID (and namespace/pod where
-    its pod mapping works) but no topology (rendermetrics/render_metrics.go). The join goes by
-    UUID (GPU UUIDs, MIG instances share their parent's), else by namespace and pod, which
-    Prometheus renames exported_namespace/exported_pod when the ServiceMonitor does not honour
-    labels (dcgm-exporter#85): the UUID path does not depend on them; the pod path only adds the
-    series the UUID path could not join (``ignoring`` the labels the join adds). topk keeps one
-    info series per UUID, so a relabelled node (two series for a moment) cannot make the join fail.
+    Most GPU clusters already run dcgm-exporter; its series carry the GPU's UUID (and
+    namespace/pod where its pod mapping works) but no topology. What every release prints
+    (NVIDIA/dcgm-exporter, the GPU template of internal/pkg/rendermetrics/render_metrics.go 47;
+    pkg/dcgmexporter/pipeline.go 299 in 3.x): ``gpu``, ``UUID`` (``uuid`` with
+    ``--use-old-namespace``, internal/pkg/collector/gpu_collector.go 316-319), ``pci_bus_id``,
+    ``device``, ``modelName``, on a MIG instance also ``GPU_I_PROFILE`` and ``GPU_I_ID`` (the NVML
+    GPU instance id, gpu_collector.go 351-352) with ``UUID`` still the parent GPU's (340), and the
+    host as ``Hostname`` up to 4.5.3-4.8.2 or ``hostname`` after it (#655, d5e5f51). Pods as
+    ``namespace``/``pod`` (``pod_namespace``/``pod_name`` with the old namespace,
+    internal/pkg/transformation/const.go), which Prometheus renames exported_namespace/exported_pod
+    when the ServiceMonitor does not honour labels (dcgm-exporter#85). The fields joined by default
+    kept their names and units in every tag from 3.3.9-3.6.1 to 4.5.3-4.8.2 and at d5e5f51
+    (etc/default-counters.csv 23-24, 29, 51, 72).
+
+    The join goes by UUID (``uuid`` copied into ``UUID`` first, so both namespaces join), and on
+    a MIG instance by (parent UUID, GPU_I_ID) to the workload holding that instance; else by
+    namespace and pod, for the series the UUID path could not join (``ignoring`` the labels the
+    join adds). topk keeps one info series per key, so a relabelled node (two series for a
+    moment) or two workloads time-slicing one GPU cannot make the join fail. The host label is
+    never a key: both spellings pass through unchanged.
     """
     levels = _by(cfg.levels)
     hw = cfg.hardware_labels()
+    mig_pods = (
+        'label_replace(gangscope_gpu_pod_info{workload!=""}, "mig_uuid", "$1", "uuid", "(MIG-.+)")\n'
+        "    * on (node, mig_uuid) group_left (UUID, GPU_I_ID)\n"
+        "    max by (node, mig_uuid, UUID, GPU_I_ID) (\n"
+        '      label_replace(label_replace(gangscope_gpu_mig_device_info, "UUID", "$1", "uuid", "(.+)"), '
+        '"GPU_I_ID", "$1", "gpu_instance", "(.+)")\n'
+        "    )"
+    )
     out: list[dict[str, Any]] = [
         {
             "record": "uuid:gangscope_gpu_topology:info",
             "expr": f'label_replace(topk by (uuid) (1, max by (uuid, node, {levels}) (gangscope_gpu_info)), "UUID", "$1", "uuid", "(.+)")',
         },
         {
+            # Whole GPUs by UUID (no GPU_I_ID), MIG instances by (parent UUID, GPU_I_ID).
             "record": "uuid:gangscope_gpu_workload:info",
             "expr": (
                 "label_replace(\n"
-                '  topk by (uuid) (1, max by (uuid, namespace, workload) (gangscope_gpu_pod_info{workload!=""})),\n'
+                '  topk by (uuid) (1, max by (uuid, namespace, workload) (gangscope_gpu_pod_info{workload!="", uuid!~"MIG-.+"})),\n'
                 '  "UUID", "$1", "uuid", "(.+)"\n'
-                ")"
+                ")\n"
+                "or\n"
+                "topk by (UUID, GPU_I_ID) (1, max by (UUID, GPU_I_ID, namespace, workload) (\n"
+                f"    {mig_pods}\n"
+                "))"
             ),
         },
     ]
     for family, agg in cfg.dcgm_join.items():
-        topo = f"{family} * on (UUID) group_left (node, {levels}) uuid:gangscope_gpu_topology:info"
+        src = f'label_replace({family}, "UUID", "$1", "uuid", "(.+)")'
+        topo = f"{src} * on (UUID) group_left (node, {levels}) uuid:gangscope_gpu_topology:info"
         joined = f"uuid:{family}:join"
         out += [
             {
@@ -981,11 +1033,11 @@ def dcgm_rules(cfg: Config) -> list[dict[str, Any]]:
                 "expr": (
                     "(\n"
                     f"  ({topo})\n"
-                    "  * on (UUID) group_left (namespace, workload) uuid:gangscope_gpu_workload:info\n"
-                    f"  or on (UUID)\n  {topo}\n"
+                    "  * on (UUID, GPU_I_ID) group_left (namespace, workload) uuid:gangscope_gpu_workload:info\n"
+                    f"  or on (UUID, GPU_I_ID)\n  {topo}\n"
                     ")\n"
                     f"or ignoring (node, {levels}, namespace, workload)\n"
-                    f'{family} * on (namespace, pod) group_left (workload) max by (namespace, pod, workload) (gangscope_gpu_pod_info{{workload!=""}})'
+                    f'{src} * on (namespace, pod) group_left (workload) max by (namespace, pod, workload) (gangscope_gpu_pod_info{{workload!=""}})'
                 ),
             },
             {"record": f"namespace_workload:{family}:{agg}", "expr": f'{agg} by (namespace, workload) ({joined}{{workload!=""}})'},

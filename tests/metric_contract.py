@@ -86,6 +86,7 @@ GANGSCOPE = frozenset(
         "gangscope_gpu_info",
         "gangscope_gpu_up",
         "gangscope_gpu_pod_info",
+        "gangscope_gpu_mig_device_info",
         "gangscope_nvlink_transmit_bytes_total",
         "gangscope_nvlink_receive_bytes_total",
         "gangscope_nvlink_link_up",

@@ -75,6 +75,7 @@ class GpuDevice:
     uuid: str = ""
     name: str = ""
     pci_bus_id: str = ""
+    minor: int | None = None  # /dev/nvidiaN: the number DRA devices (gpu-N) and GKE's nvidiaN name
     links: int = 0
     max_gen: int | None = None
     max_width: int | None = None
@@ -203,6 +204,7 @@ class NvmlReader:
         dev.name = _text(lib.nvmlDeviceGetName(handle))
         dev.pci_bus_id = _text(lib.nvmlDeviceGetPciInfo(handle).busId)
         dev.handle = handle
+        dev.minor = self._call(dev, "nvmlDeviceGetMinorNumber")
         if dev.lost:  # back, through a reset that zeroed its counters or without one: each next read decides
             for counter in dev.counters():
                 counter.resume()

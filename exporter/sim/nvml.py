@@ -162,6 +162,7 @@ class SimGpu:
     refresh: float = 0.0  # the driver refreshes this GPU's counters every so many seconds (0: on every read)
     nvlink_value_type: int = ULL  # UINT: a driver that reports the NVLink byte counters 32-bit
     nvlink_offset: int = 0  # where the NVLink byte counters start (in the field's unit)
+    minor: int = 0  # /dev/nvidiaN; the driver numbers GPUs in probe order, not NVML's PCI order
 
 
 @dataclass
@@ -230,7 +231,7 @@ class SimNvml:
             SimGpu(i, f"GPU-{i:08x}-5e1a-4c0d-9a3b-00000000000{i % 10}", f"00000000:{0x18 + 0x10 * i:02X}:00.0",
                    links=p.links if links is None else links, pcie_gen=(p.pcie_gen, p.pcie_gen),
                    pcie_width=(p.pcie_width, p.pcie_width), pcie_rate=p.pcie_rate, pcie_value_type=p.pcie_value_type,
-                   module_id=i + 1)
+                   module_id=i + 1, minor=i)
             for i in range(count)
         ]
         if p.name != DEFAULT_PROFILE:  # h100 keeps the UUIDs older tests and fixtures name
@@ -299,6 +300,12 @@ class SimNvml:
     def release(self) -> None:
         """Unblock every hanging call (and make later calls return at once)."""
         self._release.set()
+
+    def fail_links(self, index: int, links: Iterable[int]) -> None:
+        """GPU ``index``'s NVLink ``links`` go inactive now (and carry nothing from here on): a link
+        that was trained and dropped, which GangscopeNVLinkDown pages for."""
+        self.gpus[index].link_down |= set(links)
+        self._plans.clear()
 
     def degrade_fabric(self, index: int) -> None:
         """GPU ``index``'s fabric bandwidth is degraded (health mask bits 0-1 = TRUE)."""
@@ -410,6 +417,9 @@ class SimNvml:
         if isinstance(handle, SimMig):
             return self._gpu(handle.parent).mig[handle.slot]
         return self._gpu(handle).uuid
+
+    def nvmlDeviceGetMinorNumber(self, handle: SimGpu) -> int:
+        return self._gpu(handle).minor
 
     def nvmlDeviceGetName(self, handle: SimGpu) -> str:
         self._gpu(handle)
