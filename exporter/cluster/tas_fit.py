@@ -185,17 +185,16 @@ def _taint_string(t: Taint) -> str:
     return f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
 
 
-def count_in(requests: Requests, capacity: Mapping[str, int]) -> tuple[int, str]:
-    """How many times ``requests`` fit in ``capacity`` and the limiting resource
-    (pkg/resources/requests.go:195-230): a resource the capacity lacks fits 0 times, a zero
-    request any number; ties go to the first name in order."""
-    best, limiting = None, ""
-    for name in sorted(requests):
-        value = requests[name]
+def count_in(requests: Sequence[tuple[str, int]], capacity: Mapping[str, int]) -> tuple[int, str]:
+    """How many times ``requests`` (name, value pairs sorted by name) fit in ``capacity`` and
+    the limiting resource (pkg/resources/requests.go:195-230): a resource the capacity lacks fits
+    0 times, a zero request any number; ties go to the first name in order."""
+    best, limiting = -1, ""
+    for name, value in requests:
         count = MAX_INT32 if value == 0 else max(0, min(capacity.get(name, 0) // value, MAX_INT32))
-        if best is None or count < best:
+        if best < 0 or count < best:
             best, limiting = count, name
-    return (best if best is not None else 0), limiting
+    return (best if best >= 0 else 0), limiting
 
 
 def _sub(a: dict[str, int], b: Mapping[str, int]) -> None:
@@ -238,6 +237,9 @@ class FlavorSnapshot:
                 leaf.capacity[k] = leaf.capacity.get(k, 0) + v
             node_leaf[node.name] = did
         self.roots: dict[str, _Domain] = {}
+        # Feasible leaves per (tolerations, nodeSelector, affinity), with the exclusions counted:
+        # Kueue caches the same per pod set (TASCacheNodeMatchResults, :1845-1882).
+        self._feasible_cache: dict[tuple[object, ...], tuple[list[_Domain], _Stats]] = {}
         for leaf in self.leaves.values():
             self.per_level[len(leaf.values) - 1][leaf.id] = leaf
             self._link(leaf)
@@ -452,29 +454,50 @@ class FlavorSnapshot:
             return False
         return True
 
+    def _feasible_leaves(self, ps: FitPodSet, tolerations: Sequence[Toleration], stats: _Stats) -> list[_Domain]:
+        key = (tuple(tolerations), tuple(sorted(ps.node_selector.items())), ps.affinity)
+        found = self._feasible_cache.get(key)
+        if found is None:
+            own = _Stats()
+            if self.lowest_is_node:
+                leaves = [leaf for leaf in self.leaves.values() if self._feasible(leaf, ps, tolerations, own)]
+            else:
+                leaves = list(self.leaves.values())
+                own.total = len(leaves)
+            found = self._feasible_cache[key] = (leaves, own)
+        leaves, own = found
+        stats.total += own.total
+        stats.node_selector += own.node_selector
+        stats.affinity += own.affinity
+        for k, v in own.taints.items():
+            stats.taints[k] = stats.taints.get(k, 0) + v
+        return leaves
+
     def _fill_in_counts(self, ps: FitPodSet, requests: Requests, leader_requests: Requests | None,
                         tolerations: Sequence[Toleration], assumed: Mapping[str, Mapping[str, int]], stats: _Stats,
                         slice_size: int, slice_idx: int, at_level: Mapping[int, int], leader_required: bool) -> None:
         for lvl in self.per_level:
             for d in lvl.values():
                 d.pod = d.slice = d.pod_l = d.slice_l = d.leader = 0
-        for leaf in self.leaves.values():
-            if self.lowest_is_node and not self._feasible(leaf, ps, tolerations, stats):
-                continue
-            if not self.lowest_is_node:
-                stats.total += 1
+        req = tuple(sorted(requests.items()))
+        lead = tuple(sorted(leader_requests.items())) if leader_requests is not None else None
+        for leaf in self._feasible_leaves(ps, tolerations, stats):
             # fillLeafCounts (:1899-1928)
-            remaining = dict(leaf.capacity)
+            remaining: Mapping[str, int] = leaf.capacity
             if leaf.id in assumed:
-                _sub(remaining, assumed[leaf.id])
-            leaf.pod, limiting = count_in(requests, remaining)
+                remaining = dict(remaining)
+                _sub(remaining, assumed[leaf.id])  # type: ignore[arg-type]
+            leaf.pod, limiting = count_in(req, remaining)
             if leaf.pod == 0 and limiting:
                 stats.resources[limiting] = stats.resources.get(limiting, 0) + 1
             leaf.leader = 0
-            if leader_requests is not None and count_in(leader_requests, remaining)[0] > 0:
+            if lead is not None and leader_requests is not None and count_in(lead, remaining)[0] > 0:
                 leaf.leader = 1
-                _sub(remaining, leader_requests)
-            leaf.pod_l = count_in(requests, remaining)[0]
+                remaining = dict(remaining)
+                _sub(remaining, leader_requests)  # type: ignore[arg-type]
+                leaf.pod_l = count_in(req, remaining)[0]
+            else:
+                leaf.pod_l = leaf.pod
         for root in self.roots.values():
             self._fill_helper(root, slice_size, slice_idx, 0, at_level, leader_required)
 

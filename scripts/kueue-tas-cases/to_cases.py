@@ -74,7 +74,7 @@ def node(n: dict[str, Any]) -> dict[str, Any]:
 
 
 def podset(ps: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": ps["podSetName"], "count": ps.get("count", 0), "requests": ps.get("requests") or {}}
+    out: dict[str, Any] = {"name": ps.get("podSetName", ""), "count": ps.get("count", 0), "requests": ps.get("requests") or {}}
     for src, dst in (("topologyRequest", "topologyRequest"), ("tolerations", "tolerations"),
                      ("nodeSelector", "nodeSelector"), ("nodeAffinity", "nodeAffinity"),
                      ("podSetGroupName", "podSetGroupName")):
@@ -124,7 +124,7 @@ def convert(test: str, raw: list[dict[str, Any]], commit: str) -> dict[str, Any]
                          if (p.get("spec") or {}).get("nodeName") and not terminated(p)],
             "priorOwnUsage": prior,
             "podSets": [podset(ps) for ps in c["podSets"]],
-            "want": {ps["podSetName"]: want(ps) for ps in c["podSets"]},
+            "want": {ps.get("podSetName", ""): want(ps) for ps in c["podSets"]},
         }
         reason = skip_reason(c)
         if reason:
