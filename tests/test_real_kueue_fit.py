@@ -215,9 +215,10 @@ def _kueue_decision(cluster: RealCluster, s: S) -> tuple[bool, str] | None:
     return False, message
 
 
-@pytest.fixture(scope="module")
-def kueue_cluster(tmp_path_factory: pytest.TempPathFactory):
-    """An apiserver of its own (Kueue's start.sh replaces the CRDs with Kueue's), Kueue on it."""
+@pytest.fixture(scope="module", params=[False, True], ids=["legacy-reasons", "UnadmittedWorkloadsObservability"])
+def kueue_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """An apiserver of its own (Kueue's start.sh replaces the CRDs with Kueue's), Kueue on it,
+    without and with the gate that makes Kueue write typed QuotaReserved reasons."""
     if os.environ.get(realapi.SKIP_ENV):
         pytest.skip(f"{realapi.SKIP_ENV} is set")
     bin_dir = realapi.binaries()
@@ -229,10 +230,12 @@ def kueue_cluster(tmp_path_factory: pytest.TempPathFactory):
     try:
         admin_kc = cluster.kubeconfig(folder / "admin.kubeconfig")
         env = {**os.environ, "TMPDIR": str(folder)}
+        if request.param:
+            env["KUEUE_FEATURE_GATES"] = "UnadmittedWorkloadsObservability=true"
         out = subprocess.run([str(KUEUE / "start.sh"), admin_kc], capture_output=True, text=True, env=env, timeout=240)
         assert out.returncode == 0, out.stderr[-3000:]
         kc = out.stdout.strip().splitlines()[-1]
-        yield cluster, admin_kc
+        yield cluster, admin_kc, request.param
     finally:
         if kc:
             subprocess.run([str(KUEUE / "stop.sh"), kc], capture_output=True, timeout=60)
@@ -240,7 +243,7 @@ def kueue_cluster(tmp_path_factory: pytest.TempPathFactory):
 
 
 async def test_gangscope_fit_agrees_with_real_kueue(kueue_cluster: Any) -> None:
-    cluster, admin_kc = kueue_cluster
+    cluster, admin_kc, typed = kueue_cluster
     _build(cluster)
     collector = await started_collector(admin_kc)
     # What the ClusterQueue watch records of the queues created here (their flavors in order).
@@ -290,5 +293,32 @@ async def test_gangscope_fit_agrees_with_real_kueue(kueue_cluster: Any) -> None:
                 assert decisions[s.name][1] == f"couldn't assign flavors to pod set {failed[0]}: {failed[1]}", s.name
         # both outcomes are covered
         assert {s.admit for s in SCENARIOS} == {True, False}
+        # Once Kueue has written its decisions, gangscope reads them: the stage and reason of each
+        # Workload, the fit of the rejected ones still 0 (never the opposite of Kueue), and the two
+        # required requests that fit with their level dropped counted as blocked by fragmentation.
+        reason = "TopologyPlacementFailed" if typed else "Pending"
+
+        def seen() -> dict[str, tuple[str, str, str]]:
+            out = {}
+            for s in SCENARIOS:
+                wl = store.workload(_ns(s), "job")
+                pending = wl.state.pending if wl is not None and wl.state is not None else None
+                out[s.name] = (wl.stage if wl is not None else "", pending.reason if pending else "",
+                               pending.category if pending else "")
+            return out
+
+        want_seen = {s.name: ("inadmissible", reason, "capacity") if not s.admit else ("running", "", "") for s in SCENARIOS}
+        deadline = time.monotonic() + 30
+        while seen() != want_seen and time.monotonic() < deadline:
+            await asyncio.sleep(0.3)
+        assert seen() == want_seen
+        for s in SCENARIOS:
+            if not s.admit:
+                report = store.capacity.workload_fit(store.workload(_ns(s), "job"))
+                assert report is not None and report.verdict.known and not report.verdict.domain, s.name
+        text = collector.exposition.render(False).decode()
+        blocked = sorted(line for line in text.splitlines() if line.startswith("gangscope_fragmentation_blocked_workloads{"))
+        assert blocked == ['gangscope_fragmentation_blocked_workloads{cluster_queue="cq-required-does-not-spread",level="rack"} 1',
+                           'gangscope_fragmentation_blocked_workloads{cluster_queue="cq-slices-too-big",level="block"} 1']
     finally:
         await collector.stop()
