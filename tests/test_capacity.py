@@ -39,9 +39,13 @@ GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSc
 QUEUES = {"train-cq": SimpleNamespace(flavor_names=("tas",)), "cq": SimpleNamespace(flavor_names=("tas",))}
 
 
+GANGS: dict[int, Any] = {}  # id(store) -> its gang index (explain's diagnose needs both)
+
+
 def collector(**kwargs: Any) -> tuple[Exposition, Any, dict[str, Any]]:
     expo = Exposition()
-    store, handlers, _ = build_collector(expo, **kwargs)
+    store, handlers, gangs = build_collector(expo, **kwargs)
+    GANGS[id(store)] = gangs
     store.cluster_queues = QUEUES
     for name, h in handlers.items():
         h.health = SourceHealth(name, expo)
@@ -235,6 +239,25 @@ def test_legacy_pending_with_a_placement_message_is_topological() -> None:
     h["workloads"].apply("ADDED", no_placement(waiting("big", 2, 8, {"required": RACK}), legacy=True))
     assert fit(expo, "big") == {"domain": 0, "cluster": 1}
     assert blocked(expo) == {("train-cq", "rack"): 1}
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["TopologyPlacementFailed", "legacy Pending"])
+async def test_explain_names_placement_for_both_generations_of_the_reason(legacy: bool) -> None:
+    """The legacy Pending with Kueue's placement message gets the typed reason's verdict: the
+    placement layer blocks, Kueue's message first, gangscope's model beside it."""
+    from exporter.explain import diagnose
+
+    _, store, h = cluster()
+    h["workloads"].apply("ADDED", no_placement(waiting("big", 2, 8, {"required": RACK}), legacy=legacy))
+    doc = await diagnose(store, GANGS[id(store)], "team", "big")
+    admission, placement = doc["layers"][0], doc["layers"][1]
+    assert doc["verdict"]["layer"] == "placement"
+    assert admission["status"] == "ok" and placement["status"] == "blocking"
+    assert placement["summary"] == (
+        'Kueue: no topology placement: couldn\'t assign flavors to pod set main: topology "default" doesn\'t allow to fit '
+        'any of 2 pod(s). does not fit now in flavor tas: main: topology "default" doesn\'t allow to fit any of 2 pod(s). '
+        # h1, h2: 4 GPUs free each; h4: tainted for maintenance; h3 (cordoned), h5 (NotReady): not in Kueue's snapshot
+        'Total nodes: 3; excluded: resource "nvidia.com/gpu": 2, taint "maintenance.example.com/drain=true:NoExecute": 1')
 
 
 def test_an_unknown_cluster_queue_gives_no_fit() -> None:
