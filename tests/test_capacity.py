@@ -260,6 +260,20 @@ async def test_explain_names_placement_for_both_generations_of_the_reason(legacy
         'Total nodes: 3; excluded: resource "nvidia.com/gpu": 2, taint "maintenance.example.com/drain=true:NoExecute": 1')
 
 
+def test_placeable_pods_count_the_nodes_pods_too() -> None:
+    """A pod takes one of the node's allocatable pods as well as its GPUs (Kueue adds a pods unit to
+    every request, tas_flavor_snapshot.go:896-899): h1 allows 2 pods, one admitted pod holds 2 GPUs."""
+    expo, _, h = collector()
+    h["topologies"].replace([topology()])
+    small = gpu_node("h1", "b1", "r1")
+    small["status"]["allocatable"]["pods"] = "2"
+    h["nodes"].replace([small, gpu_node("h2", "b1", "r1")])
+    h["workloads"].replace([workload("a", hosts=["h1"], gpus="2", conditions=admitted_conditions())])
+    # h1: 6 GPUs free but room for one more pod; h2: 8 GPUs, 110 pods
+    assert placeable(expo, "host", "b1", "r1", "h1") == {1: 1, 2: 1, 4: 1, 8: 0}
+    assert placeable(expo, "host", "b1", "r1", "h2") == {1: 8, 2: 4, 4: 2, 8: 1}
+
+
 def test_an_unknown_cluster_queue_gives_no_fit() -> None:
     expo, store, h = cluster()
     h["workloads"].apply("ADDED", waiting("small", 2, 4, {"required": RACK}))

@@ -20,8 +20,9 @@ This module keeps both per host and sums them per domain of every topology level
   ``update``: every bound pod by ``spec.nodeName``, dropped once terminated), gangscope watches
   only the pods of its selectors, so a node that other pods fill looks freer here than to Kueue;
 * **free**: per host ``capacity - used`` on available hosts (0 on the others), summed;
-* **placeable pods** of each size in ``--placement-sizes``: per host ``free // size``, summed,
-  the way Kueue counts the pods a leaf domain fits (tas_flavor_snapshot.go:1899-1928, 1930-1995);
+* **placeable pods** of each size in ``--placement-sizes``: per host ``free // size``, at most the
+  host's allocatable ``pods`` not taken, summed, the way Kueue counts the pods a leaf domain fits
+  (tas_flavor_snapshot.go:896-899, 1899-1928, 1930-1995);
 * **bound** (``gangscope_domain_gpus_bound``, where pods are watched): the scheduler's view, the
   GPUs requested by the bound, non-terminal pods of the pod store (:class:`.pods.PodStore`,
   ``gpus_bound_on``) on each host. The pod store holds the pods of Kueue's jobs, of gangs and of
@@ -568,8 +569,20 @@ class Capacity:
         bound = self._pods.gpus_bound_on(host.node) if self._pods is not None else 0.0
         if self.available(host):
             free = max(0.0, cap - used)
-            return (cap, 0, used, free, bound, *(free // s for s in self.sizes))
+            # Each pod also takes one of the node's allocatable pods (tas_flavor_snapshot.go:896-899):
+            # those the admitted Workloads and the watched non-TAS pods hold are gone.
+            pods_free = self._free_pods(hostname, host)
+            return (cap, 0, used, free, bound, *(min(free // s, pods_free) for s in self.sizes))
         return (cap, cap, used, 0, bound, *(0 for _ in self.sizes))
+
+    def _free_pods(self, hostname: str, host: Host) -> float:
+        node = host.fit_node
+        if node is None or "pods" not in node.allocatable:
+            return float("inf")  # a Node record without it (a trimmed dump): GPUs alone decide
+        taken = self._tas_usage.get(hostname, {}).get("pods", 0)
+        if self._pods is not None:
+            taken += self._pods.non_tas_usage_on(host.node).get("pods", 0)
+        return max(0, node.allocatable["pods"] - taken)
 
     # ---- domains --------------------------------------------------------------------------------
 
