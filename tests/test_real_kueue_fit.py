@@ -26,7 +26,7 @@ import pytest
 import realapi
 from collectors import started_collector
 from exporter.cluster.workloads import parse_workload
-from realapi import ApiStatusError, RealCluster
+from realapi import RealCluster
 
 KUEUE = Path(os.environ.get("GANGSCOPE_KUEUE_TOOLS", "/work/shared/tools/kueue"))
 BLOCK, RACK, HOST = "cloud.provider.com/topology-block", "cloud.provider.com/topology-rack", "kubernetes.io/hostname"

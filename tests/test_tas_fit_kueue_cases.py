@@ -1,12 +1,20 @@
 """Kueue's own TAS test tables, as data, against gangscope's port of the placement.
 
-``tests/fixtures/kueue-tas-cases/*.json`` hold the cases of Kueue's ``TestFindTopologyAssignments``
-(``pkg/cache/scheduler/tas_cache_test.go`` at the commit each file names), converted by
-``scripts/kueue-tas-cases/convert`` from the table itself: the nodes, the bound pods, the prior
-TAS usage, the flavor's levels and node labels, the pod sets and the assignment or failure
-message the Kueue test asserts. Each case runs :func:`exporter.cluster.tas_fit.place` and must
-give exactly that outcome. Cases needing what gangscope does not model carry a ``skip`` reason
-in the file; they are counted, never silently dropped.
+``tests/fixtures/kueue-tas-cases/*.json`` hold the cases of Kueue's tables at the commit each
+file names, converted by ``scripts/kueue-tas-cases/convert`` from the tables themselves:
+
+* ``TestFindTopologyAssignments`` (``pkg/cache/scheduler/tas_cache_test.go``): the nodes, the
+  bound pods, the prior TAS usage, the flavor's levels and node labels, the pod sets and the
+  assignment or failure message the test asserts; each case runs
+  :func:`exporter.cluster.tas_fit.place` and must give exactly that outcome;
+* ``TestScheduleForTAS`` (``pkg/scheduler/scheduler_tas_test.go``): whole objects (Nodes, Pods,
+  Topologies, ResourceFlavors, LocalQueues, Workloads) and ClusterQueues, and what one scheduling
+  cycle did with the waiting Workload: admitted with a topology assignment, or rejected with the
+  placement's message; each case goes through the collector's own store (parse, capacity, fits),
+  whose fit must say the same (and name the same hosts, or the same message).
+
+Cases needing what gangscope does not model carry a ``skip`` reason in the file; they are
+counted, never silently dropped.
 """
 
 from __future__ import annotations
@@ -24,9 +32,11 @@ from exporter.taints import Taint, Toleration
 CASES_DIR = Path(__file__).parent / "fixtures" / "kueue-tas-cases"
 
 
-def _load() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+def _load(schedule: bool = False) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
     out = []
     for f in sorted(CASES_DIR.glob("*.json")):
+        if (f.stem == "TestScheduleForTAS") != schedule:
+            continue
         data = json.loads(f.read_text())
         for c in data["cases"]:
             out.append((f"{data['source']['test']}/{c['name']}", data["source"], c))
@@ -35,6 +45,8 @@ def _load() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
 
 CASES = _load()
 IN_SCOPE = [(n, s, c) for n, s, c in CASES if "skip" not in c]
+SCHEDULE = _load(schedule=True)
+SCHEDULE_IN_SCOPE = [(n, s, c) for n, s, c in SCHEDULE if "skip" not in c]
 
 
 def _terms(raw: list[dict[str, Any]]) -> tuple[SelectorTerm, ...]:
@@ -95,7 +107,7 @@ def expected(c: dict[str, Any]) -> dict[str, PodSetPlacement]:
 
 def test_the_tables_are_there_and_big_enough() -> None:
     assert len(IN_SCOPE) >= 60, f"{len(IN_SCOPE)} in-scope cases of {len(CASES)}"
-    for _, source, _ in CASES:
+    for _, source, _ in CASES + SCHEDULE:
         assert source["repository"] == "kubernetes-sigs/kueue" and len(source["commit"]) == 40
 
 
@@ -108,3 +120,34 @@ def test_kueue_case(name: str, source: dict[str, Any], case: dict[str, Any]) -> 
     for ps in want:
         got.setdefault(ps, PodSetPlacement())
     assert got == want, f"{source['file']} {source['test']} {case['name']!r} at {source['commit'][:10]}"
+
+
+@pytest.mark.parametrize(("name", "source", "case"), SCHEDULE_IN_SCOPE, ids=[n for n, _, _ in SCHEDULE_IN_SCOPE])
+def test_kueue_schedule_case(name: str, source: dict[str, Any], case: dict[str, Any]) -> None:
+    from types import SimpleNamespace
+
+    from exporter import loader
+    from exporter.cluster.collector import build_collector
+    from exporter.exposition import Exposition
+    from exporter.topology import iter_domains
+
+    expo = Exposition()
+    store, handlers, _ = build_collector(expo)
+    store.cluster_queues = {cq: SimpleNamespace(flavor_names=tuple(f)) for cq, f in case["clusterQueues"].items()}
+    loader.feed(expo, handlers, [("case", o) for o in case["objects"]], "test")
+    where = f"{source['file']} {source['test']} {case['name']!r} at {source['commit'][:10]}"
+    for key, want in case["want"].items():
+        ns, wl_name = key.split("/", 1)
+        wl = store.workload(ns, wl_name)
+        report = store.capacity.workload_fit(wl)
+        assert report is not None and report.verdict.known, (where, key, report)
+        v = report.verdict
+        assert v.domain == want["admit"], (where, key, report.text)
+        if want["admit"]:
+            got = {name: sorted((tuple(d), n) for d, n in p.domains) for name, p in v.placements}
+            written = {a["name"]: sorted((tuple(d.values), d.count) for d in iter_domains(a["topologyAssignment"]))
+                       for a in want["podSetAssignments"] if a.get("topologyAssignment")}
+            assert {k: got[k] for k in written} == written, where
+        else:
+            failed = next((n, p.reason) for n, p in v.placements if p.reason)
+            assert want["message"] == f"couldn't assign flavors to pod set {failed[0]}: {failed[1]}", where

@@ -63,7 +63,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..exposition import Exposition, Family, LabelPairs, format_value
+from ..exposition import Exposition, Family, LabelPairs
 from ..taints import Taint, Toleration, tolerated, untolerated
 from ..topology import HOSTNAME_LABEL
 from .fits import FitReport, Fits

@@ -20,6 +20,7 @@ pod-set updates from admission checks (:923-928), and quota (the flavor assigner
 from __future__ import annotations
 
 import math
+from functools import cmp_to_key
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -697,9 +698,6 @@ class FlavorSnapshot:
 
     # ---- ordering and the assignment (:1683-1798) ----
 
-    def _value_key(self, d: _Domain) -> tuple[str, ...]:
-        return d.values
-
     def _compare(self, a: _Domain, b: _Domain) -> int:
         """compareDomainLevelValues (:1720-1729)."""
         if self.lowest_is_node and a.parent is b.parent:
@@ -710,8 +708,6 @@ class FlavorSnapshot:
 
     def _sorted_with_leader(self, domains: list[_Domain], unconstrained: bool) -> list[_Domain]:
         """sortedDomainsWithLeader (:1731-1768)."""
-        from functools import cmp_to_key
-
         def cmp(a: _Domain, b: _Domain) -> int:
             if a.leader != b.leader:
                 return b.leader - a.leader
@@ -725,8 +721,6 @@ class FlavorSnapshot:
     def _sorted(self, domains: list[_Domain], unconstrained: bool) -> list[_Domain]:
         """sortedDomains (:1770-1798): BestFit: slices descending; LeastFreeCapacity
         (unconstrained): ascending; then pods ascending, then the level values."""
-        from functools import cmp_to_key
-
         def cmp(a: _Domain, b: _Domain) -> int:
             if a.slice != b.slice:
                 return (a.slice - b.slice) if unconstrained else (b.slice - a.slice)
@@ -741,7 +735,6 @@ class FlavorSnapshot:
     def _build(self, domains: list[_Domain]) -> PodSetPlacement:
         """buildAssignment (:1701-1710): sorted by level values, only the hostname level where the
         Topology's lowest level is the hostname, domains without pods left out."""
-        from functools import cmp_to_key
         domains = sorted(domains, key=cmp_to_key(self._compare))
         start = len(self.levels) - 1 if self.lowest_is_node else 0
         return PodSetPlacement(self.levels[start:], tuple((d.values[start:], d.pod) for d in domains if d.pod))

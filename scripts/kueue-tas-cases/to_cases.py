@@ -20,6 +20,7 @@ from typing import Any
 FILES = {
     "TestFindTopologyAssignments": "pkg/cache/scheduler/tas_cache_test.go",
     "TestFindTopologyAssignmentsMultiLayerReplacement": "pkg/cache/scheduler/tas_cache_test.go",
+    "TestScheduleForTAS": "pkg/scheduler/scheduler_tas_test.go",
 }
 # Gates whose value in a case equals ff69552e's default (pkg/features/kube_features.go:645-870):
 # a case that only restates a default is in scope.
@@ -134,6 +135,65 @@ def convert(test: str, raw: list[dict[str, Any]], commit: str) -> dict[str, Any]
             "cases": cases}
 
 
+TOPOLOGY_PHRASES = ("doesn't allow to fit", "allows to fit only", "no topology domains at level")
+
+
+def _key(obj: dict[str, Any]) -> str:
+    return f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
+
+
+def _waiting(wl: dict[str, Any]) -> bool:
+    status = wl.get("status") or {}
+    return not status.get("admission") and not any(
+        c.get("type") == "QuotaReserved" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def convert_schedule(raw: list[dict[str, Any]], queues: list[dict[str, Any]], commit: str) -> dict[str, Any]:
+    """TestScheduleForTAS: one scheduling cycle over whole objects. For each Workload waiting at the
+    start, what the cycle did: admitted with a topology assignment (``wantNewAssignments``), or an
+    event with the placement's failure message. Only cases with one waiting Workload are in scope
+    (with several, Kueue places them in one cycle with each other's usage assumed and one head per
+    ClusterQueue, which a per-Workload fit does not model)."""
+    cases = []
+    for c in raw:
+        workloads = c.get("workloads") or []
+        waiting = [w for w in workloads if _waiting(w)]
+        events = {(e.get("Key") or {}).get("Namespace", "") + "/" + (e.get("Key") or {}).get("Name", ""): e
+                  for e in c.get("wantEvents") or [] if e.get("Reason") == "Pending"}
+        new = c.get("wantNewAssignments") or {}
+        want: dict[str, Any] = {}
+        for w in waiting:
+            key = _key(w)
+            if key in new:
+                want[key] = {"admit": True, "podSetAssignments": new[key].get("podSetAssignments") or []}
+            elif key in events and any(p in events[key].get("Message", "") for p in TOPOLOGY_PHRASES):
+                want[key] = {"admit": False, "message": events[key]["Message"]}
+        gates = {k: v for k, v in (c.get("featureGates") or {}).items() if DEFAULTS.get(k) != v}
+        skip = ""
+        if gates:
+            skip = "feature gates off their default: " + ", ".join(f"{k}={v}" for k, v in sorted(gates.items()))
+        elif c.get("resourceTransformations") or c.get("admissionChecks") or c.get("patchStatusErr"):
+            skip = "resource transformations, admission checks or a failing status patch"
+        elif any((q.get("spec") or {}).get("cohortName") or (q.get("spec") or {}).get("cohort") for q in c.get("clusterQueues") or []):
+            skip = "a cohort (borrowing, preemption across queues)"
+        elif len(waiting) != 1:
+            skip = f"{len(waiting)} waiting Workloads in one cycle"
+        elif not want:
+            skip = "the cycle left the Workload without a topology verdict (quota, preemption, a check)"
+        case = {"name": c["name"],
+                "objects": [*(c.get("nodes") or []), *(c.get("pods") or []), *(c.get("topologies") or []),
+                            *(c.get("resourceFlavors") or []), *queues, *workloads],
+                "clusterQueues": {q["metadata"]["name"]: [f["name"] for rg in (q.get("spec") or {}).get("resourceGroups") or []
+                                                          for f in rg.get("flavors") or []]
+                                  for q in c.get("clusterQueues") or []},
+                "want": want}
+        if skip:
+            case["skip"] = skip
+        cases.append(case)
+    return {"source": {"repository": "kubernetes-sigs/kueue", "commit": commit, "file": FILES["TestScheduleForTAS"],
+                       "test": "TestScheduleForTAS"}, "cases": cases}
+
+
 def main() -> None:
     commit, dump, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
     out.mkdir(parents=True, exist_ok=True)
@@ -141,7 +201,14 @@ def main() -> None:
         f = dump / f"{test}.json"
         if not f.exists():
             continue
-        data = convert(test, json.loads(f.read_text()), commit)
+        if test == "TestScheduleForTAS":
+            queues = json.loads((dump / "TestScheduleForTAS.queues.json").read_text())[0]["queues"]  # the table's LocalQueues
+            for q in queues:
+                q.setdefault("apiVersion", "kueue.x-k8s.io/v1beta2")
+                q.setdefault("kind", "LocalQueue")
+            data = convert_schedule(json.loads(f.read_text()), queues, commit)
+        else:
+            data = convert(test, json.loads(f.read_text()), commit)
         (out / f"{test}.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
         kept = sum(1 for c in data["cases"] if "skip" not in c)
         print(f"{test}: {len(data['cases'])} cases, {kept} in scope")
