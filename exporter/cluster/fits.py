@@ -89,7 +89,8 @@ def _kueue_failure(wl: Workload) -> tuple[bool, float | None]:
     qr = wl.conditions.get("QuotaReserved")
     if qr is None or qr.status != "False" or not is_topological(qr.reason, qr.message):
         return False, None
-    return True, qr.last_transition_seconds if qr.last_transition_seconds is not None else 0.0
+    # without a time, no change can be known to be later than Kueue's attempt
+    return True, qr.last_transition_seconds if qr.last_transition_seconds is not None else float("inf")
 
 
 class Fits:

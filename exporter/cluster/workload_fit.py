@@ -17,7 +17,8 @@ flavors it runs in and reads the result:
 * not modelled, so no verdict: a Workload with ``unhealthyNodes`` (Kueue looks for a replacement,
   tas_flavor_snapshot.go:607-640), a replacement slice of an elastic Workload
   (``kueue.x-k8s.io/workload-slice-replacement-for``), pod sets that fit no single flavor while the
-  queue has several (Kueue may give each its own flavor), a queue with no TAS flavor known.
+  queue has several (Kueue may give each its own flavor), a queue with no TAS flavor known, a
+  flavor whose Topology's lowest level is not the hostname (its usage is kept per domain).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from ..topology import HOSTNAME_LABEL
 from .tas_fit import FitFlavor, FitPodSet, FlavorSnapshot, PodSetPlacement
 
 # The failure messages of Kueue's placement (tas_flavor_snapshot.go:1342 "no topology domains at
@@ -73,6 +75,10 @@ def workload_verdict(podsets: Sequence[FitPodSet], queue_flavors: Sequence[str] 
     tas = [flavors[f] for f in queue_flavors if f in flavors]
     if not tas:
         return Verdict(False, why="no TAS flavor of its ClusterQueue is known")
+    if any(f.levels[-1] != HOSTNAME_LABEL for f in tas):
+        # Kueue keeps such a flavor's usage per lowest domain (tas_flavor.go:283-306); gangscope
+        # keeps the admitted Workloads' usage per host only.
+        return Verdict(False, why="a flavor of its ClusterQueue has a Topology whose lowest level is not the hostname")
     tried: list[tuple[FitFlavor, dict[str, PodSetPlacement]]] = []
     for flavor in tas:
         snap = snapshot(flavor)
