@@ -583,11 +583,11 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
         rule(
             "GangscopeFragmentationBlocked",
             "max by (cluster_queue, level) (gangscope_fragmentation_blocked_workloads) > 0",
-            "Waiting workloads fit in the cluster's free GPUs but in no single topology domain.",
+            "Waiting workloads that Kueue could not place fit in the cluster's free capacity but in no single topology domain.",
             "{{ $value }} workloads of ClusterQueue {{ $labels.cluster_queue }} that require one {{ $labels.level }} "
-            f"have waited more than {frag['for']} while the cluster's free GPUs could hold them but no single "
-            "{{ $labels.level }} can: the free capacity is fragmented. `gangscope explain` on one of them names the "
-            "largest free {{ $labels.level }} and what it holds.",
+            f"have waited more than {frag['for']} with Kueue's topology placement failing, while the cluster's free "
+            "capacity could hold them with the level dropped but no single {{ $labels.level }} can: the free capacity "
+            "is fragmented. `gangscope explain` on one of them prints Kueue's message and gangscope's beside it.",
         ),
     ]
     stall = a["GangscopeJobProgressStalled"]

@@ -29,11 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from .cluster.workload_fit import is_topological
 from .cluster.workload_state import WAITING_STAGES, in_queue
 from .config import add_kube, add_logging
 
 if TYPE_CHECKING:
-    from .cluster.capacity import PodSetFit
+    from .cluster.fits import FitReport
     from .cluster.gangs import Gang, GangIndex
     from .cluster.jobs import JobIndex, JobView
     from .cluster.clusterqueues import ClusterQueue, QueuePosition
@@ -54,8 +55,6 @@ INTERCONNECT_SERIES = {
     "nvlink": 'gangscope_nvlink_transmit_bytes_total|gangscope_nvlink_receive_bytes_total',
     "pcie": 'gangscope_pcie_transmit_bytes_total|gangscope_pcie_receive_bytes_total',
 }
-# The placement layer's own QuotaReserved reason.
-PLACEMENT_REASON = "TopologyPlacementFailed"
 DELAYED_TOPOLOGY = "PendingDelayedTopologyRequests"
 
 
@@ -156,25 +155,8 @@ def _position_text(p: QueuePosition | None) -> str:
     return f"; position {p.position + 1} of {of} in {p.cluster_queue} ({p.local_position + 1} in queue {p.local_queue})"
 
 
-def _fit(f: PodSetFit) -> dict[str, Any]:
-    from .cluster.capacity import fit_text
-
-    best = f.fit
-    return {
-        "podset": f.podset, "mode": f.mode, "level": f.level or None, "pods": f.pods, "gpus_per_pod": f.gpus_per_pod,
-        "slice_level": f.slice_level if f.slice_size > 1 else None, "slice_size": f.slice_size, "needed": f.needed,
-        "flavor": best.flavor or None if best is not None else None,
-        "largest_domain": {"path": dict(best.best_domain), "fits": best.best} if best is not None else None,
-        "cluster_fits": best.total if best is not None else 0,
-        "free_gpus": best.free_gpus if best is not None else 0,
-        "domains_with_free_gpus": best.domains_with_free if best is not None else 0,
-        "fits_in_one_domain": f.domain_fit, "fits_in_cluster": f.cluster_fit, "fragmented": f.fragmented,
-        "summary": fit_text(f),
-    }
-
-
 def admission_layer(wl: Workload | None, position: QueuePosition | None = None,
-                    fits: Sequence[PodSetFit] = (), queue: ClusterQueue | None = None,
+                    fit: FitReport | None = None, queue: ClusterQueue | None = None,
                     cohorts: Sequence[str] = ()) -> dict[str, Any]:
     if wl is None or wl.state is None:
         return _layer("admission", "unknown", "no Kueue Workload joined to this PodGroup (not admitted by Kueue)")
@@ -210,7 +192,7 @@ def admission_layer(wl: Workload | None, position: QueuePosition | None = None,
         return _layer("admission", "blocking", f"deactivated (spec.active is false){why}: Kueue will not admit it", evidence)
     if stage == "evicting" and not (ev and ev["reason"] == "NodeFailures"):
         return _layer("admission", "blocking", f"being evicted ({ev['reason'] if ev else '?'}): {ev['message'] if ev else ''}".rstrip(": "), evidence)
-    if stage in WAITING_STAGES and pending is not None and pending.reason != PLACEMENT_REASON:
+    if stage in WAITING_STAGES and pending is not None and not is_topological(pending.reason, pending.message):
         summary = f"{stage} in {cq} (queue {wl.queue_name}): {_WAITING[pending.category]}"
         if pending.reason:
             summary += f" ({pending.reason})"
@@ -225,12 +207,10 @@ def admission_layer(wl: Workload | None, position: QueuePosition | None = None,
         summary += _eviction_text(wl, pending.message)
         summary += _queue_text(wl, queue, pending.message)
         summary += _position_text(position)
-        if pending.category == "capacity" and fits:  # would the free GPUs take it, once quota allows?
-            from .cluster.capacity import fit_text
-
-            summary += ". Topology now: " + "; ".join(fit_text(f) for f in fits)
+        if pending.category == "capacity" and fit is not None:  # would the topology take it, once quota allows?
+            summary += ". Topology now: " + fit.text
         return _layer("admission", "blocking", summary, evidence)
-    if pending is not None and pending.reason == PLACEMENT_REASON:
+    if pending is not None and is_topological(pending.reason, pending.message):
         return _layer("admission", "ok", f"quota available in {cq} (queue {wl.queue_name}), but no topology domain fits: "
                       "see placement", evidence)
     if stage == "admission_checks" and not (pending is not None and pending.reason == DELAYED_TOPOLOGY):
@@ -306,7 +286,7 @@ def _by_level(placed: Sequence[tuple[tuple[tuple[str, str], ...], int]]) -> dict
     return out
 
 
-def placement_layer(wl: Workload | None, fits: Sequence[PodSetFit] = ()) -> dict[str, Any]:
+def placement_layer(wl: Workload | None, fit: FitReport | None = None) -> dict[str, Any]:
     if wl is None or wl.state is None:
         return _layer("placement", "unknown", "no Kueue Workload: no topology assignment to show")
     requests = []
@@ -331,14 +311,15 @@ def placement_layer(wl: Workload | None, fits: Sequence[PodSetFit] = ()) -> dict
             unresolved.append(f"{a.name}: flavor {topo.flavor or '?'} {_UNRESOLVED[topo.problem](topo.topology)}")
     unhealthy = [{"node": n, "path": dict(p)} for n, p in zip(wl.unhealthy_nodes, wl.unhealthy_paths)]
     evidence = {"topology_request": requests, "assignment_current": wl.admitted and bool(wl.assignments),
-                "assignments": assignments, "unhealthy_nodes": unhealthy, "fit": [_fit(f) for f in fits]}
+                "assignments": assignments, "unhealthy_nodes": unhealthy,
+                "fit": fit.evidence if fit is not None else None}
     qr, adm, ev = (_cond(wl.conditions.get(t)) for t in ("QuotaReserved", "Admitted", "Evicted"))
-    if qr and qr["status"] == "False" and qr["reason"] == PLACEMENT_REASON:
-        if fits:
-            from .cluster.capacity import fit_text
-
-            return _layer("placement", "blocking", "; ".join(fit_text(f) for f in fits) + f". Kueue: {qr['message']}", evidence)
-        return _layer("placement", "blocking", f"no topology domain fits: {qr['message']}", evidence)
+    if qr and qr["status"] == "False" and is_topological(qr["reason"], qr["message"]):
+        # Kueue's word first; gangscope's model beside it, with why they may differ (fit_text).
+        summary = f"Kueue: no topology placement: {qr['message']}"
+        if fit is not None:
+            summary += f". {fit.text}"
+        return _layer("placement", "blocking", summary, evidence)
     if adm and adm["status"] == "False" and adm["reason"] == DELAYED_TOPOLOGY:
         return _layer("placement", "blocking", f"topology assignment delayed: {adm['message']}", evidence)
     if wl.stage == "evicting" and ev and ev["reason"] == "NodeFailures":
@@ -649,7 +630,7 @@ async def diagnose(store: ClusterStore, gangs: GangIndex, namespace: str, name: 
     how, wl, wl_gangs = resolve(store, gangs, namespace, name)
     position = store.queue_positions.get(wl.key) if wl is not None else None
     finished = wl is not None and wl.stage == "finished"
-    fits = store.capacity.workload_fit(wl) if wl is not None and in_queue(wl.state) else []
+    fits = store.capacity.workload_fit(wl) if wl is not None and in_queue(wl.state) else None
     layers: list[dict[str, Any]] = []
     blocked: dict[str, Any] | None = None
     for layer_name in LAYERS:

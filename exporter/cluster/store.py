@@ -261,9 +261,16 @@ class ClusterStore:
         self._level_names: dict[str, str] = {}
         self.capacity = Capacity(exposition, lambda: self.levels, self.fragment, gpu_resources=self.gpu_resources,
                                  sizes=placement_sizes, flavors=self.flavors, topologies=self.topologies,
-                                 shard=shard, total_shards=total_shards)
+                                 shard=shard, total_shards=total_shards, queue_flavors=self.queue_flavors, clock=clock)
         self.on_workload_change.append(lambda key: self.capacity.workload_changed(key, self.workloads.get(key)))
         self.on_topology_change.append(self.capacity.levels_changed)
+
+    def queue_flavors(self, cluster_queue: str) -> tuple[str, ...] | None:
+        """The flavors of a ClusterQueue in spec order, None while it is not known (the fit is then
+        unknown, never a guess). The ClusterQueue watch keeps ``cluster_queues``; a dump without
+        ClusterQueues knows no queue."""
+        queue = self.cluster_queues.get(cluster_queue)
+        return tuple(queue.flavor_names) if queue is not None else None
 
     # ---- handlers -------------------------------------------------------------------------
 

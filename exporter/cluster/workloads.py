@@ -12,7 +12,7 @@ gangs that change on their own.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,8 @@ STAGES = (
 )
 # Admission check states (kueue apis/kueue/v1beta2/workload_types.go:803-805).
 CHECK_STATES = ("Pending", "Ready", "Retry", "Rejected")
+from .resources import pod_requests, required_affinity
+from .tas_fit import SelectorTerm
 
 _NW = ("namespace", "workload")
 _EMPTY: dict = {}  # an absent object, read-only
@@ -285,6 +287,8 @@ class PodSet:
     topology: TopologyRequest | None = None
     tolerations: tuple[Toleration, ...] = ()  # template.spec.tolerations
     node_selector: dict[str, str] = field(default_factory=dict)  # template.spec.nodeSelector
+    requests: Mapping[str, int] = field(default_factory=dict)  # one pod's effective requests, Kueue's units (shared)
+    affinity: tuple[SelectorTerm, ...] | None = None  # template's required node affinity terms (waiting only)
 
 
 class Shape:
@@ -351,6 +355,9 @@ class Workload:
     # rule of the CRD at :616; set by pkg/controller/admissionchecks/multikueue/workload.go:880,917).
     worker_cluster: str = ""
     nominated_clusters: tuple[str, ...] = ()
+    # Annotation kueue.x-k8s.io/workload-slice-replacement-for (pkg/workloadslicing): a new slice of an
+    # elastic Workload, which the topology fit does not model.
+    replaces_slice: bool = False
     # Filled by the store:
     state: WorkloadState | None = None  # what the status means (exporter.cluster.workload_state)
     cluster_queue: str = ""  # admission's, else the LocalQueue's spec.clusterQueue
@@ -467,6 +474,8 @@ def parse_workload(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",))
         past_execution_seconds=_past_execution(status, p),
         worker_cluster=_intern(worker) if worker.__class__ is str else as_str(worker, "status.clusterName", p),
         nominated_clusters=nominated_clusters,
+        replaces_slice="kueue.x-k8s.io/workload-slice-replacement-for" in (
+            meta.get("annotations") if meta.get("annotations").__class__ is dict else _EMPTY),
     )
 
 
@@ -593,6 +602,8 @@ def _podsets(raw: Any, gpu_resources: Sequence[str], p: Problems, placing: bool 
             topology=_topology_request(ps.get("topologyRequest"), w, p),
             tolerations=parse_tolerations(tolerations, w + ".template.spec.tolerations", p) if tolerations is not None else (),
             node_selector=_shared_map(str_map(selector, w + ".template.spec.nodeSelector", p)) if selector is not None else _EMPTY,
+            requests=pod_requests(spec, w + ".template.spec", p),
+            affinity=required_affinity(spec, w + ".template.spec", p) if placing else None,
         ))
     return out
 

@@ -64,6 +64,8 @@ GPU_RESOURCE = "nvidia.com/gpu"
 GPUS_PER_NODE = 8
 
 
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
 def _ts(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -396,7 +398,10 @@ def build_default(now: datetime | None = None, blocks: int = 2, racks: int = 2, 
             "apiVersion": "kueue.x-k8s.io/v1beta2",
             "kind": "ResourceFlavor",
             "metadata": {"name": "h100-tas", "uid": _uid("rf")},
-            "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, "topologyName": "gpu-topology"},
+            # The GPU operator's taint is on every GPU node; Kueue's placement tolerates only what the
+            # flavor and the pod template tolerate (kueue tas_flavor_snapshot.go:961), as real setups say.
+            "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, "topologyName": "gpu-topology",
+                     "tolerations": [GPU_TOLERATION]},
         }
     )
     for ns, lq, cq in (("ml-team", "ml-team-queue", "gpu-cluster-queue"), ("research", "research-queue", "research-cq")):
@@ -576,7 +581,8 @@ def _nvl72_rack(sc: Scenario, now: datetime, block: int) -> None:
             "1821224099871" if odd else "1821224012345", slot=(3 if odd else 10 + i), tray=(0 if odd else i))
     sc.resource_flavors.append({
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "gb200-tas", "uid": _uid("rf-gb200")},
-        "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-GB200"}, "topologyName": "gpu-topology"},
+        "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-GB200"}, "topologyName": "gpu-topology",
+                 "tolerations": [GPU_TOLERATION]},
     })
     created = now - timedelta(hours=2)
     wl = _workload("llama-gb200", "ml-team", "ml-team-queue", 4, gpus, created, podgroup="llama-gb200")
