@@ -203,6 +203,11 @@ def _desc_domain(domain: tuple[str, ...]) -> str:
 # --- Alerts -----------------------------------------------------------------------------------
 
 
+# A gang's idle GPUs: the same series of two replicas (max), its reasons added up (sum).
+IDLE_PER_GANG = ("sum by (namespace, workload, podgroup) "
+                 "(max by (namespace, workload, podgroup, reason) (gangscope_gang_idle_gpus))")
+
+
 def alert_rules(cfg: Config) -> list[dict[str, Any]]:
     """The alert groups, in the order the runbook lists them."""
     a = cfg.alerts
@@ -369,11 +374,24 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
         ),
         rule(
             "GangscopeGangIdleGPUs",
-            workload_cq(f"max by (namespace, workload, podgroup) (gangscope_gang_idle_gpus) >= {idle['min_gpus']}"),
+            # Not while the gang is starting (placed, containers not up: its own alert below) or
+            # scaling (running; only its new members wait): a long image pull is not a partial gang.
+            workload_cq(f"{IDLE_PER_GANG} >= {idle['min_gpus']}\n"
+                        "unless on (namespace, workload, podgroup)\n"
+                        '  max by (namespace, workload, podgroup) (gangscope_gang_stage{stage=~"starting|scaling"}) == 1'),
             "A partial gang holds GPUs it cannot use.",
             f"Workload {wl} (ClusterQueue {{{{ $labels.cluster_queue }}}}, PodGroup {{{{ $labels.podgroup }}}}) holds "
-            f"{{{{ $value }}}} GPUs in running pods while its gang is below minMember, so no training runs on them. "
+            f"{{{{ $value }}}} GPUs in placed pods while its gang is below minMember, so no training runs on them. "
             f"Run {explain}.",
+        ),
+        rule(
+            "GangscopeGangStartingTooLong",
+            workload_cq('max by (namespace, workload, podgroup) (gangscope_gang_stage{stage="starting"}) == 1'),
+            "A placed gang's containers have not started for a long time.",
+            f"Workload {wl} (ClusterQueue {{{{ $labels.cluster_queue }}}}): every member of PodGroup "
+            f"{{{{ $labels.podgroup }}}} is bound to a node, but some containers have not started for more than "
+            f"{a['GangscopeGangStartingTooLong']['for']} (image pull, init containers, volumes): a node or image "
+            f"matter, not the gang scheduler's. Run {explain}.",
         ),
     ]
     offset = duration(seconds(rw) + seconds(drop["for"]))
@@ -687,7 +705,7 @@ def recording_rules(cfg: Config) -> list[dict[str, Any]]:
             "record": "cluster_queue:gangscope_gang_idle_gpus:sum",
             "expr": (
                 "sum by (cluster_queue) (\n"
-                "  max by (namespace, workload, podgroup) (gangscope_gang_idle_gpus)\n"
+                f"  {IDLE_PER_GANG}\n"
                 "  * on (namespace, workload) group_left (cluster_queue)\n"
                 "  topk by (namespace, workload) (1, gangscope_workload_info)\n"
                 ")"

@@ -29,13 +29,15 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from .cluster.gang_state import workload_members
 from .cluster.workload_fit import is_topological
 from .cluster.workload_state import WAITING_STAGES, in_queue
 from .config import add_kube, add_logging
 
 if TYPE_CHECKING:
     from .cluster.fits import FitReport
-    from .cluster.gangs import Gang, GangIndex
+    from .cluster.gang_state import Gang
+    from .cluster.gangs import GangIndex
     from .cluster.jobs import JobIndex, JobView
     from .cluster.clusterqueues import ClusterQueue, QueuePosition
     from .cluster.store import ClusterStore
@@ -371,11 +373,35 @@ def _members_text(g: Gang) -> str:
         return ""
     if m is not None and m.evidence == "pods":
         text = f"{(m.running or 0) + (m.succeeded or 0)}/{rec.min_member} running"
-        extra = [f"{v} {k}" for k, v in (("bound", m.bound), ("pending", m.pending), ("failed", m.failed)) if v]
-        return text + f" (live pods{': ' + ', '.join(extra) if extra else ''})"
+        extra = [f"{v} {k}" for k, v in (("bound, not started", m.bound), ("pending", m.pending), ("gated", m.gated),
+                                         ("terminating", m.terminating), ("failed", m.failed), ("unknown", m.unknown))
+                 if v]
+        text += f" (live pods{': ' + ', '.join(extra) if extra else ''})"
+        if m.waiting:
+            text += "; waiting to start: " + ", ".join(f"{n} {reason}" for reason, n in m.waiting)
+        if m.gates:
+            text += "; scheduling gates: " + ", ".join(f"{gate} on {n}" for gate, n in m.gates)
+        if m.disrupted:
+            text += "; DisruptionTarget: " + ", ".join(f"{n} {reason}" for reason, n in m.disrupted)
+        if m.unknown_what:
+            text += "; not understood: " + ", ".join(m.unknown_what)
+        if m.gpus_unknown:
+            text += f"; {m.gpus_unknown} placed pods hold GPUs through DRA claims or KAI gpu-memory: how many is unknown"
+        return text
     if m is not None and m.evidence == "counters":
         return f"{(m.running or 0) + (m.succeeded or 0)}/{rec.min_member} running (PodGroup status)"
     return f"?/{rec.min_member} running"
+
+
+# What the phase that still says "assembled" means, in each API's own words (kubernetes 10b39a39
+# scheduling/v1beta1/types.go:722-750; volcano ed72c7c8 staging/src/volcano.sh/apis/pkg/apis/
+# scheduling/v1beta1/types.go:47; scheduler-plugins 903da7df apis/scheduling/v1alpha1/types.go:94).
+_LAG_NOTE = {
+    "native": "it reflects the first scheduling decision only",
+    "volcano": "Volcano: minMember pods have been in running phase, as of its last scheduling session",
+    "coscheduling": "Coscheduling: the minMember pods of the pod group are in running phase, as of the "
+                    "controller's last reconcile",
+}
 
 
 def _phase_lags(g: Gang) -> str:
@@ -386,11 +412,19 @@ def _phase_lags(g: Gang) -> str:
     if rec.api in ("native", "kai") and rec.phase == "Pending":
         return ""  # no status written at all (a 1.37 CompositePodGroup's stays empty): nothing lags
     said = rec.gang_state
-    if said in ("waiting", "partial") and g.stage in ("assembled", "finished"):
+    if said in ("waiting", "partial") and g.stage in ("assembled", "finished", "starting"):
         return f"; its phase still says {rec.phase}"
     if said == "assembled" and g.stage in ("assembling", "stuck", "partially_bound"):
-        return f"; its status still says {rec.phase} (it reflects the first scheduling decision only)"
+        return f"; its status still says {rec.phase} ({_LAG_NOTE[rec.api]})"
     return ""
+
+
+def _missing(named: list[str], layer: dict[str, Any]) -> dict[str, Any]:
+    """A layer's summary with the PodGroups its pods name that gangscope does not see."""
+    if named:
+        layer["summary"] += (f"; its pods name PodGroup {', '.join(named)}, which gangscope does not see "
+                             "(deleted, or not watched)")
+    return layer
 
 
 def assembly_layer(wl: Workload | None, gangs: Sequence[Gang], now: float, index: GangIndex | None = None) -> dict[str, Any]:
@@ -411,34 +445,36 @@ def assembly_layer(wl: Workload | None, gangs: Sequence[Gang], now: float, index
                     f"{k.podgroup.name} {k.stage}" for k in kids) + ")"
     pods = index.workload_pods(wl) if index is not None and wl is not None else []
     if pods:
-        from .cluster.pods import PodStore
-
-        counts = PodStore.counts(pods)
+        counts = workload_members(pods)
         evidence["pods"] = {"total": counts.members, "bound": counts.bound, "running": counts.running,
-                            "ready": counts.ready, "pending": counts.pending, "succeeded": counts.succeeded,
-                            "failed": counts.failed, "bound_gpus": counts.bound_gpus}
+                            "ready": counts.ready, "pending": counts.pending, "gated": counts.gated,
+                            "terminating": counts.terminating, "succeeded": counts.succeeded,
+                            "failed": counts.failed, "placed_gpus": counts.placed_gpus}
     if not gangs:
+        named = sorted({f"{p.gang[1]} ({p.gang[0]})" for p in pods if p.gang is not None})
+        if named:  # bad input, or a group deleted under its pods: named, never judged
+            evidence["missing_podgroups"] = named
         need = sum(ps.count for ps in wl.podsets) if wl is not None else 0
         if wl is not None and wl.stage == "assembling":
             ready = wl.conditions.get("PodsReady")
             if ready is None and pods:
                 c = evidence["pods"]
-                return _layer("assembly", "blocking", f"admitted, {c['running'] + c['succeeded']}/{need} pods running "
+                return _missing(named, _layer("assembly", "blocking", f"admitted, {c['running'] + c['succeeded']}/{need} pods running "
                               f"(live pods: {c['bound']} bound, {c['pending']} pending), and no PodGroup is joined: "
-                              "check the pending pods' events", evidence)
+                              "check the pending pods' events", evidence))
             since = f" since {_ts(ready.last_transition_seconds)}" if ready is not None and ready.last_transition_seconds else ""
-            return _layer("assembly", "blocking", f"admitted but pods not ready (Kueue's PodsReady is False, "
+            return _missing(named, _layer("assembly", "blocking", f"admitted but pods not ready (Kueue's PodsReady is False, "
                           f"{ready.reason if ready else '?'}{since}), and no PodGroup is joined "
-                          "(no gang scheduler, or its PodGroups are not watched): check the pods' events", evidence)
+                          "(no gang scheduler, or its PodGroups are not watched): check the pods' events", evidence))
         if wl is not None and wl.stage == "running" and "PodsReady" not in wl.conditions:
             seen = f"; its live pods: {evidence['pods']['running']}/{need} running" if pods else \
                 ", so nothing says the pods are not running"
-            return _layer("assembly", "ok", "no PodGroup joined; Kueue writes no PodsReady here (waitForPodsReady "
-                          "is off)" + seen, evidence)
-        return _layer("assembly", "ok" if wl is not None and wl.stage in ("running", "finished") else "unknown",
-                      "no PodGroup joined to this Workload", evidence)
+            return _missing(named, _layer("assembly", "ok", "no PodGroup joined; Kueue writes no PodsReady here (waitForPodsReady "
+                          "is off)" + seen, evidence))
+        return _missing(named, _layer("assembly", "ok" if wl is not None and wl.stage in ("running", "finished") else "unknown",
+                      "no PodGroup joined to this Workload", evidence))
     worst = None
-    order = ("failed", "partially_bound", "stuck", "assembling", "not_admitted")
+    order = ("failed", "partially_bound", "stuck", "unknown", "starting", "assembling", "placing", "queued", "not_admitted")
     for g in gangs:
         if g.stage in order and (worst is None or order.index(g.stage) < order.index(worst.stage)):
             worst = g
@@ -463,7 +499,14 @@ def assembly_layer(wl: Workload | None, gangs: Sequence[Gang], now: float, index
     if rec.parent:
         parts.append(f"in CompositePodGroup {rec.parent}")
     label = {"failed": "gang failed", "partially_bound": "partially bound: some pods hold resources, the rest cannot be placed",
-             "stuck": "stuck assembling", "assembling": "assembling", "not_admitted": "waiting for admission"}[worst.stage]
+             "stuck": "stuck assembling", "assembling": "assembling", "not_admitted": "waiting for admission",
+             "starting": "placed, not started: all members are bound, some containers have not started (a node or "
+                         "image matter, not the gang scheduler's)",
+             "placing": "waiting for placement: Kueue's topology gate holds the pods until TAS assigns them",
+             "queued": f"waiting for its queue {rec.queue or '?'}: Volcano creates the pods once the group is enqueued"
+                       + (" (minResources " + ", ".join(f"{k}={v}" for k, v in rec.min_resources)
+                          + "; the queue's capacity is not watched)" if rec.min_resources else ""),
+             "unknown": "not judged: gangscope does not understand what decides this gang"}[worst.stage]
     summary = f"{label}: " + ", ".join(parts)
     if worst.deadline is not None:
         verb = "passed" if worst.stuck else "ends"
@@ -475,7 +518,7 @@ def assembly_layer(wl: Workload | None, gangs: Sequence[Gang], now: float, index
                                                for u in rec.unschedulable)
     elif rec.message:
         summary += f"; scheduler: {rec.message}"
-    status = "blocking" if worst.stage != "not_admitted" else "unknown"
+    status = "unknown" if worst.stage in ("not_admitted", "unknown") else "blocking"
     return _layer("assembly", status, summary, evidence)
 
 
