@@ -42,18 +42,12 @@ if TYPE_CHECKING:
 
 SCHEMA = "gangscope.explain/v1"
 LAYERS = ("admission", "placement", "assembly", "interconnect", "job")
-# Below this fraction of its own first hour, the job's interconnect throughput counts as degraded.
-DEGRADED_RATIO = 0.5
 TOPOLOGY_ANNOTATIONS = (
     ("required", "kueue.x-k8s.io/podset-required-topology"),
     ("preferred", "kueue.x-k8s.io/podset-preferred-topology"),
     ("unconstrained", "kueue.x-k8s.io/podset-unconstrained-topology"),
     ("slice_required", "kueue.x-k8s.io/podset-slice-required-topology"),
 )
-INTERCONNECT_SERIES = {
-    "nvlink": 'gangscope_nvlink_transmit_bytes_total|gangscope_nvlink_receive_bytes_total',
-    "pcie": 'gangscope_pcie_transmit_bytes_total|gangscope_pcie_receive_bytes_total',
-}
 # The placement layer's own QuotaReserved reason.
 PLACEMENT_REASON = "TopologyPlacementFailed"
 DELAYED_TOPOLOGY = "PendingDelayedTopologyRequests"
@@ -513,42 +507,6 @@ def _job_dict(v: JobView) -> dict[str, Any]:
     }
 
 
-def interconnect_queries(namespace: str, workload: str, start: float | None, now: float) -> dict[str, str]:
-    """PromQL for the job's throughput now (5m rate) and over its first hour (or as much as it has run).
-
-    Per-GPU agent series join the job through ``gangscope_gpu_pod_info{namespace, workload}`` on
-    ``(node, gpu)``; the first hour uses the ``@`` modifier at ``start + 1h``.
-    """
-    sel = f'namespace="{namespace}",workload="{workload}"'
-    out = {}
-    for what, names in INTERCONNECT_SERIES.items():
-        join = f'* on (node, gpu) group_left max by (node, gpu) (gangscope_gpu_pod_info{{{sel}}}{{at}})'
-        rate = f'sum by (node, gpu) (rate({{__name__=~"{names}"}}[{{window}}]{{at}}))'
-        out[f"{what}_now"] = f"sum({rate} {join})".replace("{window}", "5m").replace("{at}", "")
-        if start is not None:
-            window = int(min(3600, max(300, now - start)))
-            at = f" @ {int(start + window)}"
-            out[f"{what}_first_hour"] = f"sum({rate} {join})".replace("{window}", f"{window}s").replace("{at}", at)
-    return out
-
-
-async def query_prometheus(url: str, queries: dict[str, str], now: float) -> dict[str, float | None]:
-    """Instant queries over the Prometheus HTTP API; a query without data gives None."""
-    import aiohttp
-
-    out: dict[str, float | None] = {}
-    timeout = aiohttp.ClientTimeout(total=15)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        for key, q in queries.items():
-            async with session.get(url.rstrip("/") + "/api/v1/query", params={"query": q, "time": str(now)}) as resp:
-                body = await resp.json(content_type=None)
-            if resp.status != 200 or body.get("status") != "success":
-                raise RuntimeError(f"Prometheus {resp.status}: {body.get('error') or body}")
-            result = body["data"]["result"]
-            out[key] = float(result[0]["value"][1]) if result else None
-    return out
-
-
 def running_since(wl: Workload) -> float | None:
     """When the job started running: PodsReady turning True, or, where Kueue writes no PodsReady
     (no waitForPodsReady), the admission."""
@@ -560,32 +518,25 @@ def running_since(wl: Workload) -> float | None:
 
 
 async def interconnect_layer(wl: Workload | None, prometheus: str | None, now: float) -> dict[str, Any]:
+    """The job's NVLink/PCIe throughput now against its baseline, and its lagging GPUs
+    (exporter.interconnect); without ``--prometheus``, the queries to run by hand."""
+    from . import interconnect
+
     if wl is None:
         return _layer("interconnect", "unknown", "no Kueue Workload: GPU series are joined by workload name")
     start = running_since(wl)
-    queries = interconnect_queries(wl.namespace, wl.name, start, now)
-    evidence: dict[str, Any] = {"prometheus": prometheus, "running_since": _ts(start), "queries": queries}
+    evidence: dict[str, Any] = {"prometheus": prometheus, "running_since": _ts(start)}
     if prometheus is None:
+        evidence["queries"] = interconnect.printed_queries(wl.namespace, wl.name, start, now)
         return _layer("interconnect", "unknown",
-                      f"not checked: run with --prometheus URL, or query {queries['nvlink_now']}", evidence)
+                      "not checked: run with --prometheus URL, or run the queries below in Prometheus", evidence)
     try:
-        values = await query_prometheus(prometheus, queries, now)
-    except Exception as exc:  # unreachable Prometheus: say so, keep the rest of the diagnosis
-        evidence["error"] = str(exc)
+        status, summary, found = await interconnect.assess(prometheus, wl.namespace, wl.name, start, now)
+    except interconnect.PrometheusError as exc:  # say so, keep the rest of the diagnosis
+        evidence.update(error=str(exc), failed_query=exc.query)
         return _layer("interconnect", "unknown", f"Prometheus query failed: {exc}", evidence)
-    evidence["values_bytes_per_second"] = values
-    ratios = {}
-    for what in INTERCONNECT_SERIES:
-        cur, first = values.get(f"{what}_now"), values.get(f"{what}_first_hour")
-        if cur is not None and first:
-            ratios[what] = cur / first
-    evidence["ratio_now_to_first_hour"] = ratios
-    if not ratios:
-        return _layer("interconnect", "unknown", "no NVLink/PCIe series for this job's GPUs (agent not running, or job not started)", evidence)
-    low = {k: r for k, r in ratios.items() if r < DEGRADED_RATIO}
-    text = ", ".join(f"{k} {values[k + '_now'] / 1e9:.2f} GB/s now vs {values[k + '_first_hour'] / 1e9:.2f} GB/s first hour ({r:.0%})"
-                     for k, r in ratios.items())
-    return _layer("interconnect", "blocking" if low else "ok", ("degraded: " if low else "") + text, evidence)
+    evidence.update(found)
+    return _layer("interconnect", status, summary, evidence)
 
 
 async def diagnose(store: ClusterStore, gangs: GangIndex, namespace: str, name: str, *,
@@ -669,9 +620,16 @@ def render_text(doc: dict[str, Any], colour: bool, columns: int = 100) -> str:
     for layer in doc["layers"]:
         status = layer["status"].replace("_", " ")
         pad = " " * (swidth - len(status))
-        summary = textwrap.wrap(layer["summary"], wrap, break_on_hyphens=False) or [""]
+        summary = wrap_prose(layer["summary"], wrap)
         lines.append(f"  {layer['name']:<{width}}{paint(status.upper() if layer['status'] == 'blocking' else status, _COLOURS[layer['status']])}{pad}{summary[0]}")
         lines.extend(indent + rest for rest in summary[1:])
+        if layer["name"] == "interconnect":
+            from .interconnect import shown_queries
+
+            for query in shown_queries(layer["evidence"]):  # one line each, never wrapped: they are pasted
+                lines.extend(["", query])
+            if shown_queries(layer["evidence"]):
+                lines.append("")
         if layer["status"] == "blocking" and layer["name"] == "placement":
             for a in layer["evidence"].get("assignments", []):
                 for alias, values in a["by_level"].items():
@@ -679,6 +637,12 @@ def render_text(doc: dict[str, Any], colour: bool, columns: int = 100) -> str:
                     more = f" (+{len(values) - 8} more)" if len(values) > 8 else ""
                     lines.append(f"{indent}{a['podset']} {alias}: {shown}{more}")
     return "\n".join(lines) + "\n"
+
+
+def wrap_prose(text: str, width: int) -> list[str]:
+    """``text`` wrapped at spaces only: a word longer than the line (a metric name, a URL, a
+    selector) overflows rather than being cut, so that it can still be copied."""
+    return textwrap.wrap(text, width, break_on_hyphens=False, break_long_words=False) or [""]
 
 
 # ---- the command ---------------------------------------------------------------------------------

@@ -18,8 +18,10 @@ rule evaluating without error.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import importlib.util
+import json
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -31,6 +33,7 @@ import aiohttp
 import pynvml
 import pytest
 
+from exporter import explain
 from exporter.demo import Demo
 
 PROMETHEUS = Path("/usr/bin/prometheus")
@@ -114,7 +117,7 @@ def firing(name: str, **labels: str) -> Callable[[list[dict[str, Any]]], bool]:
     return lambda alerts: any(a["state"] == "firing" for a in matching(alerts, name, **labels))
 
 
-async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path) -> None:
+async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     started = time.monotonic()
     demo = Demo(scenario_name="static", with_prometheus=True, workdir=tmp_path / "demo")
     (tmp_path / "demo").mkdir()
@@ -247,6 +250,24 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path) -> None
                 ("3", "7", "block-2", "rack-2-1")]
             assert not matching(alerts, "GangscopeNVLinkDown", node="gpu-b1-r1-n1")
             assert not matching(alerts, "GangscopeDomainNodeFailureEvictions"), "a NodeFailures alert before any node failed"
+
+            # --- explain's interconnect layer, as a user runs it against the demo ------------
+            # live, through the demo's kubeconfig, with this Prometheus: a baseline from the history
+            # it holds (it started with the demo; the job has run for 3 h), and the lagging GPU named
+            args = argparse.ArgumentParser()
+            explain.add_arguments(args)
+            argv = ["ml-team/llama-train", "--kubeconfig", demo.kubeconfig, "--prometheus", prom.base, "--output", "json"]
+            assert await asyncio.to_thread(explain.run, args.parse_args(argv)) == 0
+            doc = json.loads(capsys.readouterr().out)
+            inter = doc["layers"][3]
+            assert (doc["verdict"]["status"], doc["verdict"]["layer"]) == ("slow", "interconnect"), inter
+            assert inter["summary"].startswith("straggler: nvlink "), inter
+            assert [(s["node"], s["gpu"]) for s in inter["evidence"]["stragglers"] if s["interconnect"] == "nvlink"] == [
+                (straggler_node, "5")]
+            assert inter["evidence"]["baseline"]["first_hour"] is False
+            assert "of the history Prometheus holds for the job" in inter["summary"]
+            assert inter["evidence"]["values_bytes_per_second"]["nvlink_now"] == pytest.approx(
+                expected["transmit"] + expected["receive"], rel=0.1)
 
             # --- a node of vit-large (block-2/rack-2-2) fails; Kueue evicts with NodeFailures ---
             # Wait until the collector has been up for one window (plus two scrapes): the born-counter
