@@ -626,9 +626,10 @@ def render_text(doc: dict[str, Any], colour: bool, columns: int = 100) -> str:
         if layer["name"] == "interconnect":
             from .interconnect import shown_queries
 
-            for query in shown_queries(layer["evidence"]):  # one line each, never wrapped: they are pasted
-                lines.extend(["", query])
-            if shown_queries(layer["evidence"]):
+            queries = shown_queries(layer["evidence"])
+            for what, query in queries:  # one line each, never wrapped: they are pasted (# starts a PromQL comment)
+                lines.extend(["", f"# {what}: bytes/s per GPU" if what != "the refused query" else f"# {what}", query])
+            if queries:
                 lines.append("")
         if layer["status"] == "blocking" and layer["name"] == "placement":
             for a in layer["evidence"].get("assignments", []):
@@ -798,11 +799,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-EXPLAIN_EXAMPLE = "/debug/explain?namespace=NAMESPACE&name=NAME"
+EXPLAIN_ROUTE = "/debug/explain?namespace=NAMESPACE&name=NAME"
 
 
 def explain_route(store: ClusterStore, gangs: GangIndex, prometheus: str | None = None) -> Any:
-    """``GET /debug/explain?namespace=&name=`` for the collector: the same JSON as the command.
+    """``GET /debug/explain?namespace=&name=`` for the collector: the same JSON as the command,
+    indented for a browser (``Accept: text/html``) or with ``&pretty``, compact otherwise.
 
     It reveals a namespace's Workloads (Kueue's messages, nodes, queues, owners), so with
     ``--metrics-auth`` the caller must also be allowed to ``get`` Workloads in that namespace
@@ -822,6 +824,8 @@ def explain_route(store: ClusterStore, gangs: GangIndex, prometheus: str | None 
             doc = await diagnose(store, gangs, namespace, name, prometheus=prometheus)
         except UnknownTarget as exc:
             return web.json_response({"error": str(exc)}, status=404)
-        return web.Response(body=orjson.dumps(doc), content_type="application/json")
+        pretty = "pretty" in request.query or "text/html" in request.headers.get("Accept", "")
+        body = orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n" if pretty else orjson.dumps(doc)
+        return web.Response(body=body, content_type="application/json")
 
     return web.get("/debug/explain", handler)

@@ -65,8 +65,8 @@ def gpu_rate_query(kind: str, namespace: str, workload: str, window: int, at: in
 
 def history_query(namespace: str, workload: str, lookback: int) -> str:
     """The timestamp of the job's earliest GPU sample Prometheus holds within ``lookback`` seconds
-    (a subquery, one step per ``lookback / 1000`` seconds and at least 15 s)."""
-    step = max(15, -(-lookback // 1000))
+    (a subquery of at most 10,000 steps, within Prometheus's 11,000 points per series)."""
+    step = max(1, -(-lookback // 10000))
     sel = f"gangscope_gpu_pod_info{{namespace={_label(namespace)}, workload={_label(workload)}}}"
     return f"min(min_over_time(timestamp({sel})[{lookback}s:{step}s]))"
 
@@ -272,10 +272,10 @@ async def assess(url: str, namespace: str, workload: str, start: float | None, n
     return "ok", text, evidence
 
 
-def shown_queries(evidence: Mapping[str, Any]) -> list[str]:
-    """The PromQL the text output prints on lines of their own: every query when Prometheus was
-    not asked, the one it refused when it refused one."""
+def shown_queries(evidence: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(what, PromQL) for the text output to print on lines of their own: every query when
+    Prometheus was not asked, the one it refused when it refused one."""
     if evidence.get("prometheus") is None:
-        return list((evidence.get("queries") or {}).values())
+        return [(key.replace("_", " ", 1).replace("_", " "), q) for key, q in (evidence.get("queries") or {}).items()]
     failed = evidence.get("failed_query")
-    return [failed] if failed else []
+    return [("the refused query", failed)] if failed else []

@@ -134,6 +134,10 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path, capsys:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
             prom = PromAPI(session, f"http://{demo.host}:{demo.prometheus_port}")
             await poll(prom.ready, bool, 30, "Prometheus ready")
+            page = await demo.prometheus_alerts_page()  # the URL the demo prints: it must answer
+            assert page == f"{prom.base}/classic/alerts", page  # Debian's 2.42: the classic UI only
+            async with session.get(page) as resp:
+                assert resp.status == 200 and "<title>Prometheus" in await resp.text()
             targets = 1 + len(demo.agents)
             up = await poll(lambda: prom.query("up"), lambda r: len(r) == targets and all(s["value"][1] == "1" for s in r),
                             30, f"all {targets} targets up")
@@ -251,24 +255,6 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path, capsys:
             assert not matching(alerts, "GangscopeNVLinkDown", node="gpu-b1-r1-n1")
             assert not matching(alerts, "GangscopeDomainNodeFailureEvictions"), "a NodeFailures alert before any node failed"
 
-            # --- explain's interconnect layer, as a user runs it against the demo ------------
-            # live, through the demo's kubeconfig, with this Prometheus: a baseline from the history
-            # it holds (it started with the demo; the job has run for 3 h), and the lagging GPU named
-            args = argparse.ArgumentParser()
-            explain.add_arguments(args)
-            argv = ["ml-team/llama-train", "--kubeconfig", demo.kubeconfig, "--prometheus", prom.base, "--output", "json"]
-            assert await asyncio.to_thread(explain.run, args.parse_args(argv)) == 0
-            doc = json.loads(capsys.readouterr().out)
-            inter = doc["layers"][3]
-            assert (doc["verdict"]["status"], doc["verdict"]["layer"]) == ("slow", "interconnect"), inter
-            assert inter["summary"].startswith("straggler: nvlink "), inter
-            assert [(s["node"], s["gpu"]) for s in inter["evidence"]["stragglers"] if s["interconnect"] == "nvlink"] == [
-                (straggler_node, "5")]
-            assert inter["evidence"]["baseline"]["first_hour"] is False
-            assert "of the history Prometheus holds for the job" in inter["summary"]
-            assert inter["evidence"]["values_bytes_per_second"]["nvlink_now"] == pytest.approx(
-                expected["transmit"] + expected["receive"], rel=0.1)
-
             # --- a node of vit-large (block-2/rack-2-2) fails; Kueue evicts with NodeFailures ---
             # Wait until the collector has been up for one window (plus two scrapes): the born-counter
             # branch of the eviction alerts needs `up offset window == 1`.
@@ -300,6 +286,26 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path, capsys:
 
             after = await prom.query('rack:gangscope_workload_stage:count{rack="rack-2-2"}')
             assert all(s["metric"]["stage"] != "running" for s in after), after
+
+            # --- explain's interconnect layer, as a user runs it against the demo ------------
+            # live, through the demo's kubeconfig, with this Prometheus: a baseline from the history
+            # it holds (it started with the demo; the job has run for 3 h), and the lagging GPU named
+            await asyncio.sleep(max(0.0, all_up + 45 - time.monotonic()))  # "a minute after the demo starts"
+            args = argparse.ArgumentParser()
+            explain.add_arguments(args)
+            argv = ["ml-team/llama-train", "--kubeconfig", demo.kubeconfig, "--prometheus", prom.base, "--output", "json"]
+            capsys.readouterr()  # what the demo printed so far
+            assert await asyncio.to_thread(explain.run, args.parse_args(argv)) == 0
+            doc = json.loads(capsys.readouterr().out)
+            inter = doc["layers"][3]
+            assert (doc["verdict"]["status"], doc["verdict"]["layer"]) == ("slow", "interconnect"), inter
+            assert inter["summary"].startswith("straggler: nvlink "), inter
+            assert [(s["node"], s["gpu"]) for s in inter["evidence"]["stragglers"] if s["interconnect"] == "nvlink"] == [
+                (straggler_node, "5")]
+            assert inter["evidence"]["baseline"]["first_hour"] is False
+            assert "of the history Prometheus holds for the job" in inter["summary"]
+            assert inter["evidence"]["values_bytes_per_second"]["nvlink_now"] == pytest.approx(
+                expected["transmit"] + expected["receive"], rel=0.1)
 
             # --- every rule evaluated without error ---------------------------------------
             groups = await prom.rules()

@@ -251,7 +251,13 @@ async def test_debug_explain_route(dump: Path) -> None:
         async with aiohttp.ClientSession() as s:
             async with s.get(base, params={"namespace": "research", "name": "t5-pretrain"}) as r:
                 assert r.status == 200
-                doc = await r.json()
+                compact = await r.text()
+                doc = json.loads(compact)
+            async with s.get(base, params={"namespace": "research", "name": "t5-pretrain", "pretty": ""}) as r:
+                pretty = await r.text()
+            async with s.get(base, params={"namespace": "research", "name": "t5-pretrain"},
+                             headers={"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}) as r:  # a browser
+                browser = await r.text()
             async with s.get(base, params={"namespace": "research", "name": "nope"}) as r:
                 assert r.status == 404
             async with s.get(base) as r:
@@ -260,6 +266,10 @@ async def test_debug_explain_route(dump: Path) -> None:
         await runner.cleanup()
     assert doc["verdict"]["layer"] == "assembly"
     assert doc["layers"][2]["evidence"]["podgroups"][0]["stage"] == "partially_bound"
+    assert "\n" not in compact.strip()
+    for text in (pretty, browser):
+        assert text.startswith('{\n  "schema": "gangscope.explain/v1",\n')
+        assert json.loads(text)["verdict"]["layer"] == "assembly"
 
 
 async def test_live_against_the_simulated_api_server(scenario: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -63,15 +63,18 @@ SCENARIOS = ("degraded", "lost-gpu", "unsupported", "wrap", "hang", "mig", "stra
 KIB = 1024
 UINT_MAX = 0xFFFFFFFF  # scopeId for "all links" (nvml.h line 2599)
 _COUNTERS = frozenset((*NVLINK_DATA, *NVLINK_RAW, *NVLINK5_BYTES))
-_ERROR_RATES = {  # errors per second on a link with errors; the rest stay 0
-    pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY: 0.5,
+# Errors per second on a link with errors; the rest stay 0. Each rate is either well above or
+# well below what GangscopeNVLinkErrorsRising counts (more than 10 in the demo's 20 s window):
+# 1/s gives 20, 0.1/s gives 2, so the demo's alert fires and stays, never flapping at its threshold.
+_ERROR_RATES = {
+    pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY: 1.0,
     pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC: 0.1,
-    pynvml.NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS: 0.5,
-    pynvml.NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_SUCCESSFUL_EVENTS: 0.5,
+    pynvml.NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS: 1.0,
+    pynvml.NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_SUCCESSFUL_EVENTS: 1.0,
     pynvml.NVML_FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS: 2.0,
 }
 _LEGACY_ERRORS = {  # nvmlDeviceGetNvLinkErrorCounter counter -> errors per second on a link with errors
-    pynvml.NVML_NVLINK_ERROR_DL_REPLAY: 0.5,
+    pynvml.NVML_NVLINK_ERROR_DL_REPLAY: 1.0,
     pynvml.NVML_NVLINK_ERROR_DL_RECOVERY: 0.0,
     pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT: 0.1,
     pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA: 0.0,
