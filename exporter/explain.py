@@ -677,6 +677,7 @@ async def _load_live(args: argparse.Namespace, store: ClusterStore, gangs: GangI
     from .kube.resources import NODES, QUEUE_POSITIONS
 
     client = await KubeClient.create(args.kubeconfig, args.context, args.insecure_skip_tls_verify)
+    client.reachability.quiet = True  # an unreachable API server is the command's one error line (run)
     try:
         await _list_once(args, client, source_specs(args, handlers, namespace=namespace, exclude=(NODES.source,)))
         try:
@@ -714,6 +715,9 @@ async def _list_once(args: argparse.Namespace, client: Any, specs: list[Any]) ->
     await sources.start()
     try:
         await sources.wait_ready(timeout=args.sync_timeout)
+    except TimeoutError:  # say why, once: an unreachable API server reads the same for every source
+        raise RuntimeError(client.reachability.failing or
+                           f"not within --sync-timeout {args.sync_timeout:g}s: {sources.ready()[1]}") from None
     finally:
         await sources.stop()
     return sources

@@ -305,3 +305,19 @@ async def test_live_against_the_simulated_api_server(scenario: Any, tmp_path: Pa
     assert rc == 0 and "workloads not readable cluster-wide" in err, err
     assert limited["verdict"]["layer"] == "placement"
     assert not next(layer for layer in limited["layers"] if layer["name"] == "placement")["evidence"]["fit"]
+
+
+def test_an_unreachable_api_server_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    async def closed_port_kubeconfig() -> tuple[str, str]:
+        sim = SimApiServer()
+        await sim.start()
+        path = sim.write_kubeconfig(str(tmp_path / "kubeconfig"))
+        await sim.stop()
+        return path, sim.url
+
+    path, url = asyncio.run(closed_port_kubeconfig())
+    rc, out, err = run_cli(["ml-team/llama-train", "--kubeconfig", path, "--sync-timeout", "1"], capsys)
+    assert (rc, out) == (1, "")
+    assert err == (f"gangscope explain: cannot read the cluster: cannot reach the API server at {url}: Connection refused: "
+                   "check the kubeconfig's server (in a pod: KUBERNETES_SERVICE_HOST), that the API server is up, and the "
+                   "network path to it\n")
