@@ -82,7 +82,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prometheus", action="store_true",
                    help="also start Debian's prometheus scraping the demo with the project's rules, shortened so that they "
                         "fire within two minutes, and print each alert as it fires (needs /usr/bin/prometheus)")
-    add_logging(p)
+    add_logging(p, "warning")
 
 
 @dataclass
@@ -409,7 +409,7 @@ async def _main(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    start_logging("demo", args, "warning" if args.log_level == "info" else args.log_level)
+    start_logging("demo", args, args.log_level)
     if not simulators_installed():
         print(SIM_MISSING, file=sys.stderr)
         return 2

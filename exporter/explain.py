@@ -70,7 +70,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="live: seconds to wait for the first list of every served resource (default 30)")
     add_collector_arguments(p)
     add_kube(p)
-    add_logging(p)
+    add_logging(p, "warning")
 
 
 # ---- the diagnosis ---------------------------------------------------------------------------
@@ -770,19 +770,35 @@ async def _load_nodes(client: Any, wl: Workload, handler: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from .logs import start_logging
 
-    start_logging("explain", args, args.log_level if args.log_level != "info" else "warning")
+    start_logging("explain", args, args.log_level)
     namespace, sep, name = args.target.partition("/")
     if not sep or not namespace or not name:
         print(f"gangscope explain: want NAMESPACE/NAME, got {args.target!r}", file=sys.stderr)
         return 2
     store, gangs, handlers = _build(args)
+    unread = ""
     if args.from_file is not None:
         from .loader import feed, load_reporting
+        from .logs import setup_logging
 
-        loaded = load_reporting(args.from_file, "gangscope explain")
+        # A dump holds much besides the job asked about: by default (warning) its unreadable
+        # documents, ignored kinds and objects that do not parse are not this question's
+        # business, and are only counted for the case that the job is not found; --log-level
+        # info prints each.
+        quiet = args.log_level in ("warning", "error")
+        loaded = load_reporting(args.from_file, "gangscope explain", quiet=quiet)
         if loaded is None:
             return 1
-        feed(store.exposition, handlers, loaded.objects, "gangscope explain")
+        if quiet:
+            setup_logging("error")
+        try:
+            fed = feed(store.exposition, handlers, loaded.objects, "gangscope explain", quiet=quiet)
+        finally:
+            if quiet:
+                setup_logging(args.log_level)
+        skipped = len(loaded.problems) + fed.parse_errors
+        if skipped:
+            unread = f" ({skipped} object(s) of the dump could not be read; --log-level info lists them)"
     else:
         try:
             asyncio.run(_load_live(args, store, gangs, handlers, namespace, name))
@@ -792,7 +808,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         doc = asyncio.run(diagnose(store, gangs, namespace, name, prometheus=args.prometheus))
     except UnknownTarget as exc:
-        print(f"gangscope explain: {exc}", file=sys.stderr)
+        print(f"gangscope explain: {exc}{unread}", file=sys.stderr)
         return 1
     if args.output == "json":
         sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
