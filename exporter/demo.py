@@ -321,7 +321,8 @@ class Demo:
         lines.append(f"  collector   http://{self.host}:{self.collector.port}/metrics")
         first = next(iter(self.agents))
         lines.append(f"  agents      {len(self.agents)} nodes, e.g. {first}: http://{self.host}:{self.agents[first].port}/metrics")
-        lines.append(f"  explain     http://{self.host}:{self.collector.port}/debug/explain?namespace=ml-team&name=mixtral-sft")
+        lines.append(f"  explain     http://{self.host}:{self.collector.port}/debug/explain?namespace=ml-team&name=mixtral-sft&pretty"
+                     "   (the collector's page / lists the jobs worth a look)")
         if self.prometheus is not None:
             page = await self.prometheus_alerts_page()
             lines.append(f"  prometheus  {page or self.prometheus_url}   (alerts are printed below as they fire)")

@@ -777,15 +777,16 @@ def run(args: argparse.Namespace) -> int:
         return 2
     store, gangs, handlers = _build(args)
     unread = ""
+    # A dump or a namespace holds much besides the job asked about: by default (warning) its
+    # unreadable documents, ignored kinds and objects that do not parse are not this question's
+    # business (a dump's are counted for the case that the job is not found); --log-level info
+    # prints each. What stops the answer (an unreachable API server) is the command's error.
+    quiet = args.log_level in ("warning", "error")
+    from .logs import setup_logging
+
     if args.from_file is not None:
         from .loader import feed, load_reporting
-        from .logs import setup_logging
 
-        # A dump holds much besides the job asked about: by default (warning) its unreadable
-        # documents, ignored kinds and objects that do not parse are not this question's
-        # business, and are only counted for the case that the job is not found; --log-level
-        # info prints each.
-        quiet = args.log_level in ("warning", "error")
         loaded = load_reporting(args.from_file, "gangscope explain", quiet=quiet)
         if loaded is None:
             return 1
@@ -800,11 +801,16 @@ def run(args: argparse.Namespace) -> int:
         if skipped:
             unread = f" ({skipped} object(s) of the dump could not be read; --log-level info lists them)"
     else:
+        if quiet:
+            setup_logging("error")
         try:
             asyncio.run(_load_live(args, store, gangs, handlers, namespace, name))
         except Exception as exc:
             print(f"gangscope explain: cannot read the cluster: {exc}", file=sys.stderr)
             return 1
+        finally:
+            if quiet:
+                setup_logging(args.log_level)
     try:
         doc = asyncio.run(diagnose(store, gangs, namespace, name, prometheus=args.prometheus))
     except UnknownTarget as exc:

@@ -307,6 +307,12 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path, capsys:
             assert inter["evidence"]["values_bytes_per_second"]["nvlink_now"] == pytest.approx(
                 expected["transmit"] + expected["receive"], rel=0.1)
 
+            # --- no flapping: the NVLink error alert of the degraded link fires and stays ---
+            # (each simulated error rate is well above or well below the demo's threshold)
+            held = await prom.query('count_over_time(ALERTS{alertname="GangscopeNVLinkErrorsRising", '
+                                    'alertstate="firing"}[30s])')
+            assert {s["metric"]["type"]: float(s["value"][1]) >= 29 for s in held} == {"replay": True, "recovery": True}, held
+
             # --- every rule evaluated without error ---------------------------------------
             groups = await prom.rules()
             broken = [(r["name"], r.get("lastError")) for g in groups for r in g["rules"] if r["health"] != "ok"]
