@@ -389,7 +389,7 @@ async def test_every_generation_is_read_from_what_it_answers(profile: str) -> No
     types = {dict(k)["type"] for (n, k) in samples(expo) if n == "gangscope_nvlink_errors_total"}
     if EXPECTED_SUPPORT[profile]["nvlink_errors"]:
         assert types == {"replay", "recovery", "crc"}
-        assert value(expo, "gangscope_nvlink_errors_total", gpu="3", link="7", type="replay") == 20
+        assert value(expo, "gangscope_nvlink_errors_total", gpu="3", link="7", type="replay") == 40
     else:
         assert types == {"link_recovery_successful", "link_recovery_failed", "link_recovery", "effective", "symbol"}
         assert value(expo, "gangscope_nvlink_errors_total", gpu="3", link="7", type="symbol") == 40
@@ -440,7 +440,7 @@ async def test_legacy_error_api_is_only_the_fallback() -> None:
     clock.t += 20
     await sampler.sample_once()
     assert "nvmlDeviceGetNvLinkErrorCounter" in sim.names
-    assert value(expo, "gangscope_nvlink_errors_total", gpu="3", link="7", type="replay") == 20
+    assert value(expo, "gangscope_nvlink_errors_total", gpu="3", link="7", type="replay") == 40
     assert value(expo, "gangscope_nvlink_errors_total", gpu="3", link="7", type="crc_flit") == 2
     assert supported(expo, 3)["nvlink_error_counter_api"] == 1
     sampler.close()
@@ -666,7 +666,7 @@ async def test_degraded_link_and_pcie_and_mig_inventory() -> None:
     await sampler.sample_once()
     assert value(expo, "gangscope_nvlink_link_up", gpu="3", link="7") == 0
     assert value(expo, "gangscope_nvlink_link_up", gpu="3", link="6") == 1
-    assert value(expo, "gangscope_nvlink_errors_total", gpu="3", link="7", type="replay") == 20
+    assert value(expo, "gangscope_nvlink_errors_total", gpu="3", link="7", type="replay") == 40
     assert value(expo, "gangscope_pcie_link_generation", gpu="5", kind="current") == 3  # PCIe down-trained
     assert value(expo, "gangscope_pcie_link_width", gpu="5", kind="current") == 8
     assert value(expo, "gangscope_pcie_link_width", gpu="5", kind="max") == 16
