@@ -311,7 +311,7 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path, capsys:
             # (each simulated error rate is well above or well below the demo's threshold)
             held = await prom.query('count_over_time(ALERTS{alertname="GangscopeNVLinkErrorsRising", '
                                     'alertstate="firing"}[30s])')
-            assert {s["metric"]["type"]: float(s["value"][1]) >= 29 for s in held} == {"replay": True, "recovery": True}, held
+            assert {s["metric"]["type"]: float(s["value"][1]) >= 29 for s in held} == {"replay": True}, held  # recovery: 0/s
 
             # --- every rule evaluated without error ---------------------------------------
             groups = await prom.rules()
