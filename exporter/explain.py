@@ -45,18 +45,12 @@ if TYPE_CHECKING:
 
 SCHEMA = "gangscope.explain/v1"
 LAYERS = ("admission", "placement", "assembly", "interconnect", "job")
-# Below this fraction of its own first hour, the job's interconnect throughput counts as degraded.
-DEGRADED_RATIO = 0.5
 TOPOLOGY_ANNOTATIONS = (
     ("required", "kueue.x-k8s.io/podset-required-topology"),
     ("preferred", "kueue.x-k8s.io/podset-preferred-topology"),
     ("unconstrained", "kueue.x-k8s.io/podset-unconstrained-topology"),
     ("slice_required", "kueue.x-k8s.io/podset-slice-required-topology"),
 )
-INTERCONNECT_SERIES = {
-    "nvlink": 'gangscope_nvlink_transmit_bytes_total|gangscope_nvlink_receive_bytes_total',
-    "pcie": 'gangscope_pcie_transmit_bytes_total|gangscope_pcie_receive_bytes_total',
-}
 DELAYED_TOPOLOGY = "PendingDelayedTopologyRequests"
 
 
@@ -77,7 +71,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="live: seconds to wait for the first list of every served resource (default 30)")
     add_collector_arguments(p)
     add_kube(p)
-    add_logging(p)
+    add_logging(p, "warning")
 
 
 # ---- the diagnosis ---------------------------------------------------------------------------
@@ -591,42 +585,6 @@ def _job_dict(v: JobView) -> dict[str, Any]:
     }
 
 
-def interconnect_queries(namespace: str, workload: str, start: float | None, now: float) -> dict[str, str]:
-    """PromQL for the job's throughput now (5m rate) and over its first hour (or as much as it has run).
-
-    Per-GPU agent series join the job through ``gangscope_gpu_pod_info{namespace, workload}`` on
-    ``(node, gpu)``; the first hour uses the ``@`` modifier at ``start + 1h``.
-    """
-    sel = f'namespace="{namespace}",workload="{workload}"'
-    out = {}
-    for what, names in INTERCONNECT_SERIES.items():
-        join = f'* on (node, gpu) group_left max by (node, gpu) (gangscope_gpu_pod_info{{{sel}}}{{at}})'
-        rate = f'sum by (node, gpu) (rate({{__name__=~"{names}"}}[{{window}}]{{at}}))'
-        out[f"{what}_now"] = f"sum({rate} {join})".replace("{window}", "5m").replace("{at}", "")
-        if start is not None:
-            window = int(min(3600, max(300, now - start)))
-            at = f" @ {int(start + window)}"
-            out[f"{what}_first_hour"] = f"sum({rate} {join})".replace("{window}", f"{window}s").replace("{at}", at)
-    return out
-
-
-async def query_prometheus(url: str, queries: dict[str, str], now: float) -> dict[str, float | None]:
-    """Instant queries over the Prometheus HTTP API; a query without data gives None."""
-    import aiohttp
-
-    out: dict[str, float | None] = {}
-    timeout = aiohttp.ClientTimeout(total=15)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        for key, q in queries.items():
-            async with session.get(url.rstrip("/") + "/api/v1/query", params={"query": q, "time": str(now)}) as resp:
-                body = await resp.json(content_type=None)
-            if resp.status != 200 or body.get("status") != "success":
-                raise RuntimeError(f"Prometheus {resp.status}: {body.get('error') or body}")
-            result = body["data"]["result"]
-            out[key] = float(result[0]["value"][1]) if result else None
-    return out
-
-
 def running_since(wl: Workload) -> float | None:
     """When the job started running: PodsReady turning True, or, where Kueue writes no PodsReady
     (no waitForPodsReady), the admission."""
@@ -638,32 +596,25 @@ def running_since(wl: Workload) -> float | None:
 
 
 async def interconnect_layer(wl: Workload | None, prometheus: str | None, now: float) -> dict[str, Any]:
+    """The job's NVLink/PCIe throughput now against its baseline, and its lagging GPUs
+    (exporter.interconnect); without ``--prometheus``, the queries to run by hand."""
+    from . import interconnect
+
     if wl is None:
         return _layer("interconnect", "unknown", "no Kueue Workload: GPU series are joined by workload name")
     start = running_since(wl)
-    queries = interconnect_queries(wl.namespace, wl.name, start, now)
-    evidence: dict[str, Any] = {"prometheus": prometheus, "running_since": _ts(start), "queries": queries}
+    evidence: dict[str, Any] = {"prometheus": prometheus, "running_since": _ts(start)}
     if prometheus is None:
+        evidence["queries"] = interconnect.printed_queries(wl.namespace, wl.name, start, now)
         return _layer("interconnect", "unknown",
-                      f"not checked: run with --prometheus URL, or query {queries['nvlink_now']}", evidence)
+                      "not checked: run with --prometheus URL, or run the queries below in Prometheus", evidence)
     try:
-        values = await query_prometheus(prometheus, queries, now)
-    except Exception as exc:  # unreachable Prometheus: say so, keep the rest of the diagnosis
-        evidence["error"] = str(exc)
+        status, summary, found = await interconnect.assess(prometheus, wl.namespace, wl.name, start, now)
+    except interconnect.PrometheusError as exc:  # say so, keep the rest of the diagnosis
+        evidence.update(error=str(exc), failed_query=exc.query)
         return _layer("interconnect", "unknown", f"Prometheus query failed: {exc}", evidence)
-    evidence["values_bytes_per_second"] = values
-    ratios = {}
-    for what in INTERCONNECT_SERIES:
-        cur, first = values.get(f"{what}_now"), values.get(f"{what}_first_hour")
-        if cur is not None and first:
-            ratios[what] = cur / first
-    evidence["ratio_now_to_first_hour"] = ratios
-    if not ratios:
-        return _layer("interconnect", "unknown", "no NVLink/PCIe series for this job's GPUs (agent not running, or job not started)", evidence)
-    low = {k: r for k, r in ratios.items() if r < DEGRADED_RATIO}
-    text = ", ".join(f"{k} {values[k + '_now'] / 1e9:.2f} GB/s now vs {values[k + '_first_hour'] / 1e9:.2f} GB/s first hour ({r:.0%})"
-                     for k, r in ratios.items())
-    return _layer("interconnect", "blocking" if low else "ok", ("degraded: " if low else "") + text, evidence)
+    evidence.update(found)
+    return _layer("interconnect", status, summary, evidence)
 
 
 async def diagnose(store: ClusterStore, gangs: GangIndex, namespace: str, name: str, *,
@@ -748,9 +699,17 @@ def render_text(doc: dict[str, Any], colour: bool, columns: int = 100) -> str:
     for layer in doc["layers"]:
         status = layer["status"].replace("_", " ")
         pad = " " * (swidth - len(status))
-        summary = textwrap.wrap(layer["summary"], wrap, break_on_hyphens=False) or [""]
+        summary = wrap_prose(layer["summary"], wrap)
         lines.append(f"  {layer['name']:<{width}}{paint(status.upper() if layer['status'] == 'blocking' else status, _COLOURS[layer['status']])}{pad}{summary[0]}")
         lines.extend(indent + rest for rest in summary[1:])
+        if layer["name"] == "interconnect":
+            from .interconnect import shown_queries
+
+            queries = shown_queries(layer["evidence"])
+            for what, query in queries:  # one line each, never wrapped: they are pasted (# starts a PromQL comment)
+                lines.extend(["", f"# {what}: bytes/s per GPU" if what != "the refused query" else f"# {what}", query])
+            if queries:
+                lines.append("")
         if layer["status"] == "blocking" and layer["name"] == "placement":
             for a in layer["evidence"].get("assignments", []):
                 for alias, values in a["by_level"].items():
@@ -758,6 +717,12 @@ def render_text(doc: dict[str, Any], colour: bool, columns: int = 100) -> str:
                     more = f" (+{len(values) - 8} more)" if len(values) > 8 else ""
                     lines.append(f"{indent}{a['podset']} {alias}: {shown}{more}")
     return "\n".join(lines) + "\n"
+
+
+def wrap_prose(text: str, width: int) -> list[str]:
+    """``text`` wrapped at spaces only: a word longer than the line (a metric name, a URL, a
+    selector) overflows rather than being cut, so that it can still be copied."""
+    return textwrap.wrap(text, width, break_on_hyphens=False, break_long_words=False) or [""]
 
 
 # ---- the command ---------------------------------------------------------------------------------
@@ -791,6 +756,7 @@ async def _load_live(args: argparse.Namespace, store: ClusterStore, gangs: GangI
     from .kube.resources import NODES, QUEUE_POSITIONS
 
     client = await KubeClient.create(args.kubeconfig, args.context, args.insecure_skip_tls_verify)
+    client.reachability.quiet = True  # an unreachable API server is the command's one error line (run)
     try:
         await _list_once(args, client, source_specs(args, handlers, namespace=namespace, exclude=(NODES.source,)))
         try:
@@ -834,6 +800,9 @@ async def _list_once(args: argparse.Namespace, client: Any, specs: list[Any]) ->
     await sources.start()
     try:
         await sources.wait_ready(timeout=args.sync_timeout)
+    except TimeoutError:  # say why, once: an unreachable API server reads the same for every source
+        raise RuntimeError(client.reachability.failing or
+                           f"not within --sync-timeout {args.sync_timeout:g}s: {sources.ready()[1]}") from None
     finally:
         await sources.stop()
     return sources
@@ -886,29 +855,51 @@ async def _load_nodes(client: Any, wl: Workload, handler: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from .logs import start_logging
 
-    start_logging("explain", args, args.log_level if args.log_level != "info" else "warning")
+    start_logging("explain", args, args.log_level)
     namespace, sep, name = args.target.partition("/")
     if not sep or not namespace or not name:
         print(f"gangscope explain: want NAMESPACE/NAME, got {args.target!r}", file=sys.stderr)
         return 2
     store, gangs, handlers = _build(args)
+    unread = ""
+    # A dump or a namespace holds much besides the job asked about: by default (warning) its
+    # unreadable documents, ignored kinds and objects that do not parse are not this question's
+    # business (a dump's are counted for the case that the job is not found); --log-level info
+    # prints each. What stops the answer (an unreachable API server) is the command's error.
+    quiet = args.log_level in ("warning", "error")
+    from .logs import setup_logging
+
     if args.from_file is not None:
         from .loader import feed, load_reporting
 
-        loaded = load_reporting(args.from_file, "gangscope explain")
+        loaded = load_reporting(args.from_file, "gangscope explain", quiet=quiet)
         if loaded is None:
             return 1
-        feed(store.exposition, handlers, loaded.objects, "gangscope explain")
+        if quiet:
+            setup_logging("error")
+        try:
+            fed = feed(store.exposition, handlers, loaded.objects, "gangscope explain", quiet=quiet)
+        finally:
+            if quiet:
+                setup_logging(args.log_level)
+        skipped = len(loaded.problems) + fed.parse_errors
+        if skipped:
+            unread = f" ({skipped} object(s) of the dump could not be read; --log-level info lists them)"
     else:
+        if quiet:
+            setup_logging("error")
         try:
             asyncio.run(_load_live(args, store, gangs, handlers, namespace, name))
         except Exception as exc:
             print(f"gangscope explain: cannot read the cluster: {exc}", file=sys.stderr)
             return 1
+        finally:
+            if quiet:
+                setup_logging(args.log_level)
     try:
         doc = asyncio.run(diagnose(store, gangs, namespace, name, prometheus=args.prometheus))
     except UnknownTarget as exc:
-        print(f"gangscope explain: {exc}", file=sys.stderr)
+        print(f"gangscope explain: {exc}{unread}", file=sys.stderr)
         return 1
     if args.output == "json":
         sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
@@ -919,11 +910,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-EXPLAIN_EXAMPLE = "/debug/explain?namespace=NAMESPACE&name=NAME"
+EXPLAIN_ROUTE = "/debug/explain?namespace=NAMESPACE&name=NAME"
 
 
 def explain_route(store: ClusterStore, gangs: GangIndex, prometheus: str | None = None) -> Any:
-    """``GET /debug/explain?namespace=&name=`` for the collector: the same JSON as the command.
+    """``GET /debug/explain?namespace=&name=`` for the collector: the same JSON as the command,
+    indented for a browser (``Accept: text/html``) or with ``&pretty``, compact otherwise.
 
     It reveals a namespace's Workloads (Kueue's messages, nodes, queues, owners), so with
     ``--metrics-auth`` the caller must also be allowed to ``get`` Workloads in that namespace
@@ -943,6 +935,8 @@ def explain_route(store: ClusterStore, gangs: GangIndex, prometheus: str | None 
             doc = await diagnose(store, gangs, namespace, name, prometheus=prometheus)
         except UnknownTarget as exc:
             return web.json_response({"error": str(exc)}, status=404)
-        return web.Response(body=orjson.dumps(doc), content_type="application/json")
+        pretty = "pretty" in request.query or "text/html" in request.headers.get("Accept", "")
+        body = orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n" if pretty else orjson.dumps(doc)
+        return web.Response(body=body, content_type="application/json")
 
     return web.get("/debug/explain", handler)

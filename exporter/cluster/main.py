@@ -14,6 +14,7 @@ import asyncio
 import gc
 import os
 import signal
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -193,12 +194,13 @@ class Collector:
         self.shard_sources: SourceSet | None = None
         for name, state in self.sources.sources.items():
             self.handlers[name].health = state.health  # parse errors counted on the source's own health
-        from ..explain import EXPLAIN_EXAMPLE, explain_route
+        from ..explain import EXPLAIN_ROUTE, explain_route
 
         self.endpoint = await serving.start(
             args, self.exposition, self.ready, [explain_route(self.store, self.gangs)], post_json=self.client.post_json,
-            title="gangscope collector", links=[(EXPLAIN_EXAMPLE, "why a job is pending or slow, layer by layer (JSON)")],
-            sources=self._healths)
+            title="gangscope collector", sources=self._healths, featured=self._worth_a_look,
+            routes=[(EXPLAIN_ROUTE, "why a job is pending or slow, layer by layer (JSON; &pretty, or a browser, "
+                                    "gets it indented)")])
         self.gangs.start_timers()
         self.store.start_timers()
         self.port = self.endpoint.port
@@ -223,6 +225,19 @@ class Collector:
         async with asyncio.timeout(timeout):
             while not self.ready()[0]:
                 await asyncio.sleep(0.02)
+
+    def _worth_a_look(self) -> tuple[str, list[tuple[str, str, str]]]:
+        """The landing page's jobs worth a look (exporter.cluster.attention), each linked to its explain."""
+        from urllib.parse import urlencode
+
+        from .attention import worth_a_look
+
+        jobs = self.gangs.jobs
+        flagged = worth_a_look(self.store.workloads.values(), self.gangs.gangs.values(),
+                               jobs.jobs.values() if jobs is not None else (), time.time(),
+                               jobs.stale_after if jobs is not None else float("inf"))
+        return "Jobs worth a look", [(f"/debug/explain?{urlencode({'namespace': f.namespace, 'name': f.name, 'pretty': ''})}",
+                                      f"{f.namespace}/{f.name}", f.why) for f in flagged]
 
     def _healths(self) -> list[Any]:
         sets = [self.sources] + ([self.shard_sources] if self.shard_sources is not None else [])

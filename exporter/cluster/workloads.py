@@ -18,7 +18,8 @@ from typing import Any
 
 from ..exposition import Family, LabelPairs, label_pairs
 from ..fields import (
-    SHARED_LIMIT, ParseError, Problems, as_bool, as_dict, as_int, as_list, as_str, parse_quantity, parse_time, shared, str_map,
+    SHARED_LIMIT, ParseError, Problems, as_bool, as_dict, as_int, as_list, as_str, parse_quantity, parse_time, require_identity, shared,
+    str_map,
 )
 from ..taints import Toleration, parse_tolerations
 from ..topologies import FlavorTopology
@@ -396,9 +397,7 @@ def parse_workload(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",))
     meta, spec, status = obj.get("metadata"), obj.get("spec"), obj.get("status")
     if meta.__class__ is not dict:
         meta = as_dict(meta, "metadata", p)
-    name, namespace = meta.get("name"), meta.get("namespace")
-    if not isinstance(name, str) or not name or not isinstance(namespace, str) or not namespace:
-        raise ParseError("Workload without metadata.name and metadata.namespace")
+    name, namespace = require_identity("Workload", meta)
     if spec.__class__ is not dict:
         spec = as_dict(spec, "spec", p)
     if status.__class__ is not dict:

@@ -63,15 +63,20 @@ SCENARIOS = ("degraded", "lost-gpu", "unsupported", "wrap", "hang", "mig", "stra
 KIB = 1024
 UINT_MAX = 0xFFFFFFFF  # scopeId for "all links" (nvml.h line 2599)
 _COUNTERS = frozenset((*NVLINK_DATA, *NVLINK_RAW, *NVLINK5_BYTES))
-_ERROR_RATES = {  # errors per second on a link with errors; the rest stay 0
-    pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY: 0.5,
+# Errors per second on a link with errors; the rest stay 0. The agent reads error counters every
+# 10th sample (exporter.node.nvml.SLOW_SAMPLE_EVERY), so a 20 s window of the demo's
+# GangscopeNVLinkErrorsRising (more than 10 errors) holds one or two 10 s steps: at 2/s that is
+# 20 or 40 errors, at 0.1/s 1 or 2, never at the threshold. (At 0.5/s it was 5 or 10: the alert
+# flapped every 10 s.)
+_ERROR_RATES = {
+    pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY: 2.0,
     pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC: 0.1,
-    pynvml.NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS: 0.5,
-    pynvml.NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_SUCCESSFUL_EVENTS: 0.5,
+    pynvml.NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS: 2.0,
+    pynvml.NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_SUCCESSFUL_EVENTS: 2.0,
     pynvml.NVML_FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS: 2.0,
 }
 _LEGACY_ERRORS = {  # nvmlDeviceGetNvLinkErrorCounter counter -> errors per second on a link with errors
-    pynvml.NVML_NVLINK_ERROR_DL_REPLAY: 0.5,
+    pynvml.NVML_NVLINK_ERROR_DL_REPLAY: 2.0,
     pynvml.NVML_NVLINK_ERROR_DL_RECOVERY: 0.0,
     pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT: 0.1,
     pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA: 0.0,
