@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 
 from collectors import make_collector, started_collector
 from exporter.cluster.main import Collector
-from exporter.kube.resources import AGENT_PODS, COLLECTOR_RESOURCES, STATEFULSETS
+from exporter.kube.resources import AGENT_PODS, COLLECTOR_RESOURCES, NAMESPACES, STATEFULSETS
 from exporter.kube.scope import HASH_SPACE, Scope, fnv1a_64, shard_range
 from exporter.kube.sharding import NamespaceList, balanced_bounds, reference_size
 from exporter.sim.apiserver import SimApiServer
@@ -246,11 +246,14 @@ async def test_three_shards_together_are_one_collector(kube_sim: SimApiServer, k
         assert union == {k: v for k, v in expected.items() if k[0] not in ADDITIVE and not whole_only(k)}
         assert sums == {k: v for k, v in expected.items() if k[0] in ADDITIVE and not whole_only(k)}
         # what the recording rules compute from the sums is what the whole collector exports
+        # (a host's free GPUs and placeable pods are only recorded, above the host they are exported too)
+        above_host = lambda d: {k: v for k, v in d.items() if ("level", "host") not in k}  # noqa: E731
         free = {k[1]: v for k, v in expected.items() if k[0] == "gangscope_domain_gpus" and ("state", "free") in k[1]}
-        assert free_from_sums(sums) == {labels - {("state", "free")}: v for labels, v in free.items()}
+        assert free and not [k for k in free if ("level", "host") in k]
+        assert above_host(free_from_sums(sums)) == {labels - {("state", "free")}: v for labels, v in free.items()}
         eights = {k[1] - {("gpus_per_pod", "8")}: v for k, v in expected.items()
                   if k[0] == "gangscope_domain_placeable_pods" and ("gpus_per_pod", "8") in k[1]}
-        assert free_from_sums(sums, 8) == eights
+        assert eights and above_host(free_from_sums(sums, 8)) == eights
         # the numbers are not trivial: GPUs used and bound in each shard, capacity from shard 0 alone
         for i, part in enumerate(parts):
             states = {dict(k[1])["state"] for k, v in part.items() if k[0] == "gangscope_domain_gpus" and v}
@@ -267,6 +270,53 @@ async def test_three_shards_together_are_one_collector(kube_sim: SimApiServer, k
         assert listed and all(s.sources.sources["workloads"].informer.shard_selector_honoured for s in shards)
     finally:
         for c in (whole, *shards):
+            await c.stop()
+
+
+def serve_namespaces(sim: SimApiServer, names: set[str], at: str = "2026-08-20T10:00:00Z") -> None:
+    sim.serve(NAMESPACES)
+    for ns in sorted(names):
+        sim.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "creationTimestamp": at}})
+
+
+async def test_balanced_shards_split_namespaces_evenly_and_hand_over_whole_namespaces(
+        kube_sim: SimApiServer, kube_sim_kubeconfig: str) -> None:
+    """Three shards cut at the namespaces' quantiles: each keeps a third of them, no Workload on
+    two shards and none on none, before and after the cuts move with the namespace list."""
+    namespaces = serve_cluster(kube_sim, workloads=120)
+    serve_namespaces(kube_sim, namespaces | {"kube-system", "default"})
+    shards = [await started_collector(kube_sim_kubeconfig, "--shard", str(i), "--total-shards", "3",
+                                      "--namespaces-denylist", "kube-system,default") for i in range(3)]
+    try:
+        def kept() -> list[set[tuple[str, str]]]:
+            return [set(c.store.workloads) for c in shards]
+
+        def partition() -> bool:
+            parts = kept()
+            every = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in kube_sim.objects(COLLECTOR_RESOURCES[0])}
+            return sum(len(p) for p in parts) == len(every) and set().union(*parts) == every
+
+        await eventually(partition, timeout=20, interval=0.1)
+        held = [{ns for ns, _ in p} for p in kept()]
+        sizes = sorted(len({ns for ns in namespaces if c.scope.keeps(ns)}) for c in shards)
+        assert sizes[-1] - sizes[0] <= 1 and sum(sizes) == len(namespaces)
+        assert all(h <= {ns for ns in namespaces if c.scope.keeps(ns)} for h, c in zip(held, shards))
+        assert len({c.scope.bounds for c in shards}) == 1 and shards[0].scope.bounds  # the same cuts, not equal ranges
+        before = shards[0].scope.bounds
+        # Many new namespaces (past the next checkpoint), each with a Workload: the cuts move
+        # together, the handover leaves every Workload on exactly one shard.
+        wl = next(iter(kube_sim.objects(COLLECTOR_RESOURCES[0])))
+        for i in range(len(namespaces)):
+            ns = f"zz-new-{i:03d}"
+            kube_sim.create({"apiVersion": "v1", "kind": "Namespace",
+                             "metadata": {"name": ns, "creationTimestamp": "2026-08-21T10:00:00Z"}})
+            kube_sim.create({**wl, "metadata": {**wl["metadata"], "namespace": ns, "name": "late", "uid": f"late-{i}",
+                                                 "resourceVersion": ""}})
+        await eventually(lambda: len({c.scope.bounds for c in shards}) == 1 and shards[0].scope.bounds != before,
+                         timeout=20, interval=0.1)
+        await eventually(partition, timeout=30, interval=0.1)
+    finally:
+        for c in shards:
             await c.stop()
 
 

@@ -114,8 +114,8 @@ class NamespaceList:
     :func:`balanced_bounds` over them; ``on_bounds`` is called when the cuts change."""
 
     def __init__(self, total: int, on_bounds: Callable[[tuple[int, ...]], None],
-                 threshold: float = DEFAULT_THRESHOLD) -> None:
-        self.total, self.threshold, self._on_bounds = total, threshold, on_bounds
+                 threshold: float = DEFAULT_THRESHOLD, keep: Callable[[str], bool] = lambda ns: True) -> None:
+        self.total, self.threshold, self._on_bounds, self._keep = total, threshold, on_bounds, keep
         self.namespaces: dict[str, float | None] = {}
         self.bounds: tuple[int, ...] = ()
         self.health: Any = None  # set by the informer's runner
@@ -139,7 +139,7 @@ class NamespaceList:
         self._update()
 
     def _update(self) -> None:
-        bounds = balanced_bounds(self.namespaces.items(), self.total, self.threshold)
+        bounds = balanced_bounds([nc for nc in self.namespaces.items() if self._keep(nc[0])], self.total, self.threshold)
         if bounds != self.bounds:
             self.bounds = bounds
             log.info("shard_bounds_changed", namespaces=len(self.namespaces), total_shards=self.total)
