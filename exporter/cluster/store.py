@@ -29,7 +29,7 @@ API (for the gang join, explain and the collector main)::
     store.queue_positions                          # (namespace, name) -> QueuePosition (the visibility poller's)
     store.on_workload_change: list[Callable[[tuple[str, str]], None]]   # after a Workload is set,
         # re-rendered or deleted (then store.workload() returns None); key = (namespace, name)
-    store.on_topology_change: list[Callable[[], None]]   # after levels or a Node's topology labels change
+    store.on_topology_change: list[Callable[[], None]]   # after the topology levels (or a flavor's Topology) change
     store.pods_assembling: list[PodsAssembling]     # gang (or pod) signals for admitted Workloads
         # without PodsReady; store.refresh(key) after a signal changes
 
@@ -781,13 +781,19 @@ class ClusterStore:
         if affected:
             self._invalidate_paths(affected)
 
-    def _invalidate_paths(self, keys: Iterable[WorkloadKey]) -> None:
+    def _invalidate_paths(self, keys: Iterable[WorkloadKey], levels: bool = True) -> None:
+        """Place ``keys`` again and re-render them; ``levels``: the topology levels changed, so
+        the listeners read every host's path again. A Node's own change (``levels=False``)
+        reaches the capacity through ``capacity.node_changed``, which reads that host's path:
+        telling it that every host may have moved made each Node event cost O(Nodes), and a
+        dump of N Nodes fed one by one (snapshot, explain) O(N^2)."""
         self._place_cache.clear()
         self._fragments.clear()
         self._eviction_prefixes.clear()
         self._rerender(keys, replace_paths=True)
-        for cb in self.on_topology_change:
-            cb()
+        if levels:
+            for cb in self.on_topology_change:
+                cb()
 
     # ---- nodes ----------------------------------------------------------------------------
 
@@ -826,7 +832,7 @@ class ClusterStore:
             self._pending_nodes.update(affected)
             self._pending_nodes.add(("", ""))  # marks "paths changed" even with nothing affected
             return
-        self._invalidate_paths(affected)
+        self._invalidate_paths(affected, levels=False)
 
     def begin_node_batch(self) -> None:
         """A Node LIST starts. Its pages interleave with the Workloads' (both lists start
@@ -843,7 +849,7 @@ class ClusterStore:
             # Placed meanwhile, the deferred Workloads may hold paths cached before a Node's
             # labels arrived: they are placed again, with what the Nodes now say.
             pending.discard(("", ""))
-            self._invalidate_paths([*deferred, *(k for k in pending if k not in deferred)])
+            self._invalidate_paths([*deferred, *(k for k in pending if k not in deferred)], levels=False)
         elif deferred:
             self._rerender(deferred, replace_paths=False)
 
