@@ -33,6 +33,10 @@ from .queue_positions import DEFAULT_INTERVAL, DEFAULT_LIMIT, QueuePositionPolle
 log = structlog.get_logger(__name__)
 
 DEFAULT_LISTEN = "0.0.0.0:9400"
+# Listed before the others: the records every Workload's placement and lines depend on, Nodes and
+# the Topologies, and the LocalQueues its ClusterQueue label comes from (their
+# first LISTs done, the Workloads are rendered once rather than again when the Nodes arrive).
+FIRST_SOURCES = ("topologies", "resourceflavors", "nodes", "localqueues")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -218,7 +222,7 @@ class Collector:
         if self.autoshard:
             self._shard_task = asyncio.create_task(self._follow_statefulset())
         else:
-            await self.sources.start()
+            await self.sources.start(first=FIRST_SOURCES)
         self._positions_task = (asyncio.create_task(self._poll_positions(), name="source:queue_positions")
                                 if self.positions is not None and args.queue_position_interval > 0 else None)
         log.info("collector_started", listen=args.listen, port=self.port, sources=[s.resource.source for s in specs],
@@ -253,7 +257,7 @@ class Collector:
                                          self._backoff)
         await self._reshard(found.ordinal, found.replicas)
         self._shard_problem = ""
-        await self.sources.start()
+        await self.sources.start(first=FIRST_SOURCES)
         lock = asyncio.Lock()
 
         async def reshard(replicas: int) -> None:
