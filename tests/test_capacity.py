@@ -102,7 +102,8 @@ def cluster() -> tuple[Exposition, Any, dict[str, Any]]:
 
 def test_capacity_unavailable_used_free_per_domain() -> None:
     expo, _, _ = cluster()
-    # hosts (their free GPUs are recorded from these): h1, h2 8 GPUs, 4 used, 4 free; h3 cordoned, h4 tainted, h5 NotReady: all 8 unavailable
+    # hosts (their free GPUs are recorded from these): h1, h2 8 GPUs, 4 used, 4 free; h3 cordoned,
+    # h4 tainted, h5 NotReady: all 8 unavailable
     assert gpus(expo, "host", "b1", "r1", "h1") == {"capacity": 8, "unavailable": 0, "used": 4}
     assert gpus(expo, "host", "b1", "r2", "h3") == {"capacity": 8, "unavailable": 8, "used": 0}
     assert gpus(expo, "host", "b2", "r3", "h4") == {"capacity": 8, "unavailable": 8, "used": 0}
