@@ -772,6 +772,7 @@ def recording_rules(cfg: Config) -> list[dict[str, Any]]:
     return [
         {"name": "gangscope-interconnect.rules", "rules": throughput + nvlink_link_rules(cfg)},
         {"name": "gangscope-gangs.rules", "rules": gangs},
+        {"name": "gangscope-states.rules", "rules": state_rules()},
         {"name": "gangscope-hardware.rules", "rules": hardware_rules(cfg)},
         {"name": "gangscope-stragglers.rules", "rules": straggler_rules(cfg)},
         {"name": "gangscope-dcgm.rules", "rules": dcgm_rules(cfg)},
@@ -799,6 +800,30 @@ def nvlink_link_rules(cfg: Config) -> list[dict[str, Any]]:
             "record": NVLINK_TRAINED,
             "expr": f"gangscope_nvlink_link_up == 1\nor ({NVLINK_TRAINED} and last_over_time(gangscope_nvlink_link_up[{gap}]))",
         },
+    ]
+
+
+def state_rules() -> list[dict[str, Any]]:
+    """How many Workloads, gangs and PodGroups are in each state.
+
+    The state families carry the current state only (one series, value 1, per object), so a
+    count by the state label is the number in each state; states no object is in are absent
+    rather than 0 (``or vector(0)`` in a panel). topk keeps one info series per Workload, as in
+    :func:`workload_cq`.
+    """
+    return [
+        {
+            "record": "cluster_queue:gangscope_workload_stage:count",
+            "expr": (
+                "count by (cluster_queue, stage) (\n"
+                "  (gangscope_workload_stage == 1)\n"
+                "  * on (namespace, workload) group_left (cluster_queue)\n"
+                "  topk by (namespace, workload) (1, gangscope_workload_info)\n"
+                ")"
+            ),
+        },
+        {"record": "cluster:gangscope_gang_stage:count", "expr": "count by (stage) (gangscope_gang_stage == 1)"},
+        {"record": "cluster:gangscope_podgroup_phase:count", "expr": "count by (api, phase) (gangscope_podgroup_phase == 1)"},
     ]
 
 

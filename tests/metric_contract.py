@@ -19,6 +19,7 @@ GANGSCOPE = frozenset(
         "gangscope_workload_quota_reserved_timestamp_seconds",
         "gangscope_workload_admitted_timestamp_seconds",
         "gangscope_workload_pods_ready_timestamp_seconds",
+        "gangscope_workload_finished_timestamp_seconds",
         "gangscope_workload_evictions_total",
         "gangscope_workload_requested_gpus",
         "gangscope_workload_topology_pods",

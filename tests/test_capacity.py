@@ -125,11 +125,12 @@ def cluster() -> tuple[Exposition, Any, dict[str, Any]]:
 
 def test_capacity_unavailable_used_free_per_domain() -> None:
     expo, _, _ = cluster()
-    # hosts: h1, h2 8 GPUs, 4 used, 4 free; h3 cordoned, h4 tainted, h5 NotReady: all 8 unavailable
-    assert gpus(expo, "host", "b1", "r1", "h1") == {"capacity": 8, "unavailable": 0, "used": 4, "free": 4}
-    assert gpus(expo, "host", "b1", "r2", "h3") == {"capacity": 8, "unavailable": 8, "used": 0, "free": 0}
-    assert gpus(expo, "host", "b2", "r3", "h4") == {"capacity": 8, "unavailable": 8, "used": 0, "free": 0}
-    assert gpus(expo, "host", "b2", "r3", "h5") == {"capacity": 8, "unavailable": 8, "used": 8, "free": 0}
+    # hosts (their free GPUs are recorded from these): h1, h2 8 GPUs, 4 used, 4 free; h3 cordoned,
+    # h4 tainted, h5 NotReady: all 8 unavailable
+    assert gpus(expo, "host", "b1", "r1", "h1") == {"capacity": 8, "unavailable": 0, "used": 4}
+    assert gpus(expo, "host", "b1", "r2", "h3") == {"capacity": 8, "unavailable": 8, "used": 0}
+    assert gpus(expo, "host", "b2", "r3", "h4") == {"capacity": 8, "unavailable": 8, "used": 0}
+    assert gpus(expo, "host", "b2", "r3", "h5") == {"capacity": 8, "unavailable": 8, "used": 8}
     assert gpus(expo, "host", "b2", "r3", "c1") == {}  # no GPU resource: not a domain of the GPU accounting
     # r1 = h1 + h2; r3 = h4 + h5; b1 = r1 + r2; b2 = r3
     assert gpus(expo, "rack", "b1", "r1") == {"capacity": 16, "unavailable": 0, "used": 8, "free": 8}
@@ -139,7 +140,7 @@ def test_capacity_unavailable_used_free_per_domain() -> None:
     assert gpus(expo, "block", "b2") == {"capacity": 16, "unavailable": 16, "used": 8, "free": 0}
     # r1 has 8 free GPUs but, 4 on each host, no room for one 8-GPU pod
     assert placeable(expo, "rack", "b1", "r1") == {1: 8, 2: 4, 4: 2, 8: 0}
-    assert placeable(expo, "host", "b1", "r1", "h2") == {1: 4, 2: 2, 4: 1, 8: 0}
+    assert placeable(expo, "host", "b1", "r1", "h2") == {}  # a host's: free // size, recorded by the capacity rules
     assert placeable(expo, "block", "b2") == {1: 0, 2: 0, 4: 0, 8: 0}
     assert domains(expo, "block") == {"free": 0, "partial": 1, "full": 0, "unavailable": 1}
     assert domains(expo, "rack") == {"free": 0, "partial": 1, "full": 0, "unavailable": 2}
@@ -184,7 +185,7 @@ def test_unhealthy_nodes_of_a_workload_are_unavailable() -> None:
     expo, _, h = cluster()
     listing = workload("a", hosts=["h1", "h2"], gpus="4", conditions=admitted_conditions(), unhealthy=["h1"])
     h["workloads"].apply("MODIFIED", listing)
-    assert gpus(expo, "host", "b1", "r1", "h1") == {"capacity": 8, "unavailable": 8, "used": 4, "free": 0}
+    assert gpus(expo, "host", "b1", "r1", "h1") == {"capacity": 8, "unavailable": 8, "used": 4}
     assert gpus(expo, "rack", "b1", "r1") == {"capacity": 16, "unavailable": 8, "used": 8, "free": 4}
     h["workloads"].apply("MODIFIED", workload("a", hosts=["h1", "h2"], gpus="4", conditions=admitted_conditions()))
     assert gpus(expo, "host", "b1", "r1", "h1")["unavailable"] == 0
@@ -196,7 +197,7 @@ def test_flavor_tolerations_make_a_tainted_node_available() -> None:
     expo, _, h = cluster()
     tolerate = [{"key": "maintenance.example.com/drain", "operator": "Exists"}]
     h["resourceflavors"].replace([flavor("tas", tolerations=tolerate)])
-    assert gpus(expo, "host", "b2", "r3", "h4") == {"capacity": 8, "unavailable": 0, "used": 0, "free": 8}
+    assert gpus(expo, "host", "b2", "r3", "h4") == {"capacity": 8, "unavailable": 0, "used": 0}
     # a flavor whose nodeLabels do not select h4 tolerates nothing there
     h["resourceflavors"].replace([flavor("tas"), flavor("other", node_labels={"pool": "x"}, tolerations=tolerate)])
     assert gpus(expo, "host", "b2", "r3", "h4")["unavailable"] == 8
@@ -580,7 +581,7 @@ def test_a_dump_gives_the_same_series(tmp_path: Path, capfdbinary: pytest.Captur
         ("9a7b3c2d", "capacity"): 8, ("9a7b3c2d", "unavailable"): 8, ("9a7b3c2d", "used"): 0, ("9a7b3c2d", "free"): 0}
     # the GB200 node has no GKE labels: only a host-level domain, unavailable under its NoExecute taint
     gb200 = {k[3]: v for k, v in got.items() if k[2] == "ip-10-1-44-17.us-west-2.compute.internal"}
-    assert gb200 == {"capacity": 4, "unavailable": 4, "used": 0, "free": 0}
+    assert gb200 == {"capacity": 4, "unavailable": 4, "used": 0}
     states = {(dict(k)["level"], dict(k)["state"]): v for (name, k), v in s.items() if name == "gangscope_domains"}
     assert states[("block", "full")] == 1 and states[("host", "unavailable")] == 3 and states[("host", "full")] == 1
     assert block in {dict(k).get("block") for (name, k) in s if name == "gangscope_domain_gpus"}
