@@ -394,7 +394,7 @@ async def test_every_generation_is_read_from_what_it_answers(profile: str) -> No
     types = {dict(k)["type"] for (n, k) in samples(expo) if n == "gangscope_nvlink_errors_total"}
     if EXPECTED_SUPPORT[profile]["nvlink_errors"]:
         assert types == {"replay", "recovery", "crc"}
-        assert value(expo, "gangscope_nvlink_errors_total", gpu="3", link="7", type="replay") == 10
+        assert value(expo, "gangscope_nvlink_errors_total", gpu="3", link="7", type="replay") == 40
     else:
         assert types == {"link_recovery_successful", "link_recovery_failed", "link_recovery", "effective", "symbol"}
         assert value(expo, "gangscope_nvlink_errors_total", gpu="3", link="7", type="symbol") == 40
@@ -448,7 +448,7 @@ async def test_legacy_error_api_is_only_the_fallback() -> None:
     clock.t += 20
     await sampler.sample_once()
     assert "nvmlDeviceGetNvLinkErrorCounter" in sim.names
-    assert value(expo, "gangscope_nvlink_errors_total", gpu="3", link="7", type="replay") == 10
+    assert value(expo, "gangscope_nvlink_errors_total", gpu="3", link="7", type="replay") == 40
     assert value(expo, "gangscope_nvlink_errors_total", gpu="3", link="7", type="crc_flit") == 2
     assert supported(expo, 3)["nvlink_error_counter_api"] == 1
     sampler.close()
@@ -521,6 +521,25 @@ async def test_lost_gpu_is_reported_and_the_others_keep_reporting() -> None:
         assert value(expo, "gangscope_gpu_up", gpu=str(gpu), uuid=sim.gpus[gpu].uuid) == 1
         assert value(expo, "gangscope_nvlink_transmit_bytes_total", gpu=str(gpu), link="0") > 0
     assert health.up and health.objects == 7
+    sampler.close()
+
+
+async def test_every_warning_of_a_lost_gpu_names_its_node() -> None:
+    """Many agents share the demo's process (and the tests'): a warning without its node is useless."""
+    from structlog.testing import capture_logs
+
+    clock = Clock()
+    sim = SimNvml(clock=clock)
+    _, _, sampler = make(sim, node="gpu-b1-r1-n3")
+    assert await sampler.start()
+    await sampler.sample_once()
+    sim.lose(2)
+    clock.t += 1
+    with capture_logs() as logs:
+        await sampler.sample_once()
+    down = [e for e in logs if e["event"] == "gpu_down"]
+    assert [(e["node"], e["gpu"]) for e in down] == [("gpu-b1-r1-n3", 2)]
+    assert all(e.get("node") == "gpu-b1-r1-n3" for e in logs if e["log_level"] in ("warning", "error"))
     sampler.close()
 
 
@@ -655,7 +674,7 @@ async def test_degraded_link_and_pcie_and_mig_inventory() -> None:
     await sampler.sample_once()
     assert value(expo, "gangscope_nvlink_link_up", gpu="3", link="7") == 0
     assert value(expo, "gangscope_nvlink_link_up", gpu="3", link="6") == 1
-    assert value(expo, "gangscope_nvlink_errors_total", gpu="3", link="7", type="replay") == 10
+    assert value(expo, "gangscope_nvlink_errors_total", gpu="3", link="7", type="replay") == 40
     assert value(expo, "gangscope_pcie_link_generation", gpu="5", kind="current") == 3  # PCIe down-trained
     assert value(expo, "gangscope_pcie_link_width", gpu="5", kind="current") == 8
     assert value(expo, "gangscope_pcie_link_width", gpu="5", kind="max") == 16

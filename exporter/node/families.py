@@ -162,6 +162,22 @@ PLATFORM_INFO = Family(
     ("gpu", "chassis_serial", "slot", "tray", "host_id", "node"), topology=True,
 )
 
+GPU_KUBELET_DEVICES = Family(
+    "gangscope_gpu_kubelet_devices", "gauge",
+    "Devices of the GPU the kubelet can allocate under an extended resource (pod-resources "
+    "GetAllocatableResources): 1 for a whole GPU, the replica count of a shared GPU (nvidia.com/gpu.shared, "
+    "time-slicing), the MIG devices of each nvidia.com/mig-* profile. Absent where the kubelet does not serve "
+    "the call or offers no device of the GPU (DRA allocates it). About one series per GPU.",
+    ("gpu", "resource", "node"), topology=True,
+)
+NVML_RELEASED = Family(
+    "gangscope_nvml_released", "gauge",
+    "1 while the agent has let go of NVML (workers stopped, nvmlShutdown called, no GPU series) because the "
+    "node's labels say the GPU operator is replacing the driver (reason driver_upgrade) or reconfiguring MIG "
+    "(reason mig_reconfiguration); 0 with reason empty while it holds NVML. One series per node.",
+    ("reason", "node"), topology=True,
+)
+
 FABRIC_TX = Family(
     "gangscope_fabric_port_transmit_bytes_total", "counter",
     "InfiniBand/RoCE port bytes transmitted (sysfs port_xmit_data, 4-byte words converted to bytes).",
@@ -203,7 +219,9 @@ NVLINK_BYTE_FAMILIES = {
     138: NVLINK_TX, 139: NVLINK_RX, 202: NVLINK_TX, 204: NVLINK_RX, 140: NVLINK_RAW_TX, 141: NVLINK_RAW_RX,
 }
 FABRIC_FAMILIES = (FABRIC_TX, FABRIC_RX, FABRIC_RATE, FABRIC_UP, NIC_TX, NIC_RX)
-FAMILIES = GPU_FAMILIES + FABRIC_FAMILIES
+LIFECYCLE_FAMILIES = (NVML_RELEASED,)
+POD_RESOURCES_FAMILIES = (GPU_KUBELET_DEVICES,)
+FAMILIES = GPU_FAMILIES + FABRIC_FAMILIES + LIFECYCLE_FAMILIES + POD_RESOURCES_FAMILIES
 
 
 def series_prefix(family: Family, labels: Iterable[tuple[str, str]], base: Sequence[tuple[str, str]]) -> str:

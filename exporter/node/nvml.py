@@ -75,6 +75,7 @@ class GpuDevice:
     uuid: str = ""
     name: str = ""
     pci_bus_id: str = ""
+    minor: int | None = None  # /dev/nvidiaN: the number DRA devices (gpu-N) and GKE's nvidiaN name
     links: int = 0
     max_gen: int | None = None
     max_width: int | None = None
@@ -149,13 +150,22 @@ class GpuSample:
 class NvmlReader:
     """NVML access for one library; every method may block in the driver, so each runs on its GPU's thread."""
 
-    def __init__(self, lib: Any, pcie_interval: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, lib: Any, pcie_interval: float | None = None, clock: Callable[[], float] = time.monotonic,
+                 node: str = "") -> None:
+        self.node = node
         self.lib = lib
         # None: per device from valueType and link rate; 0: PCIe counters only with the sample; > 0: fixed
         self.pcie_interval = pcie_interval
         # Intervals between counter reads come from this clock, read around each call; NVML's own
         # timestamps are wall-clock time, which NTP steps (and they are only cross-checked).
         self.clock = clock
+
+    @property
+    def log(self) -> Any:
+        """The module's logger with this node bound: in the demo (and the tests) many agents
+        share one process, and an event without its node is useless there. Bound per event, not
+        once, so that structlog's configuration at the time (a test's capture) applies."""
+        return log.bind(node=self.node) if self.node else log
 
     def init(self) -> tuple[str, int]:
         """``nvmlInit``, the driver version and the GPU count; raises ``pynvml.NVMLError`` when NVML is unusable."""
@@ -182,7 +192,7 @@ class NvmlReader:
             if out is None:
                 raise
             out.failed_calls += 1
-            log.debug("nvml_call_failed", gpu=dev.index, call=name, error=str(exc))
+            self.log.debug("nvml_call_failed", gpu=dev.index, call=name, error=str(exc))
             return None
         if family:
             self._decide(dev, family, True)
@@ -193,7 +203,7 @@ class NvmlReader:
             return
         dev.support[family] = supported
         if not supported:
-            log.info("nvml_family_unsupported", gpu=dev.index, uuid=dev.uuid, family=family, answer=why)
+            self.log.info("nvml_family_unsupported", gpu=dev.index, uuid=dev.uuid, family=family, answer=why)
 
     def open(self, dev: GpuDevice) -> None:
         """Handle, identity, links and static facts; after a loss, the counters restart from zero."""
@@ -203,6 +213,7 @@ class NvmlReader:
         dev.name = _text(lib.nvmlDeviceGetName(handle))
         dev.pci_bus_id = _text(lib.nvmlDeviceGetPciInfo(handle).busId)
         dev.handle = handle
+        dev.minor = self._call(dev, "nvmlDeviceGetMinorNumber")
         if dev.lost:  # back, through a reset that zeroed its counters or without one: each next read decides
             for counter in dev.counters():
                 counter.resume()
@@ -217,7 +228,7 @@ class NvmlReader:
         except pynvml.NVMLError_GpuIsLost:
             raise
         except pynvml.NVMLError as exc:  # MIG enumeration failing must not hide the whole GPU
-            log.warning("mig_enumeration_failed", gpu=dev.index, error=str(exc))
+            self.log.warning("mig_enumeration_failed", gpu=dev.index, error=str(exc))
             dev.mig = []
         dev.platform = self._platform(dev)
 
@@ -299,7 +310,7 @@ class NvmlReader:
                 raise pynvml.NVMLError(ret)
             if FF.unsupported(fam, ret) or ret == pynvml.NVML_ERROR_INVALID_ARGUMENT:
                 if not FF.unsupported(fam, ret):  # not a known quirk: say so, then stop asking
-                    log.warning("nvml_field_invalid_argument", gpu=dev.index, field=key[0], scope=key[1])
+                    self.log.warning("nvml_field_invalid_argument", gpu=dev.index, field=key[0], scope=key[1])
                     out.failed_calls += 1
                 dev.unsupported.add(key)
                 answered.setdefault(fam.name, False)
@@ -358,7 +369,7 @@ class NvmlReader:
         else:
             dev.pcie_mode = "fast"
             dev.pcie_period = self.pcie_interval or FF.fast_period(dev.pcie_modulus, dev.pcie_max_rate)
-        log.info("nvml_pcie_counters", gpu=dev.index, bits=dev.pcie_modulus.bit_length() - 1, mode=dev.pcie_mode,
+        self.log.info("nvml_pcie_counters", gpu=dev.index, bits=dev.pcie_modulus.bit_length() - 1, mode=dev.pcie_mode,
                  period=dev.pcie_period, max_rate=dev.pcie_max_rate)
 
     # ----- sampling ----------------------------------------------------------------------------
@@ -653,7 +664,7 @@ class NvmlReader:
             raise
         except pynvml.NVMLError as exc:
             out.failed_calls += 1
-            log.debug("nvml_call_failed", gpu=dev.index, call=name, error=str(exc))
+            self.log.debug("nvml_call_failed", gpu=dev.index, call=name, error=str(exc))
             return
         self._decide(dev, FF.FABRIC, True)
         dev.fabric = read_fabric(info, dev.fabric_v3)
@@ -690,9 +701,11 @@ class NvmlSampler:
         on_inventory: Callable[[], None] | None = None,
         background_pcie: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        node: str = "",
     ) -> None:
         self._lib_factory = lib_factory
         self.clock = clock  # intervals between counter reads (tests pass their simulated clock)
+        self.node = node
         self.exposition = exposition
         self.health = health
         self.base_labels = base_labels
@@ -713,6 +726,13 @@ class NvmlSampler:
         exposition.register(*F.GPU_FAMILIES)
 
     # ----- inventory for the pod mapping -------------------------------------------------------
+
+    @property
+    def log(self) -> Any:
+        """The module's logger with this node bound: in the demo (and the tests) many agents
+        share one process, and an event without its node is useless there. Bound per event, not
+        once, so that structlog's configuration at the time (a test's capture) applies."""
+        return log.bind(node=self.node) if self.node else log
 
     def inventory(self) -> dict[str, tuple[int, str]]:
         """Device UUID (GPU-... or MIG-...) -> (GPU index, parent GPU UUID)."""
@@ -746,22 +766,22 @@ class NvmlSampler:
         Each GPU is opened and probed on its own thread by its first sample."""
         try:
             lib = self._lib_factory()
-            reader = NvmlReader(TimedLibrary(lib), self.pcie_interval, self.clock)
+            reader = NvmlReader(TimedLibrary(lib), self.pcie_interval, self.clock, self.node)
             fut = self._init_pool.submit(reader.init)
             driver, count = await asyncio.wait_for(asyncio.wrap_future(fut), self.timeout * 5)
         except (pynvml.NVMLError, OSError) as exc:
-            log.warning("nvml_unavailable", error=str(exc))
+            self.log.warning("nvml_unavailable", error=str(exc))
             self.health.down(f"NVML unavailable: {exc}")
             return False
         except TimeoutError:
-            log.warning("nvml_init_timeout", timeout=self.timeout * 5)
+            self.log.warning("nvml_init_timeout", timeout=self.timeout * 5)
             self.health.down("nvmlInit timed out")
             return False
         self.reader, self.driver = reader, driver
         self.gpus = {i: GpuState(GpuDevice(i), GpuWorker(f"nvml-gpu{i}")) for i in range(count)}
         if self.background_pcie:
             self._start_fast()
-        log.info("nvml_started", driver=driver, gpus=count)
+        self.log.info("nvml_started", driver=driver, gpus=count)
         self.health.sync_ok(objects=0)
         # Nothing is rendered before the first sample: gangscope_gpu_up must never say 0 for a
         # GPU that was simply not asked yet. ``run`` samples right after this.
@@ -819,7 +839,7 @@ class NvmlSampler:
         if st is None or started is None or time.monotonic() - started <= self.timeout:
             return
         st.fast_excluded = True
-        log.warning("gpu_fast_reads_stopped", gpu=st.dev.index, uuid=st.dev.uuid, stuck_for=round(time.monotonic() - started, 2))
+        self.log.warning("gpu_fast_reads_stopped", gpu=st.dev.index, uuid=st.dev.uuid, stuck_for=round(time.monotonic() - started, 2))
         assert fast is not None
         fast.close()
         self._start_fast()
@@ -878,14 +898,14 @@ class NvmlSampler:
             st.fingerprint = None
         exc = waiting.exception()
         if exc is not None:  # not an NVMLError (the reader handles those): a bug or a broken binding
-            log.error("gpu_sample_crashed", gpu=st.dev.index, error=repr(exc))
+            self.log.error("gpu_sample_crashed", gpu=st.dev.index, error=repr(exc))
             self.health.internal_error()
             self.apply(st, GpuSample(st.dev.index, ok=False, error=repr(exc)))
         else:
             sample = waiting.result()
             if sample.ok and st.fast_excluded:  # the hung call returned (the sample got the GPU's lock)
                 st.fast_excluded = False
-                log.info("gpu_fast_reads_resumed", gpu=st.dev.index)
+                self.log.info("gpu_fast_reads_resumed", gpu=st.dev.index)
             self.apply(st, sample)
         return changed
 
@@ -896,12 +916,12 @@ class NvmlSampler:
         st.errors_total += sample.failed_calls + (0 if sample.ok else 1)
         if not sample.ok:
             if was_up or st.last is not None:
-                log.warning("gpu_down", gpu=st.dev.index, uuid=st.dev.uuid, error=sample.error)
+                self.log.warning("gpu_down", gpu=st.dev.index, uuid=st.dev.uuid, error=sample.error)
             st.last = None
             self.render(st)
             return
         if not was_up and self.rounds > 1:
-            log.info("gpu_up", gpu=st.dev.index, uuid=st.dev.uuid)
+            self.log.info("gpu_up", gpu=st.dev.index, uuid=st.dev.uuid)
         if st.last is not None:  # link state, version and errors are read only now and then: keep the last
             for attr in ("version", "link_up"):
                 if not getattr(sample, attr):

@@ -63,15 +63,20 @@ SCENARIOS = ("degraded", "lost-gpu", "unsupported", "wrap", "hang", "mig", "stra
 KIB = 1024
 UINT_MAX = 0xFFFFFFFF  # scopeId for "all links" (nvml.h line 2599)
 _COUNTERS = frozenset((*NVLINK_DATA, *NVLINK_RAW, *NVLINK5_BYTES))
-_ERROR_RATES = {  # errors per second on a link with errors; the rest stay 0
-    pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY: 0.5,
+# Errors per second on a link with errors; the rest stay 0. The agent reads error counters every
+# 10th sample (exporter.node.nvml.SLOW_SAMPLE_EVERY), so a 20 s window of the demo's
+# GangscopeNVLinkErrorsRising (more than 10 errors) holds one or two 10 s steps: at 2/s that is
+# 20 or 40 errors, at 0.1/s 1 or 2, never at the threshold. (At 0.5/s it was 5 or 10: the alert
+# flapped every 10 s.)
+_ERROR_RATES = {
+    pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY: 2.0,
     pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC: 0.1,
-    pynvml.NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS: 0.5,
-    pynvml.NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_SUCCESSFUL_EVENTS: 0.5,
+    pynvml.NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS: 2.0,
+    pynvml.NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_SUCCESSFUL_EVENTS: 2.0,
     pynvml.NVML_FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS: 2.0,
 }
 _LEGACY_ERRORS = {  # nvmlDeviceGetNvLinkErrorCounter counter -> errors per second on a link with errors
-    pynvml.NVML_NVLINK_ERROR_DL_REPLAY: 0.5,
+    pynvml.NVML_NVLINK_ERROR_DL_REPLAY: 2.0,
     pynvml.NVML_NVLINK_ERROR_DL_RECOVERY: 0.0,
     pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT: 0.1,
     pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA: 0.0,
@@ -162,6 +167,7 @@ class SimGpu:
     refresh: float = 0.0  # the driver refreshes this GPU's counters every so many seconds (0: on every read)
     nvlink_value_type: int = ULL  # UINT: a driver that reports the NVLink byte counters 32-bit
     nvlink_offset: int = 0  # where the NVLink byte counters start (in the field's unit)
+    minor: int = 0  # /dev/nvidiaN; the driver numbers GPUs in probe order, not NVML's PCI order
 
 
 @dataclass
@@ -230,7 +236,7 @@ class SimNvml:
             SimGpu(i, f"GPU-{i:08x}-5e1a-4c0d-9a3b-00000000000{i % 10}", f"00000000:{0x18 + 0x10 * i:02X}:00.0",
                    links=p.links if links is None else links, pcie_gen=(p.pcie_gen, p.pcie_gen),
                    pcie_width=(p.pcie_width, p.pcie_width), pcie_rate=p.pcie_rate, pcie_value_type=p.pcie_value_type,
-                   module_id=i + 1)
+                   module_id=i + 1, minor=i)
             for i in range(count)
         ]
         if p.name != DEFAULT_PROFILE:  # h100 keeps the UUIDs older tests and fixtures name
@@ -299,6 +305,12 @@ class SimNvml:
     def release(self) -> None:
         """Unblock every hanging call (and make later calls return at once)."""
         self._release.set()
+
+    def fail_links(self, index: int, links: Iterable[int]) -> None:
+        """GPU ``index``'s NVLink ``links`` go inactive now (and carry nothing from here on): a link
+        that was trained and dropped, which GangscopeNVLinkDown pages for."""
+        self.gpus[index].link_down |= set(links)
+        self._plans.clear()
 
     def degrade_fabric(self, index: int) -> None:
         """GPU ``index``'s fabric bandwidth is degraded (health mask bits 0-1 = TRUE)."""
@@ -410,6 +422,9 @@ class SimNvml:
         if isinstance(handle, SimMig):
             return self._gpu(handle.parent).mig[handle.slot]
         return self._gpu(handle).uuid
+
+    def nvmlDeviceGetMinorNumber(self, handle: SimGpu) -> int:
+        return self._gpu(handle).minor
 
     def nvmlDeviceGetName(self, handle: SimGpu) -> str:
         self._gpu(handle)
