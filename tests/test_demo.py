@@ -115,6 +115,12 @@ def test_demo_command_reports_and_exits_clean() -> None:
     # Its temporary folder (kubeconfig, kubelet sockets) is gone.
     kubeconfig = re.search(r"^  kubeconfig  (\S+)", out, re.M)
     assert kubeconfig and not Path(kubeconfig.group(1)).parent.exists()
+    # The explain command it prints runs in the user's shell as printed (its path, not a bare
+    # "gangscope" that only an activated venv has).
+    printed = re.search(r"^ {14}(.+) explain NS/NAME --kubeconfig (\S+)$", out, re.M)
+    assert printed and printed.group(2) == kubeconfig.group(1), out
+    again = subprocess.run([*printed.group(1).split(), "--version"], capture_output=True, text=True, timeout=60, cwd="/")
+    assert again.returncode == 0 and again.stdout.startswith("gangscope "), again
     assert time.monotonic() - started < 30
 
 
