@@ -49,6 +49,7 @@ SCENARIOS = ("default", "static")
 SIM_MISSING = f"gangscope demo needs the simulators, which the runtime image does not ship: {SIMULATORS_INSTALL}"
 # Labels that identify what an alert is about, in the order the demo prints them.
 ALERT_SUBJECT = ("namespace", "workload", "kind", "name", "podgroup", "cluster_queue", "block", "rack", "node", "gpu", "link")
+LINK_DROP_AFTER = 3.0  # seconds of the demo before its down links can fail (they are seen up first)
 
 
 def simulators_installed() -> bool:
@@ -107,6 +108,7 @@ class Demo:
     prometheus: subprocess.Popen | None = None
     prometheus_port: int = 0
     started_at: float = 0.0
+    _dropped: list[tuple[str, int, set[int]]] = field(default_factory=list)  # (node, gpu, links) to take down
     sim_profile: str = "h100"  # the GPU generation of the nodes the scenario does not give one
 
     async def start(self) -> None:
@@ -138,6 +140,7 @@ class Demo:
             await self._start_node(node)
         self.started_at = time.monotonic()
         self._timeline = asyncio.create_task(self._run_timeline())
+        self._drops = asyncio.create_task(self._drop_links())
         if self.with_prometheus:
             self._start_prometheus()
             if self.prometheus is not None:
@@ -156,6 +159,11 @@ class Demo:
         sim = SimNvml(hw.scenarios, profile=hw.profile or self.sim_profile, chassis=chassis)
         for gpu in sim.gpus:
             gpu.uuid = gpu_uuid(node, gpu.index)
+            # A link that never trained does not page (GangscopeNVLinkDown): the scenario's down
+            # links train first and fail once Prometheus has seen them up (_drop_links).
+            if gpu.link_down:
+                self._dropped.append((node, gpu.index, set(gpu.link_down)))
+                gpu.link_down.clear()
         self.nvml[node] = sim
         kubelet = SimKubelet(str(self.workdir / f"kubelet-{node}.sock"), self._kubelet_pods(node))
         await kubelet.start()
@@ -183,6 +191,30 @@ class Demo:
             SimPod(ns, pod, [SimContainer(container, [("nvidia.com/gpu", uuids)])])
             for ns, pod, container, uuids in self.scenario.gpu_pods(node)
         ]
+
+    async def _drop_links(self) -> None:
+        """Take the scenario's down links down: once Prometheus has recorded them trained
+        (link:gangscope_nvlink_link_up:trained), or after a few samples without Prometheus."""
+        import aiohttp
+
+        await asyncio.sleep(LINK_DROP_AFTER)
+        if self.prometheus is not None:
+            url = f"http://{self.host}:{self.prometheus_port}/api/v1/query"
+            want = {(node, str(gpu), str(link)) for node, gpu, links in self._dropped for link in links}
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+                for _ in range(60):
+                    try:
+                        async with session.get(url, params={"query": "link:gangscope_nvlink_link_up:trained"}) as resp:
+                            got = {(m["metric"].get("node"), m["metric"].get("gpu"), m["metric"].get("link"))
+                                   for m in (await resp.json())["data"]["result"]}
+                        if want <= got:
+                            break
+                    except (aiohttp.ClientError, TimeoutError, KeyError, ValueError):
+                        pass  # not up yet
+                    await asyncio.sleep(1.0)
+        for node, index, links in self._dropped:
+            self.nvml[node].fail_links(index, links)
+            log.info("demo_event", node=node, gpu=index, links=sorted(links), change="nvlink down")
 
     async def _run_timeline(self) -> None:
         """Apply the scenario's changes at their times; an evicted Workload's pods go away with it."""
@@ -360,7 +392,7 @@ class Demo:
         return "\n".join(lines)
 
     async def stop(self) -> None:
-        for task in (getattr(self, "_timeline", None), getattr(self, "_alerts", None)):
+        for task in (getattr(self, "_timeline", None), getattr(self, "_alerts", None), getattr(self, "_drops", None)):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)

@@ -184,8 +184,14 @@ def feed(exposition: Exposition, handlers: dict[str, Any], objects: list[tuple[s
         for obj in per_source[source]:
             meta = obj.get("metadata")
             key = (str(meta.get("namespace")), str(meta.get("name"))) if isinstance(meta, dict) else None
-            handler.apply("MODIFIED" if key in seen else "ADDED", obj)
+            if source not in FEED_LAST:
+                handler.apply("MODIFIED" if key in seen else "ADDED", obj)
             seen.add(key)
+        if source in FEED_LAST:
+            # A dump's pods are one complete LIST: announced once, and listed at its end, so no
+            # gang is judged on part of its pods (a gang seen "empty" before its first pod would
+            # restart its stuck window at load time).
+            handler.replace(per_source[source])
         health.sync_ok(objects=len(seen))
         parse_errors += health.parse_errors
     return Fed(skipped, parse_errors)

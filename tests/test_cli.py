@@ -55,9 +55,10 @@ def test_snapshot_logs_version_and_configuration_first() -> None:
     assert (event["command"], event["version"], event["python"], event["level"]) == (
         "snapshot", __version__, platform.python_version(), "info")
     assert event["config"] == {"assembly_timeout": 600.0, "eviction_domain_grace": 3600.0, "eviction_level": None,
+                               "finished_detail": 0.0,
                                "format": "text", "from_file": str(dump), "gpu_resource": None, "log_level": "info", "metric_labels_allowlist": [], "placement_sizes": [1, 2, 4, 8], "topology_alias": ["example.com/rack=rack"], "topology_levels": "",
                                "no_pods": False, "kai_scheduler_name": "kai-scheduler", "volcano_scheduler_name": "volcano",
-                               "progress_stale_after": 1800.0}
+                               "progress_stale_after": 1800.0, "kai_staleness_grace_period": 60.0}
 
 
 def test_explain_redacts_a_password_in_the_prometheus_url() -> None:

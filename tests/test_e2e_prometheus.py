@@ -148,7 +148,7 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path, capsys:
             async def loaded() -> list[tuple[str, str]]:
                 return sorted((Path(g["file"]).name, g["name"]) for g in await prom.rules())
 
-            assert await poll(loaded, lambda g: len(g) == 15, 10, "rule groups loaded") == [
+            assert await poll(loaded, lambda g: len(g) == 16, 10, "rule groups loaded") == [
                 ("gangscope-alerts.yaml", "gangscope-admission"), ("gangscope-alerts.yaml", "gangscope-capacity"),
                 ("gangscope-alerts.yaml", "gangscope-evictions"),
                 ("gangscope-alerts.yaml", "gangscope-gangs"), ("gangscope-alerts.yaml", "gangscope-hardware"),
@@ -157,7 +157,8 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path, capsys:
                 ("gangscope-alerts.yaml", "gangscope-stragglers"), ("gangscope-rules.yaml", "gangscope-capacity.rules"),
                 ("gangscope-rules.yaml", "gangscope-dcgm.rules"),
                 ("gangscope-rules.yaml", "gangscope-gangs.rules"), ("gangscope-rules.yaml", "gangscope-hardware.rules"),
-                ("gangscope-rules.yaml", "gangscope-interconnect.rules"), ("gangscope-rules.yaml", "gangscope-stragglers.rules")]
+                ("gangscope-rules.yaml", "gangscope-interconnect.rules"), ("gangscope-rules.yaml", "gangscope-states.rules"),
+                ("gangscope-rules.yaml", "gangscope-stragglers.rules")]
 
             # --- recording rules: joined series with topology labels ----------------------
             # What the simulated NVML counts for llama-train's 4 nodes x 8 GPUs x 18 links. Until a
@@ -207,6 +208,21 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path, capsys:
                 ("block-4", "rack-4-1", "running"): 1.0,  # ray-tune
                 ("block-4", "rack-4-2", "running"): 2.0,  # ray-tune, sd-lora
             }
+            # how many in each state: the recorded counts equal the current-state series counted
+            # here (polled: a rule evaluation and a scrape may fall on either side of a change)
+            async def per_stage() -> tuple[dict[tuple[str, ...], float], dict[tuple[str, ...], float]]:
+                recorded = by_labels(await prom.query("cluster_queue:gangscope_workload_stage:count"), "cluster_queue", "stage")
+                info = {(m["namespace"], m["workload"]): m["cluster_queue"]
+                        for m in (s["metric"] for s in await prom.query("gangscope_workload_info"))}
+                counted: dict[tuple[str, ...], float] = {}
+                for s in await prom.query("gangscope_workload_stage"):
+                    assert s["value"][1] == "1"  # the current stage only
+                    k = (info.get((s["metric"]["namespace"], s["metric"]["workload"]), ""), s["metric"]["stage"])
+                    counted[k] = counted.get(k, 0.0) + 1
+                return recorded, counted
+
+            recorded, counted = await poll(per_stage, lambda rc: bool(rc[0]) and rc[0] == rc[1], 30, "Workloads per stage")
+            assert sum(counted.values()) > 0
             # capacity: block-4's free GPUs per rack from the recorded sums, and its fragmentation
             free = await poll(lambda: prom.query('rack:gangscope_domain_gpus_free:sum{block="block-4"}'),
                               lambda r: len(r) == 2, 20, "free GPUs per rack of block-4")
