@@ -19,12 +19,13 @@ GANGSCOPE = frozenset(
         "gangscope_workload_quota_reserved_timestamp_seconds",
         "gangscope_workload_admitted_timestamp_seconds",
         "gangscope_workload_pods_ready_timestamp_seconds",
+        "gangscope_workload_finished_timestamp_seconds",
         "gangscope_workload_evictions_total",
         "gangscope_workload_requested_gpus",
         "gangscope_workload_topology_pods",
         "gangscope_workload_unhealthy_node",
         "gangscope_workload_pending_reason",
-        "gangscope_workload_requeue_count",
+        "gangscope_workload_requeues",
         "gangscope_workload_requeue_at_timestamp_seconds",
         "gangscope_workload_admission_check",
         "gangscope_workload_admission_check_transition_timestamp_seconds",
@@ -36,6 +37,12 @@ GANGSCOPE = frozenset(
         "gangscope_workload_domains_spanned",
         "gangscope_workload_locality_ratio",
         "gangscope_workload_past_execution_seconds",
+        # ClusterQueues
+        "gangscope_cluster_queue_active",
+        "gangscope_cluster_queue_flavor_info",
+        "gangscope_cluster_queue_nominal_quota",
+        "gangscope_cluster_queue_reserved",
+        "gangscope_cluster_queue_used",
         # capacity per domain
         "gangscope_domain_gpus",
         "gangscope_domain_gpus_bound",
@@ -81,6 +88,7 @@ GANGSCOPE = frozenset(
         "gangscope_gpu_info",
         "gangscope_gpu_up",
         "gangscope_gpu_pod_info",
+        "gangscope_gpu_mig_device_info",
         "gangscope_nvlink_transmit_bytes_total",
         "gangscope_nvlink_receive_bytes_total",
         "gangscope_nvlink_link_up",
@@ -100,6 +108,7 @@ GANGSCOPE = frozenset(
         "gangscope_gpu_platform_info",
         "gangscope_pcie_read_interval_seconds",
         "gangscope_pcie_read_gaps_total",
+        "gangscope_nvlink_read_gaps_total",
         "gangscope_pcie_throughput_bytes_per_second",
     }
 )

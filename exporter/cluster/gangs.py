@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
@@ -102,8 +103,9 @@ GANG_INFO = Family(
 )
 GANG_STAGE = Family(
     "gangscope_gang_stage", "gauge",
-    "Stage of the gang (state set): not_admitted, queued, placing, assembling, stuck, partially_bound, starting, "
-    "scaling, initially_scheduled, assembled, finished, failed, unreported, empty, unknown (README, gang rules).",
+    "Stage of the gang: one series, value 1, labelled with the current stage (not_admitted, queued, placing, "
+    "assembling, stuck, partially_bound, starting, scaling, initially_scheduled, assembled, finished, failed, "
+    "unreported, empty, unknown; README, gang rules); none once its Workload finished.",
     (*_GANG, "stage"),
 )
 GANG_ASSEMBLY_STUCK = Family(
@@ -169,7 +171,7 @@ def render_gang(g: Gang) -> dict[Family, list[bytes]]:
     out: dict[Family, list[bytes]] = {fam: [] for fam in FAMILIES}
     if g.workload is not None and g.via is not None:
         out[GANG_INFO] = [GANG_INFO.line(lead, 1, (rec.api_label, g.via, rec.parent))]
-    out[GANG_STAGE] = [GANG_STAGE.lines(lead, _STAGE_TAILS[g.stage])]
+    out[GANG_STAGE] = [GANG_STAGE.head(lead) + _stage_tail(g.stage)]
     if g.stage not in ("unreported", "empty"):
         out[GANG_ASSEMBLY_STUCK] = [GANG_ASSEMBLY_STUCK.line(lead, 1 if g.stuck else 0)]
     if g.idle_gpus is not None:
@@ -190,8 +192,11 @@ def render_gang(g: Gang) -> dict[Family, list[bytes]]:
     return out
 
 
-_STAGE_TAILS = {current: tuple(GANG_STAGE.tail(3, (s,), 1 if s == current else 0) for s in GANG_STAGES)
-                for current in GANG_STAGES}
+@functools.lru_cache(maxsize=64)
+def _stage_tail(stage: str) -> bytes:
+    """The current stage's one series (value 1): a state set over every stage cost 9 series per
+    gang, 8 of them 0."""
+    return GANG_STAGE.tail(3, (stage,), 1)
 
 
 def _same_lines(a: Gang, b: Gang) -> bool:
@@ -286,6 +291,10 @@ class GangIndex:
         self._timers: dict[PgKey, asyncio.TimerHandle] = {}
         self._tick: asyncio.TimerHandle | None = None
         self._idle: dict[PgKey, list[float]] = {}  # key -> [GPU-seconds so far, since when, idle GPUs now]
+        # PodGroup lines as last rendered, and the gangs whose series are exported: not those of
+        # a finished (or deactivated) Workload past --finished-detail (Workload.detail)
+        self._pg_lines: dict[PgKey, dict[Family, list[bytes] | list[str]]] = {}
+        self._shown: dict[PgKey, bool] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         store.on_workload_change.append(self._workload_changed)
         store.pods_assembling.append(self.pods_assembling)
@@ -409,8 +418,9 @@ class GangIndex:
         if allowlist is not None:
             lines[PODGROUP_LABELS] = allowlist.lines("podgroups", PODGROUP_LABELS, (rec.namespace, rec.name, rec.api_label),
                                                      rec.labels)
-        self.exposition.set(("podgroup", *key), lines)
+        self._pg_lines[key] = lines
         self._resolve(key)
+        self._publish_podgroup(key)
         for parent in {previous.parent if previous else "", rec.parent} - {""}:
             self._resolve_parent(ns, parent)
 
@@ -435,6 +445,8 @@ class GangIndex:
         gang = self.gangs.pop(key, None)
         self._disarm(key)
         self._idle.pop(key, None)
+        self._pg_lines.pop(key, None)
+        self._shown.pop(key, None)
         self.exposition.delete(("podgroup", *key))
         self.exposition.delete(("gang", *key))
         self.exposition.delete(("gang_idle", *key))
@@ -578,9 +590,14 @@ class GangIndex:
     def _render(self, key: PgKey, gang: Gang) -> None:
         old = self.gangs.get(key)
         self.gangs[key] = gang
-        if old is None or not _same_lines(old, gang):  # most pod events change no count the gang exports
-            self.exposition.set(("gang", *key), render_gang(gang))
+        shown = gang.workload is None or gang.workload.detail
+        was_shown = self._shown.get(key)
+        self._shown[key] = shown
+        if old is None or not _same_lines(old, gang) or was_shown != shown:  # most pod events change no count it exports
+            self.exposition.set(("gang", *key), render_gang(gang) if shown else {})
             self._set_idle(key, gang)
+            if was_shown is not None and was_shown != shown:
+                self._publish_podgroup(key)
         self._arm(key, gang)
         self._to_sync.update(g.workload.key for g in (old, gang) if g is not None and g.workload is not None)
         if old is not None and old.stage != gang.stage and gang.podgroup.parent:
@@ -602,7 +619,16 @@ class GangIndex:
         acc[1], acc[2] = now, gang.idle_gpus or 0.0
         self._render_idle(key)
 
+    def _publish_podgroup(self, key: PgKey) -> None:
+        """The PodGroup's lines into the exposition, or none while its gang is not shown."""
+        lines = self._pg_lines.get(key)
+        if lines is not None:
+            self.exposition.set(("podgroup", *key), lines if self._shown.get(key, True) else {})
+
     def _render_idle(self, key: PgKey) -> None:
+        if not self._shown.get(key, True):
+            self.exposition.delete(("gang_idle", *key))
+            return
         rec = self.podgroups[key]
         total = self._idle[key][0]
         self.exposition.set(("gang_idle", *key), {GANG_IDLE_GPU_SECONDS: [

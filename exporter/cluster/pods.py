@@ -58,11 +58,20 @@ import structlog
 from ..fields import ParseError, Problems, shared
 from ..health import SourceHealth
 from ..kube.resources import POD_RESOURCES, Resource
+from .resources import pod_requests
 from .workloads import pod_gpus
 
 log = structlog.get_logger(__name__)
 
 WORKLOAD_ANNOTATION = "kueue.x-k8s.io/workload"
+# IsTAS (kueue ff69552e pkg/util/tas/tas.go:58-85; the keys: apis/kueue/v1beta2/topology_types.go:28-60):
+# such a pod's usage is its Workload's assignment, every other bound pod is Kueue's non-TAS usage
+# (pkg/controller/tas/pod_usage_controller.go:158-173).
+TAS_ANNOTATIONS = ("kueue.x-k8s.io/podset-preferred-topology", "kueue.x-k8s.io/podset-required-topology",
+                   "kueue.x-k8s.io/podset-slice-required-topology",
+                   "kueue.x-k8s.io/podset-slice-required-topology-constraints",
+                   "kueue.x-k8s.io/podset-unconstrained-topology")
+_NO_REQUESTS: Mapping[str, int] = {}
 COSCHEDULING_LABELS = ("scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io")
 VOLCANO_ANNOTATION = "scheduling.k8s.io/group-name"
 KAI_ANNOTATION = "pod-group-name"
@@ -130,6 +139,8 @@ class Pod:
     gpus_unknown: bool = False  # GPUs through DRA claims or KAI gpu-memory: held, but how many is not in the pod
     disrupted: str = ""  # the DisruptionTarget condition's reason while True (preemption, eviction, node drain)
     sources: int = 0  # bit set of the sources that currently deliver the pod
+    requests: Mapping[str, int] = field(default_factory=dict)  # effective requests, Kueue's units (shared)
+    tas: bool = False  # a TAS pod (kueue pkg/util/tas/tas.go:58-85): Kueue counts it through its Workload
 
     @property
     def bound(self) -> bool:
@@ -185,6 +196,7 @@ def parse_pod(obj: Any, gpu_resources: Sequence[str]) -> Pod:
                 # node drain or garbage collection), with the reason saying which.
                 disrupted = _intern(_str(c.get("reason")) or "DisruptionTarget")
     rv = meta.get("resourceVersion")
+    requests = pod_requests(spec, "spec", problems) if spec else _NO_REQUESTS
     deletion = meta.get("deletionTimestamp")
     if deletion is not None and deletion.__class__ is not str:
         raise ParseError("pod metadata.deletionTimestamp is not a string")
@@ -193,6 +205,7 @@ def parse_pod(obj: Any, gpu_resources: Sequence[str]) -> Pod:
         ready=ready, gpus=gpus, gang=_gang(spec, labels, annotations), workload=_value(annotations, WORKLOAD_ANNOTATION),
         owner=_owner(meta.get("ownerReferences")), job=_job(labels, annotations),
         jobset_uid=_value(labels, JOBSET_UID_LABEL), rv=int(rv) if rv.__class__ is str and rv.isdigit() else 0,
+        requests=requests, tas=any(a in annotations for a in TAS_ANNOTATIONS),
         terminating=bool(deletion), gates=_gates(spec.get("schedulingGates")),
         waiting=_waiting(status) if node and phase == "Pending" else "", disrupted=disrupted, gpus_unknown=gpus_unknown,
     )
@@ -355,6 +368,7 @@ class PodStore:
         self._by_owner: dict[str, list[str]] = {}
         self._by_job: dict[tuple[str, str, str], list[str]] = {}
         self._node_gpus: dict[str, float] = {}
+        self._node_usage: dict[str, dict[str, int]] = {}  # node -> requests of its bound non-TAS pods, and "pods"
         self._pending: PodChanges | None = None  # collected during a LIST, announced at its end
         self._lists = 0
 
@@ -372,6 +386,11 @@ class PodStore:
         """Whether a pod source completed its first LIST (or a dump brought pods): before it, no
         pod known means nothing."""
         return bool(self._listed)
+
+    def non_tas_usage_on(self, node: str) -> Mapping[str, int]:
+        """Requests (and a ``pods`` unit each) of the bound, non-terminal, non-TAS pods on a node
+        that the collector watches: Kueue's non-TAS usage as far as these pods go."""
+        return self._node_usage.get(node, _NO_REQUESTS)
 
     def gpus_bound_by_node(self) -> Mapping[str, float]:
         """Node name -> GPUs of its bound, non-terminal watched pods (nodes with none are absent)."""
@@ -439,6 +458,17 @@ class PodStore:
                 node_gpus[p.node] = left
             else:
                 node_gpus.pop(p.node, None)
+            changes.nodes.add(p.node)
+        if p.bound and not p.tas:  # tas_non_tas_pod_cache.go:112-135: requests and one pod each
+            usage = self._node_usage.get(p.node)
+            if usage is None:
+                usage = self._node_usage[p.node] = {}
+            sign = 1 if add else -1
+            for k, v in p.requests.items():
+                usage[k] = usage.get(k, 0) + sign * v
+            usage["pods"] = usage.get("pods", 0) + sign
+            if usage["pods"] <= 0:
+                del self._node_usage[p.node]
             changes.nodes.add(p.node)
         changes.note(p)
 
@@ -517,7 +547,8 @@ def _same(a: Pod, b: Pod) -> bool:
     change fields it drops: statuses of containers, probes, IPs)."""
     return (a.node == b.node and a.phase == b.phase and a.ready == b.ready and a.gpus == b.gpus and a.gang is b.gang
             and a.workload == b.workload and a.owner is b.owner and a.job is b.job and a.jobset_uid == b.jobset_uid
-            and a.name == b.name and a.namespace == b.namespace and a.terminating == b.terminating
+            and a.name == b.name and a.namespace == b.namespace and a.requests is b.requests and a.tas == b.tas
+            and a.terminating == b.terminating
             and a.gates == b.gates and a.waiting == b.waiting and a.disrupted == b.disrupted
             and a.gpus_unknown == b.gpus_unknown)
 
