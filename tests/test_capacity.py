@@ -256,8 +256,9 @@ async def test_explain_names_placement_for_both_generations_of_the_reason(legacy
     assert placement["summary"] == (
         'Kueue: no topology placement: couldn\'t assign flavors to pod set main: topology "default" doesn\'t allow to fit '
         'any of 2 pod(s). does not fit now in flavor tas: main: topology "default" doesn\'t allow to fit any of 2 pod(s). '
-        # h1, h2: 4 GPUs free each; h4: tainted for maintenance; h3 (cordoned), h5 (NotReady): not in Kueue's snapshot
-        'Total nodes: 3; excluded: resource "nvidia.com/gpu": 2, taint "maintenance.example.com/drain=true:NoExecute": 1')
+        # h1, h2: 4 GPUs free each, c1: none; h4: tainted for maintenance; h3 (cordoned), h5 (NotReady):
+        # not in Kueue's snapshot
+        'Total nodes: 4; excluded: resource "nvidia.com/gpu": 3, taint "maintenance.example.com/drain=true:NoExecute": 1')
 
 
 def test_placeable_pods_count_the_nodes_pods_too() -> None:
@@ -504,16 +505,16 @@ def test_explain_gives_the_numeric_verdict() -> None:
     h["nodes"].apply("MODIFIED", gpu_node("h3", "b1", "r2"))
     h["workloads"].apply("ADDED", waiting("big", 2, 8, {"required": RACK}))
     report = store.capacity.workload_fit(store.workload("team", "big"))
-    # free: r1 8 (4 on h1, 4 on h2: no 8-GPU pod), r2 (h3: one), r3 (h4: one; h5 NotReady is not
-    # in Kueue's snapshot): at most one per rack, exactly Kueue's message for the same cluster
+    # free: r1 8 (4 on h1, 4 on h2: no 8-GPU pod), r2 (h3: one), r3 (h4: one; c1 has no GPU; h5
+    # NotReady is not in Kueue's snapshot): at most one per rack, Kueue's message for the same cluster
     assert report.text == ('no single domain fits (main: topology "default" allows to fit only 1 out of 2 pod(s). Total '
-                           'nodes: 4; excluded: resource "nvidia.com/gpu": 2), but the flavor tas would hold it with the '
+                           'nodes: 5; excluded: resource "nvidia.com/gpu": 3), but the flavor tas would hold it with the '
                            'level dropped: fragmented')
     assert report.evidence["podsets"] == [{"podset": "main", "levels": [], "domains": [], "reason": report.verdict.placements[0][1].reason}]
     h["workloads"].apply("ADDED", waiting("huge", 4, 8, {"preferred": BLOCK}))
     report = store.capacity.workload_fit(store.workload("team", "huge"))
     assert report.text == ('does not fit now in flavor tas: main: topology "default" allows to fit only 2 out of 4 pod(s). '
-                           'Total nodes: 4; excluded: resource "nvidia.com/gpu": 2')
+                           'Total nodes: 5; excluded: resource "nvidia.com/gpu": 3')
     h["workloads"].apply("ADDED", waiting("two", 2, 8, {"preferred": BLOCK}))
     report = store.capacity.workload_fit(store.workload("team", "two"))
     assert report.text == "gangscope's model places it now in flavor tas: main 2 pods on 2 hostnames"
