@@ -210,8 +210,8 @@ def _kueue_decision(cluster: RealCluster, s: S) -> tuple[bool, str] | None:
     if qr["status"] == "True":
         return True, qr.get("message", "")
     message = qr.get("message", "")
-    if "inactive" in message or "stopped" in message or qr.get("reason") in ("Inadmissible", "Suspended"):
-        return None  # still held
+    if not message.startswith("couldn't assign flavors"):
+        return None  # still held, or back in the queue waiting to be evaluated: not decided yet
     return False, message
 
 
