@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -19,6 +18,7 @@ import yaml
 from exporter import snapshot
 from exporter.cluster import capacity as capacity_module
 from exporter.cluster.capacity import parse_sizes
+from exporter.cluster.clusterqueues import parse_cluster_queue
 from exporter.cluster.collector import build_collector
 from exporter.cluster.nodes import parse_node
 from exporter.exposition import Exposition
@@ -26,7 +26,8 @@ from exporter.health import SourceHealth
 from exporter.loader import load_path
 from exporter.taints import Taint, Toleration
 from kueue_objects import (
-    BLOCK, HOST, RACK, admitted_conditions, cond, fixture, flavor, gpu_node, local_queue, series, topology, workload,
+    BLOCK, HOST, RACK, admitted_conditions, cluster_queue, cond, fixture, flavor, gpu_node, local_queue, series, topology,
+    workload,
 )
 
 NODES = Path(__file__).resolve().parent / "fixtures" / "nodes" / "gpu-nodes.yaml"
@@ -36,7 +37,7 @@ MAINTENANCE = {"key": "maintenance.example.com/drain", "value": "true", "effect"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 # What the ClusterQueue watch records (its flavors in spec order): the fit's only source of a
 # Workload's flavors.
-QUEUES = {"train-cq": SimpleNamespace(flavor_names=("tas",)), "cq": SimpleNamespace(flavor_names=("tas",))}
+QUEUES = {name: parse_cluster_queue(cluster_queue(name)) for name in ("train-cq", "cq")}
 
 
 GANGS: dict[int, Any] = {}  # id(store) -> its gang index (explain's diagnose needs both)
@@ -46,7 +47,7 @@ def collector(**kwargs: Any) -> tuple[Exposition, Any, dict[str, Any]]:
     expo = Exposition()
     store, handlers, gangs = build_collector(expo, **kwargs)
     GANGS[id(store)] = gangs
-    store.cluster_queues = QUEUES
+    store.cluster_queues = dict(QUEUES)
     for name, h in handlers.items():
         h.health = SourceHealth(name, expo)
     return expo, store, handlers
@@ -124,11 +125,12 @@ def cluster() -> tuple[Exposition, Any, dict[str, Any]]:
 
 def test_capacity_unavailable_used_free_per_domain() -> None:
     expo, _, _ = cluster()
-    # hosts: h1, h2 8 GPUs, 4 used, 4 free; h3 cordoned, h4 tainted, h5 NotReady: all 8 unavailable
-    assert gpus(expo, "host", "b1", "r1", "h1") == {"capacity": 8, "unavailable": 0, "used": 4, "free": 4}
-    assert gpus(expo, "host", "b1", "r2", "h3") == {"capacity": 8, "unavailable": 8, "used": 0, "free": 0}
-    assert gpus(expo, "host", "b2", "r3", "h4") == {"capacity": 8, "unavailable": 8, "used": 0, "free": 0}
-    assert gpus(expo, "host", "b2", "r3", "h5") == {"capacity": 8, "unavailable": 8, "used": 8, "free": 0}
+    # hosts (their free GPUs are recorded from these): h1, h2 8 GPUs, 4 used, 4 free; h3 cordoned,
+    # h4 tainted, h5 NotReady: all 8 unavailable
+    assert gpus(expo, "host", "b1", "r1", "h1") == {"capacity": 8, "unavailable": 0, "used": 4}
+    assert gpus(expo, "host", "b1", "r2", "h3") == {"capacity": 8, "unavailable": 8, "used": 0}
+    assert gpus(expo, "host", "b2", "r3", "h4") == {"capacity": 8, "unavailable": 8, "used": 0}
+    assert gpus(expo, "host", "b2", "r3", "h5") == {"capacity": 8, "unavailable": 8, "used": 8}
     assert gpus(expo, "host", "b2", "r3", "c1") == {}  # no GPU resource: not a domain of the GPU accounting
     # r1 = h1 + h2; r3 = h4 + h5; b1 = r1 + r2; b2 = r3
     assert gpus(expo, "rack", "b1", "r1") == {"capacity": 16, "unavailable": 0, "used": 8, "free": 8}
@@ -138,7 +140,7 @@ def test_capacity_unavailable_used_free_per_domain() -> None:
     assert gpus(expo, "block", "b2") == {"capacity": 16, "unavailable": 16, "used": 8, "free": 0}
     # r1 has 8 free GPUs but, 4 on each host, no room for one 8-GPU pod
     assert placeable(expo, "rack", "b1", "r1") == {1: 8, 2: 4, 4: 2, 8: 0}
-    assert placeable(expo, "host", "b1", "r1", "h2") == {1: 4, 2: 2, 4: 1, 8: 0}
+    assert placeable(expo, "host", "b1", "r1", "h2") == {}  # a host's: free // size, recorded by the capacity rules
     assert placeable(expo, "block", "b2") == {1: 0, 2: 0, 4: 0, 8: 0}
     assert domains(expo, "block") == {"free": 0, "partial": 1, "full": 0, "unavailable": 1}
     assert domains(expo, "rack") == {"free": 0, "partial": 1, "full": 0, "unavailable": 2}
@@ -183,7 +185,7 @@ def test_unhealthy_nodes_of_a_workload_are_unavailable() -> None:
     expo, _, h = cluster()
     listing = workload("a", hosts=["h1", "h2"], gpus="4", conditions=admitted_conditions(), unhealthy=["h1"])
     h["workloads"].apply("MODIFIED", listing)
-    assert gpus(expo, "host", "b1", "r1", "h1") == {"capacity": 8, "unavailable": 8, "used": 4, "free": 0}
+    assert gpus(expo, "host", "b1", "r1", "h1") == {"capacity": 8, "unavailable": 8, "used": 4}
     assert gpus(expo, "rack", "b1", "r1") == {"capacity": 16, "unavailable": 8, "used": 8, "free": 4}
     h["workloads"].apply("MODIFIED", workload("a", hosts=["h1", "h2"], gpus="4", conditions=admitted_conditions()))
     assert gpus(expo, "host", "b1", "r1", "h1")["unavailable"] == 0
@@ -195,7 +197,7 @@ def test_flavor_tolerations_make_a_tainted_node_available() -> None:
     expo, _, h = cluster()
     tolerate = [{"key": "maintenance.example.com/drain", "operator": "Exists"}]
     h["resourceflavors"].replace([flavor("tas", tolerations=tolerate)])
-    assert gpus(expo, "host", "b2", "r3", "h4") == {"capacity": 8, "unavailable": 0, "used": 0, "free": 8}
+    assert gpus(expo, "host", "b2", "r3", "h4") == {"capacity": 8, "unavailable": 0, "used": 0}
     # a flavor whose nodeLabels do not select h4 tolerates nothing there
     h["resourceflavors"].replace([flavor("tas"), flavor("other", node_labels={"pool": "x"}, tolerations=tolerate)])
     assert gpus(expo, "host", "b2", "r3", "h4")["unavailable"] == 8
@@ -283,7 +285,7 @@ def test_an_unknown_cluster_queue_gives_no_fit() -> None:
     h["workloads"].apply("MODIFIED", waiting("small", 3, 4, {"required": RACK}))
     assert fit(expo, "small") == {}
     # a queue whose flavors gangscope knows none of: no claim either
-    store.cluster_queues = {"train-cq": SimpleNamespace(flavor_names=("other",))}
+    store.cluster_queues = {"train-cq": parse_cluster_queue(cluster_queue("train-cq", ("other",)))}
     h["workloads"].apply("MODIFIED", waiting("small", 2, 4, {"required": RACK}))
     assert fit(expo, "small") == {}
 
@@ -580,7 +582,7 @@ def test_a_dump_gives_the_same_series(tmp_path: Path, capfdbinary: pytest.Captur
         ("9a7b3c2d", "capacity"): 8, ("9a7b3c2d", "unavailable"): 8, ("9a7b3c2d", "used"): 0, ("9a7b3c2d", "free"): 0}
     # the GB200 node has no GKE labels: only a host-level domain, unavailable under its NoExecute taint
     gb200 = {k[3]: v for k, v in got.items() if k[2] == "ip-10-1-44-17.us-west-2.compute.internal"}
-    assert gb200 == {"capacity": 4, "unavailable": 4, "used": 0, "free": 0}
+    assert gb200 == {"capacity": 4, "unavailable": 4, "used": 0}
     states = {(dict(k)["level"], dict(k)["state"]): v for (name, k), v in s.items() if name == "gangscope_domains"}
     assert states[("block", "full")] == 1 and states[("host", "unavailable")] == 3 and states[("host", "full")] == 1
     assert block in {dict(k).get("block") for (name, k) in s if name == "gangscope_domain_gpus"}
@@ -683,7 +685,7 @@ async def test_live_collector_serves_what_a_snapshot_of_the_same_objects_says(ku
     def snapshot() -> dict[str, dict]:
         e = Exposition()
         snap_store, handlers, _ = build_collector(e)
-        snap_store.cluster_queues = QUEUES
+        snap_store.cluster_queues = dict(QUEUES)
         loader.feed(e, handlers, [("sim", o) for r in served for o in kube_sim.objects(r)], "snapshot")
         return {f: values(e, f) for f in ("gangscope_domain_gpus", "gangscope_domain_placeable_pods", "gangscope_domains",
                                           "gangscope_workload_fit", "gangscope_fragmentation_blocked_workloads")}
@@ -703,7 +705,7 @@ async def test_live_collector_serves_what_a_snapshot_of_the_same_objects_says(ku
         return got
 
     collector = await started_collector(kube_sim_kubeconfig)
-    collector.store.cluster_queues = QUEUES
+    collector.store.cluster_queues = dict(QUEUES)
     try:
         want = snapshot()
         # big needs two 8-GPU pods in one rack: r1's 8 free GPUs are 4 on h1 and 4 on h2 (no such pod),

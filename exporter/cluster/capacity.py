@@ -91,13 +91,15 @@ DOMAIN_GPUS = Family(
     "gangscope_domain_gpus", "gauge",
     "GPUs of each topology domain (level and the path labels down to it) by state: capacity (allocatable), unavailable "
     "(on nodes not Ready, cordoned, unhealthy for Kueue or tainted without a toleration), used (Kueue's view: pods x "
-    "GPUs of the Workloads holding quota there) and free (capacity minus used on available nodes).",
+    "GPUs of the Workloads holding quota there) and free (capacity minus used on available nodes; not for single hosts: "
+    "recorded as host:gangscope_domain_gpus_free:sum).",
     ("level", "state"), topology=True,
 )
 DOMAIN_PLACEABLE = Family(
     "gangscope_domain_placeable_pods", "gauge",
     "Pods of gpus_per_pod GPUs the domain can take now: the sum over its nodes of free GPUs divided by the pod size, "
-    "rounded down (for each of --placement-sizes).",
+    "rounded down (for each of --placement-sizes); not for single hosts: recorded as "
+    "host:gangscope_domain_placeable_pods:sum.",
     ("level", "gpus_per_pod"), topology=True,
 )
 DOMAINS = Family(
@@ -729,15 +731,19 @@ class Capacity:
                 counts[dom.state] -= 1
             counts[state] += 1
             dom.state = state
+        # A host's free GPUs and placeable pods follow from its other numbers (capacity minus
+        # unavailable minus used; free // size): recording rules derive them (alerts/config.yaml,
+        # capacity), 5 series per Node that no dashboard or rule reads raw.
+        derived = self.complete and self._levels().keys[level] != HOSTNAME_LABEL
         level, topology = path[-1][0], self._fragment(path)
         gpus = []
         for name, value in zip(STATES, (cap, unavailable, used, free)):
-            if name == "used" or (name == "free" and self.complete) or (name in ("capacity", "unavailable") and self.node_owner):
+            if name == "used" or (name == "free" and derived) or (name in ("capacity", "unavailable") and self.node_owner):
                 gpus.append(DOMAIN_GPUS.sample((level, name), value, topology))
         lines: dict[Family, list[str]] = {DOMAIN_GPUS: gpus}
         if self.bound_known:
             lines[DOMAIN_BOUND] = [DOMAIN_BOUND.sample((level,), dom.sums[_BOUND], topology)]
-        if self.complete:
+        if derived:
             placeable = dom.sums[_PLACEABLE:]
             if dom.extra_used:  # usage not on a host: take it from the largest sizes' count too
                 placeable = [max(0.0, p - dom.extra_used // s) for p, s in zip(placeable, self.sizes)]

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..exposition import Exposition, Family
 from .tas_fit import FitFlavor, FitPodSet, FlavorSnapshot
 from .workload_fit import Verdict, against_kueue, fit_evidence, fit_text, is_topological, workload_verdict
-from .workload_state import WAITING_STAGES
+from .workload_state import in_queue
 
 if TYPE_CHECKING:
     from .workloads import PodSet, Workload
@@ -109,9 +109,9 @@ class Fits:
     def note(self, key: WorkloadKey, wl: Workload | None) -> None:
         """A Workload was put or deleted: keep it while it waits with a topology request."""
         entry = None
-        # Every waiting Workload: one without a topology request is placed by TAS too when its
+        # Every Workload in its queue: one without a topology request is placed by TAS too when its
         # ClusterQueue has only TAS flavors (isTASImplied, tas_flavorassigner.go:241-249).
-        if wl is not None and wl.stage in WAITING_STAGES and wl.podsets:
+        if wl is not None and in_queue(wl.state) and wl.podsets:
             unknown = ""
             if wl.unhealthy_nodes:
                 unknown = "it has unhealthy nodes, for which Kueue looks for a replacement"
