@@ -203,7 +203,7 @@ def admission_layer(wl: Workload | None, position: QueuePosition | None = None,
         summary += _eviction_text(wl, pending.message)
         summary += _queue_text(wl, queue, pending.message)
         summary += _position_text(position)
-        if pending.category == "capacity" and fit is not None:  # would the topology take it, once quota allows?
+        if pending.category == "capacity" and fit is not None and fit.verdict.known:  # would the topology take it, once quota allows?
             summary += ". Topology now: " + fit.text
         return _layer("admission", "blocking", summary, evidence)
     if pending is not None and is_topological(pending.reason, pending.message):

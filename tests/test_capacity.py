@@ -258,8 +258,9 @@ async def test_explain_names_placement_for_both_generations_of_the_reason(legacy
     assert placement["summary"] == (
         'Kueue: no topology placement: couldn\'t assign flavors to pod set main: topology "default" doesn\'t allow to fit '
         'any of 2 pod(s). does not fit now in flavor tas: main: topology "default" doesn\'t allow to fit any of 2 pod(s). '
-        # h1, h2: 4 GPUs free each; h4: tainted for maintenance; h3 (cordoned), h5 (NotReady): not in Kueue's snapshot
-        'Total nodes: 3; excluded: resource "nvidia.com/gpu": 2, taint "maintenance.example.com/drain=true:NoExecute": 1')
+        # h1, h2: 4 GPUs free each, c1: none; h4: tainted for maintenance; h3 (cordoned), h5 (NotReady):
+        # not in Kueue's snapshot
+        'Total nodes: 4; excluded: resource "nvidia.com/gpu": 3, taint "maintenance.example.com/drain=true:NoExecute": 1')
 
 
 def test_placeable_pods_count_the_nodes_pods_too() -> None:
@@ -271,9 +272,8 @@ def test_placeable_pods_count_the_nodes_pods_too() -> None:
     small["status"]["allocatable"]["pods"] = "2"
     h["nodes"].replace([small, gpu_node("h2", "b1", "r1")])
     h["workloads"].replace([workload("a", hosts=["h1"], gpus="2", conditions=admitted_conditions())])
-    # h1: 6 GPUs free but room for one more pod; h2: 8 GPUs, 110 pods
-    assert placeable(expo, "host", "b1", "r1", "h1") == {1: 1, 2: 1, 4: 1, 8: 0}
-    assert placeable(expo, "host", "b1", "r1", "h2") == {1: 8, 2: 4, 4: 2, 8: 1}
+    # h1: 6 GPUs free but room for one more pod (1, 1, 1, 0); h2: 8 GPUs, 110 pods (8, 4, 2, 1)
+    assert placeable(expo, "rack", "b1", "r1") == {1: 9, 2: 5, 4: 3, 8: 1}
 
 
 def test_an_unknown_cluster_queue_gives_no_fit() -> None:
@@ -506,16 +506,16 @@ def test_explain_gives_the_numeric_verdict() -> None:
     h["nodes"].apply("MODIFIED", gpu_node("h3", "b1", "r2"))
     h["workloads"].apply("ADDED", waiting("big", 2, 8, {"required": RACK}))
     report = store.capacity.workload_fit(store.workload("team", "big"))
-    # free: r1 8 (4 on h1, 4 on h2: no 8-GPU pod), r2 (h3: one), r3 (h4: one; h5 NotReady is not
-    # in Kueue's snapshot): at most one per rack, exactly Kueue's message for the same cluster
+    # free: r1 8 (4 on h1, 4 on h2: no 8-GPU pod), r2 (h3: one), r3 (h4: one; c1 has no GPU; h5
+    # NotReady is not in Kueue's snapshot): at most one per rack, Kueue's message for the same cluster
     assert report.text == ('no single domain fits (main: topology "default" allows to fit only 1 out of 2 pod(s). Total '
-                           'nodes: 4; excluded: resource "nvidia.com/gpu": 2), but the flavor tas would hold it with the '
+                           'nodes: 5; excluded: resource "nvidia.com/gpu": 3), but the flavor tas would hold it with the '
                            'level dropped: fragmented')
     assert report.evidence["podsets"] == [{"podset": "main", "levels": [], "domains": [], "reason": report.verdict.placements[0][1].reason}]
     h["workloads"].apply("ADDED", waiting("huge", 4, 8, {"preferred": BLOCK}))
     report = store.capacity.workload_fit(store.workload("team", "huge"))
     assert report.text == ('does not fit now in flavor tas: main: topology "default" allows to fit only 2 out of 4 pod(s). '
-                           'Total nodes: 4; excluded: resource "nvidia.com/gpu": 2')
+                           'Total nodes: 5; excluded: resource "nvidia.com/gpu": 3')
     h["workloads"].apply("ADDED", waiting("two", 2, 8, {"preferred": BLOCK}))
     report = store.capacity.workload_fit(store.workload("team", "two"))
     assert report.text == "gangscope's model places it now in flavor tas: main 2 pods on 2 hostnames"

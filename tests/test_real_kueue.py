@@ -89,8 +89,9 @@ EXPECTED: dict[str, dict[tuple[str, str], W]] = {
     # its Topology's levels name the request's key: the label name rdma_local_block_id
     "kueue-5039-tas-inadmissible-v1beta1.yaml": {
         ("default", "job-tas-sample-preferredk2854-590e0"): W(
-            "inadmissible", ("Pending", "capacity"), verdict=ADMISSION,
-            says="waiting for capacity (Pending): couldn't assign flavors to pod set main: no topology domains at level",
+            # the legacy Pending with the placement's message: the placement verdict, as for TopologyPlacementFailed
+            "inadmissible", ("Pending", "capacity"), verdict=("held", "placement"),
+            says="Kueue: no topology placement: couldn't assign flavors to pod set main: no topology domains at level",
             requests={("main", "preferred", "rdma_local_block_id"): 1})},
     "kueue-5711-rayjob-admitted-v1beta1.yaml": {
         ("default", "rayjob-rayjob-sample-l58qx-52ced"): W("running", cluster_queue="cq-test")},

@@ -98,8 +98,8 @@ DOMAIN_GPUS = Family(
 DOMAIN_PLACEABLE = Family(
     "gangscope_domain_placeable_pods", "gauge",
     "Pods of gpus_per_pod GPUs the domain can take now: the sum over its nodes of free GPUs divided by the pod size, "
-    "rounded down (for each of --placement-sizes); not for single hosts: recorded as "
-    "host:gangscope_domain_placeable_pods:sum.",
+    "rounded down, at most the node's allocatable pods not taken (for each of --placement-sizes); not for single hosts: "
+    "recorded as host:gangscope_domain_placeable_pods:sum.",
     ("level", "gpus_per_pod"), topology=True,
 )
 DOMAINS = Family(
@@ -155,7 +155,6 @@ class Host:
     blocking: tuple[Taint, ...] = ()  # of those, the ones no toleration of its flavors tolerates either
     applied: tuple[float, ...] | None = None  # the numbers last added to its domains
     domains: tuple[tuple[int, Path], ...] = ()  # (level index, domain path) it was added to
-    fit_node: FitNode | None = None  # what Kueue's placement reads of its Node
 
 
 @dataclass(slots=True)
@@ -237,6 +236,7 @@ class Capacity:
         self._hold = 0
         self._pods: PodStore | None = None
         self._non_tas_seen: dict[str, Mapping[str, int]] = {}  # node -> its non-TAS usage last seen
+        self._fit_nodes: dict[str, FitNode] = {}  # node name -> what the placement reads of it (every Node)
         self.set_shards(shard, total_shards, render=False)
         self._reset_domains()
 
@@ -273,9 +273,9 @@ class Capacity:
                 hostname = self._node_host.get(node)
                 if hostname is not None:
                     self._dirty_hosts.add(hostname)
-                    self._non_tas_changed(node)
+                self._non_tas_changed(node)
         if changes is None or changes.covered:
-            self._non_tas_seen = {h.node: self._pods.non_tas_usage_on(h.node) for h in self.hosts.values()}
+            self._non_tas_seen = {n: dict(self._pods.non_tas_usage_on(n)) for n in self._fit_nodes}
             self._snapshots.clear()
             self._fit_dirty = True
         self._schedule()
@@ -300,8 +300,22 @@ class Capacity:
         if self._loop is not None:
             self.changed_at = self._clock()
 
+    def _node_fit(self, name: str, node: Node | None) -> None:
+        """Keep what the placement reads of every Node (its record shared, so equal Nodes cost little)."""
+        old = self._fit_nodes.get(name)
+        if node is None:
+            if self._fit_nodes.pop(name, None) is not None:
+                self._snapshots.clear()
+                self._fit_dirty = True
+            return
+        if old is not None and (old.allocatable, old.taints, old.ready, old.unschedulable, old.labels) == (
+                node.allocatable, node.taints, node.ready, node.unschedulable, node.labels):
+            return  # a heartbeat: nothing the placement reads
+        new = self._fit_nodes[name] = _fit_node(node)
+        self._fit_changed(new, old)
+
     def _fit_changed(self, new: FitNode, old: FitNode | None) -> None:
-        """A host's Node changed what the placement reads of it."""
+        """A Node changed what the placement reads of it."""
         self._snapshots.clear()
         self._fit_dirty = True
         if old is None:
@@ -354,7 +368,9 @@ class Capacity:
     # ---- inputs ---------------------------------------------------------------------------------
 
     def node_changed(self, name: str, node: Node | None) -> None:
-        """A Node was put (``node``) or deleted (None); only GPU nodes are hosts."""
+        """A Node was put (``node``) or deleted (None); only GPU nodes are hosts, every Node is in
+        the fit's view (Kueue places pod sets that request no GPU too)."""
+        self._node_fit(name, node)
         hostname = node.hostname if node is not None and node.gpu_node else None
         old = self._node_host.pop(name, None)
         if old is not None and old != hostname:
@@ -370,18 +386,11 @@ class Capacity:
             host = None
         if host is None:
             host = self.hosts[hostname] = Host(name, node.labels, path, node.gpus, node.ready, node.unschedulable, taints)
-            host.fit_node = _fit_node(node)
             shape_changed = True
         else:
             # Capacity, path or labels change which nodes are candidates and what domains hold;
             # readiness, cordons and taints only what a host has free (updated host by host).
             shape_changed = (host.path, host.gpus, host.labels) != (path, node.gpus, node.labels)
-            fit_node = host.fit_node
-            if fit_node is None or (fit_node.allocatable, fit_node.taints, fit_node.ready, fit_node.unschedulable,
-                                    fit_node.labels) != (node.allocatable, node.taints, node.ready, node.unschedulable,
-                                                         node.labels):
-                self._fit_changed(_fit_node(node), fit_node)
-                host.fit_node = _fit_node(node)
             if not shape_changed and (host.ready, host.unschedulable, host.taints) == (node.ready, node.unschedulable, taints):
                 return  # a status update that changes nothing counted here (most Node events)
             if host.path != path:
@@ -578,7 +587,7 @@ class Capacity:
         return (cap, cap, used, 0, bound, *(0 for _ in self.sizes))
 
     def _free_pods(self, hostname: str, host: Host) -> float:
-        node = host.fit_node
+        node = self._fit_nodes.get(host.node)
         if node is None or "pods" not in node.allocatable:
             return float("inf")  # a Node record without it (a trimmed dump): GPUs alone decide
         taken = self._tas_usage.get(hostname, {}).get("pods", 0)
@@ -683,20 +692,19 @@ class Capacity:
         if snap is None or snap.flavor != flavor:
             pods, tas = self._pods, self._tas_usage
             usage: dict[str, Mapping[str, int]] = {}
-            for hostname, host in self.hosts.items():
-                u = tas.get(hostname)
-                other = pods.non_tas_usage_on(host.node) if pods is not None else None
+            for name, fit_node in self._fit_nodes.items():
+                u = tas.get(fit_node.labels.get(HOSTNAME_LABEL) or name)
+                other = pods.non_tas_usage_on(name) if pods is not None else None
                 if u and other:
                     merged = dict(u)
                     for k, v in other.items():
                         merged[k] = merged.get(k, 0) + v
-                    usage[host.node] = merged
+                    usage[name] = merged
                 elif u or other:
-                    usage[host.node] = u or other  # type: ignore[assignment]
+                    usage[name] = u or other  # type: ignore[assignment]
             # Kueue's snapshot reads the Nodes alone (tas_nodes_cache.go:58-66); another Workload's
             # unhealthyNodes do not keep a node out of it.
-            nodes = [h.fit_node for h in self.hosts.values() if h.fit_node is not None]
-            snap = self._snapshots[flavor.name] = FlavorSnapshot(flavor, nodes, usage)
+            snap = self._snapshots[flavor.name] = FlavorSnapshot(flavor, self._fit_nodes.values(), usage)
         return snap
 
     def _render_domain(self, level: int, path: Path) -> bool:

@@ -109,10 +109,14 @@ class Fits:
     def note(self, key: WorkloadKey, wl: Workload | None) -> None:
         """A Workload was put or deleted: keep it while it waits with a topology request."""
         entry = None
-        if wl is not None and in_queue(wl.state) and any(ps.topology is not None for ps in wl.podsets):
+        # Every Workload in its queue: one without a topology request is placed by TAS too when its
+        # ClusterQueue has only TAS flavors (isTASImplied, tas_flavorassigner.go:241-249).
+        if wl is not None and in_queue(wl.state) and wl.podsets:
             unknown = ""
             if wl.unhealthy_nodes:
                 unknown = "it has unhealthy nodes, for which Kueue looks for a replacement"
+            elif any(ps.min_count is not None and ps.min_count < ps.count for ps in wl.podsets):
+                unknown = "Kueue may admit fewer pods (minCount, partial admission), which is not modelled"
             elif wl.replaces_slice:
                 unknown = "it replaces a slice of an elastic Workload"
             topological, failed_at = _kueue_failure(wl)
@@ -159,8 +163,8 @@ class Fits:
     def report(self, key: WorkloadKey, changed_at: float | None) -> FitReport | None:
         """explain's view of one Workload's fit (None: it is not waiting with a topology request)."""
         w = self._waiting.get(key)
-        if w is None or w.verdict is None:
-            return None
+        if w is None or w.verdict is None or (not w.verdict.known and all(ps.topology is None for ps in w.podsets)):
+            return None  # nothing topological to say of a Workload without a topology request
         return FitReport(w.verdict, fit_text(w.verdict, w.kueue_failed_at, changed_at), fit_evidence(w.verdict))
 
     def _verdict(self, w: _Waiting, queue_flavors: Callable[[str], tuple[str, ...] | None],

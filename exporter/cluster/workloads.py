@@ -301,6 +301,7 @@ class PodSet:
     node_selector: dict[str, str] = field(default_factory=dict)  # template.spec.nodeSelector
     requests: Mapping[str, int] = field(default_factory=dict)  # one pod's effective requests, Kueue's units (shared)
     affinity: tuple[SelectorTerm, ...] | None = None  # template's required node affinity terms (waiting only)
+    min_count: int | None = None  # minCount: Kueue may admit fewer pods (partial admission)
 
 
 class Shape:
@@ -615,6 +616,7 @@ def _podsets(raw: Any, gpu_resources: Sequence[str], p: Problems, placing: bool 
             node_selector=_shared_map(str_map(selector, w + ".template.spec.nodeSelector", p)) if selector is not None else _EMPTY,
             requests=pod_requests(spec, w + ".template.spec", p),
             affinity=required_affinity(spec, w + ".template.spec", p) if placing else None,
+            min_count=as_int(ps.get("minCount"), w + ".minCount", p) if ps.get("minCount") is not None else None,
         ))
     return out
 

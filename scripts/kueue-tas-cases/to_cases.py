@@ -135,6 +135,7 @@ def convert(test: str, raw: list[dict[str, Any]], commit: str) -> dict[str, Any]
             "cases": cases}
 
 
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
 TOPOLOGY_PHRASES = ("doesn't allow to fit", "allows to fit only", "no topology domains at level")
 
 
@@ -165,7 +166,9 @@ def convert_schedule(raw: list[dict[str, Any]], queues: list[dict[str, Any]], co
         for w in waiting:
             key = _key(w)
             if key in new:
-                want[key] = {"admit": True, "podSetAssignments": new[key].get("podSetAssignments") or []}
+                psas = new[key].get("podSetAssignments") or []
+                if any(a.get("topologyAssignment") for a in psas):  # else nothing TAS to compare
+                    want[key] = {"admit": True, "podSetAssignments": psas}
             elif key in events and any(p in events[key].get("Message", "") for p in TOPOLOGY_PHRASES):
                 want[key] = {"admit": False, "message": events[key]["Message"]}
         gates = {k: v for k, v in (c.get("featureGates") or {}).items() if DEFAULTS.get(k) != v}
@@ -176,13 +179,31 @@ def convert_schedule(raw: list[dict[str, Any]], queues: list[dict[str, Any]], co
             skip = "resource transformations, admission checks or a failing status patch"
         elif any((q.get("spec") or {}).get("cohortName") or (q.get("spec") or {}).get("cohort") for q in c.get("clusterQueues") or []):
             skip = "a cohort (borrowing, preemption across queues)"
+        elif any(((t.get("spec") or {}).get("levels") or [{}])[-1].get("nodeLabel") != "kubernetes.io/hostname"
+                 for t in c.get("topologies") or []):
+            skip = "a Topology whose lowest level is not the hostname (gangscope keeps usage per host)"
+        elif len(waiting) == 1 and len((waiting[0].get("spec") or {}).get("podSets") or []) > 1 and any(
+                sum(len(rg.get("flavors") or []) for rg in (q.get("spec") or {}).get("resourceGroups") or []) > 1
+                for q in c.get("clusterQueues") or []):
+            skip = "several pod sets in a ClusterQueue of several flavors (Kueue may give each its own)"
+        elif any((w.get("status") or {}).get("unhealthyNodes") for w in workloads):
+            skip = "a node replacement for another Workload in the same cycle"
+        elif any(ps.get("minCount") is not None for w in waiting for ps in (w.get("spec") or {}).get("podSets") or []):
+            skip = "partial admission (minCount), which the fit does not model"
         elif len(waiting) != 1:
             skip = f"{len(waiting)} waiting Workloads in one cycle"
         elif not want:
             skip = "the cycle left the Workload without a topology verdict (quota, preemption, a check)"
+        objects = []
+        for field_name, api_version, kind in (("nodes", "v1", "Node"), ("pods", "v1", "Pod"),
+                                              ("topologies", KUEUE_API, "Topology"),
+                                              ("resourceFlavors", KUEUE_API, "ResourceFlavor")):
+            # the test's builders set no TypeMeta: added as the API server would return the objects
+            objects += [{"apiVersion": api_version, "kind": kind, **o} for o in c.get(field_name) or []]
+        objects += queues
+        objects += [{"apiVersion": KUEUE_API, "kind": "Workload", **w} for w in workloads]
         case = {"name": c["name"],
-                "objects": [*(c.get("nodes") or []), *(c.get("pods") or []), *(c.get("topologies") or []),
-                            *(c.get("resourceFlavors") or []), *queues, *workloads],
+                "objects": objects,
                 "clusterQueues": {q["metadata"]["name"]: [f["name"] for rg in (q.get("spec") or {}).get("resourceGroups") or []
                                                           for f in rg.get("flavors") or []]
                                   for q in c.get("clusterQueues") or []},
@@ -203,9 +224,7 @@ def main() -> None:
             continue
         if test == "TestScheduleForTAS":
             queues = json.loads((dump / "TestScheduleForTAS.queues.json").read_text())[0]["queues"]  # the table's LocalQueues
-            for q in queues:
-                q.setdefault("apiVersion", "kueue.x-k8s.io/v1beta2")
-                q.setdefault("kind", "LocalQueue")
+            queues = [{"apiVersion": KUEUE_API, "kind": "LocalQueue", **q} for q in queues]
             data = convert_schedule(json.loads(f.read_text()), queues, commit)
         else:
             data = convert(test, json.loads(f.read_text()), commit)
