@@ -85,3 +85,69 @@ def test_a_bad_metric_costs_a_parse_error_not_the_job() -> None:
     assert c.series("gangscope_job_trainer_metric") == {metric_key("loss"): 0.5}
     assert c.series("gangscope_job_progress_ratio") == {KEY: 0.45}
     assert jb.parse_trainjob(with_metrics([])).trainer_metrics == ()
+
+
+# ---- Ray: RayJob / RayCluster joined to their Workload ----------------------------------------
+
+def ray_cluster_setup() -> tuple[Cluster, dict, dict]:
+    """kueue#5711's Workload of RayJob rayjob-sample-l58qx as a real cluster printed it
+    (tests/fixtures/kueue/real/kueue-5711-rayjob-admitted-v1beta1.yaml), with the RayJob and the
+    RayCluster KubeRay makes for it, their status fields as the types define them (kuberay feeaf72f
+    ray-operator/apis/ray/v1/rayjob_types.go:303-350, raycluster_types.go:568-639; no printed RayJob
+    or RayCluster exists in the corpus)."""
+    from exporter.cluster.ray import RayIndex
+    from kueue_objects import fixture
+
+    c = Cluster(now=T0)
+    c.h.update(RayIndex(c.store).handlers())
+    [wl] = [o for o in fixture("real/kueue-5711-rayjob-admitted-v1beta1.yaml") if o["kind"] == "Workload"]
+    job = {"apiVersion": "ray.io/v1", "kind": "RayJob",
+           "metadata": {"name": "rayjob-sample-l58qx", "namespace": "default", "uid": "9f5410ee-b964-45b2-9679-3df212bbec51"},
+           "spec": {"entrypoint": "python /home/ray/samples/sample_code.py"},
+           "status": {"rayClusterName": "rayjob-sample-l58qx-raycluster-x7k2p", "jobStatus": "RUNNING",
+                      "jobDeploymentStatus": "Running"}}
+    cluster = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+               "metadata": {"name": "rayjob-sample-l58qx-raycluster-x7k2p", "namespace": "default", "uid": "rc-uid",
+                            "labels": {"ray.io/originated-from-cr-name": "rayjob-sample-l58qx",
+                                       "ray.io/originated-from-crd": "RayJob"},
+                            "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "rayjob-sample-l58qx",
+                                                 "uid": "9f5410ee-b964-45b2-9679-3df212bbec51", "controller": True}]},
+               "status": {"state": "ready", "readyWorkerReplicas": 1, "availableWorkerReplicas": 1,
+                          "desiredWorkerReplicas": 2, "head": {"podName": "rayjob-sample-l58qx-raycluster-x7k2p-head-9wq4v"}}}
+    c.add("workloads", wl)
+    return c, job, cluster
+
+
+def test_a_rayjobs_cluster_reaches_its_workload_through_the_rayjob() -> None:
+    c, job, cluster = ray_cluster_setup()
+    c.add("rayclusters", cluster)  # before its RayJob: the Workload is found by the owner uid alone
+    info = {"namespace": "default", "raycluster": "rayjob-sample-l58qx-raycluster-x7k2p",
+            "workload": "rayjob-rayjob-sample-l58qx-52ced", "job": "rayjob-sample-l58qx",
+            "head_pod": "rayjob-sample-l58qx-raycluster-x7k2p-head-9wq4v"}
+    assert c.series("gangscope_ray_cluster_info") == {tuple(sorted(info.items())): 1}
+    workers = {dict(k)["state"]: v for k, v in c.series("gangscope_ray_cluster_workers").items()}
+    assert workers == {"ready": 1, "available": 1, "desired": 2}
+    c.add("rayjobs", job)
+    assert c.series("gangscope_job_info") == {(("kind", "RayJob"), ("name", "rayjob-sample-l58qx"), ("namespace", "default"),
+                                               ("workload", "rayjob-rayjob-sample-l58qx-52ced")): 1}
+    assert c.series("gangscope_ray_job_status") == {(
+        ("deployment_status", "Running"), ("job_status", "RUNNING"), ("name", "rayjob-sample-l58qx"), ("namespace", "default"),
+        ("raycluster", "rayjob-sample-l58qx-raycluster-x7k2p")): 1}
+    c.add("rayclusters", cluster, event="DELETED")
+    assert c.series("gangscope_ray_cluster_info") == {} and c.series("gangscope_ray_cluster_workers") == {}
+
+
+def test_a_standalone_raycluster_owns_its_workload_and_bad_fields_are_counted() -> None:
+    c, _, cluster = ray_cluster_setup()
+    standalone = copy.deepcopy(cluster)
+    standalone["metadata"].update(name="interactive", uid="rc-standalone")
+    del standalone["metadata"]["ownerReferences"]
+    c.add("workloads", workload("raycluster-interactive-1f2e3", "default", owner=("RayCluster", "interactive", "rc-standalone")))
+    h = c.h["rayclusters"]
+    h.health = SourceHealth("rayclusters", c.expo)
+    standalone["status"]["readyWorkerReplicas"] = "one"
+    c.add("rayclusters", standalone)
+    [(key, _)] = c.series("gangscope_ray_cluster_info").items()
+    assert dict(key)["workload"] == "raycluster-interactive-1f2e3" and dict(key)["job"] == ""
+    assert h.health.parse_errors == 1 and h.health.objects == 1
+    assert {dict(k)["state"] for k in c.series("gangscope_ray_cluster_workers")} == {"available", "desired"}
