@@ -122,7 +122,7 @@ def test_a_rayjobs_cluster_reaches_its_workload_through_the_rayjob() -> None:
     c, job, cluster = ray_cluster_setup()
     c.add("rayclusters", cluster)  # before its RayJob: the Workload is found by the owner uid alone
     info = {"namespace": "default", "raycluster": "rayjob-sample-l58qx-raycluster-x7k2p",
-            "workload": "rayjob-rayjob-sample-l58qx-52ced", "job": "rayjob-sample-l58qx",
+            "workload": "rayjob-rayjob-sample-l58qx-52ced", "rayjob": "rayjob-sample-l58qx",
             "head_pod": "rayjob-sample-l58qx-raycluster-x7k2p-head-9wq4v"}
     assert c.series("gangscope_ray_cluster_info") == {tuple(sorted(info.items())): 1}
     workers = {dict(k)["state"]: v for k, v in c.series("gangscope_ray_cluster_workers").items()}
@@ -148,6 +148,6 @@ def test_a_standalone_raycluster_owns_its_workload_and_bad_fields_are_counted() 
     standalone["status"]["readyWorkerReplicas"] = "one"
     c.add("rayclusters", standalone)
     [(key, _)] = c.series("gangscope_ray_cluster_info").items()
-    assert dict(key)["workload"] == "raycluster-interactive-1f2e3" and dict(key)["job"] == ""
+    assert dict(key)["workload"] == "raycluster-interactive-1f2e3" and dict(key)["rayjob"] == ""
     assert h.health.parse_errors == 1 and h.health.objects == 1
     assert {dict(k)["state"] for k in c.series("gangscope_ray_cluster_workers")} == {"available", "desired"}

@@ -8,7 +8,7 @@ the cluster allocated. Ray exports that state (``ray_placement_groups{State}`` f
 head pod, ``ray_tasks{State}``) labelled with the Ray cluster only: KubeRay's PodMonitor copies the
 pod label ``ray.io/cluster`` into ``ray_io_cluster`` (ray-project/kuberay feeaf72f
 config/prometheus/podMonitor.yaml:22-24, :47-51 for the head). gangscope's
-``gangscope_ray_cluster_info{namespace, raycluster, workload, job}`` is the missing join: the
+``gangscope_ray_cluster_info{namespace, raycluster, workload, rayjob, head_pod}`` is the missing join: the
 recording rules (alerts/generate.py ``ray_rules``) carry Ray's series to the Workload with it.
 
 Upstream shapes (ray-project/kuberay feeaf72f):
@@ -60,9 +60,9 @@ WORKER_STATES = ("ready", "available", "desired")
 
 RAY_CLUSTER_INFO = Family(
     "gangscope_ray_cluster_info", "info",
-    "A KubeRay RayCluster, the RayJob that created it (job; empty for a standalone cluster) and the Kueue Workload "
+    "A KubeRay RayCluster, the RayJob that created it (rayjob; empty for a standalone cluster) and the Kueue Workload "
     "that admitted it (workload empty when none): join Ray's own series on (namespace, raycluster).",
-    ("namespace", "raycluster", "workload", "job", "head_pod"),
+    ("namespace", "raycluster", "workload", "rayjob", "head_pod"),
 )
 RAY_CLUSTER_WORKERS = Family(
     "gangscope_ray_cluster_workers", "gauge",
