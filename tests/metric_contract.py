@@ -62,6 +62,7 @@ GANGSCOPE = frozenset(
         "gangscope_podgroup_pods",
         "gangscope_podgroup_phase_timestamp_seconds",
         "gangscope_gang_info",
+        "gangscope_gang_stage",
         "gangscope_gang_assembly_stuck",
         "gangscope_gang_idle_gpus",
         "gangscope_gang_pods",
