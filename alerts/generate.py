@@ -724,8 +724,8 @@ def training_alerts(cfg: Config, rule: Any, explain: str) -> list[dict[str, Any]
              + events + f"a scheduling cause. Run {explain}."),
         rule("GangscopeJobSlowHardware", workload_cq(f'{VERDICT}{{verdict="hardware"}}'),
              "A training job slowed down on unchanged placement with its interconnect or GPUs degraded.",
-             head + f"Its pods stayed on the same GPUs with the gang assembled. Interconnect against its baseline: {bandwidth}"
-             f"hardware signals in the last {tr.window}: " + signals + f"a hardware or fabric cause. Run {explain}."),
+             head + f"Its pods stayed on the same GPUs with the gang assembled; hardware signals in the last {tr.window}: "
+             + signals + f"a hardware or fabric cause. Run {explain}."),
         rule("GangscopeJobSlowWorkload", workload_cq(f'{VERDICT}{{verdict="workload"}}'),
              "A training job slowed down while its placement, gang, interconnect and GPUs are healthy.",
              head + f"Interconnect against its baseline: {bandwidth}nothing changed in its placement, gang or "
@@ -1209,6 +1209,14 @@ def training_rules(cfg: Config) -> list[dict[str, Any]]:
     for signal, expr in per_gpu.items():
         out.append({"record": HARDWARE_SIGNALS, "labels": {"signal": signal},
                     "expr": f"count by (namespace, workload) (\n  {gpus}\n  * on (node, gpu) group_left ()\n  ({expr})\n)"})
+    # One GPU far below its gang's median (GangscopeGPUStraggler's test): an uneven drop is hardware
+    # evidence; an even drop of every GPU's traffic is not (a data stall lowers every GPU's collectives alike).
+    strag = cfg.alerts["GangscopeGPUStraggler"]
+    per_gpu_rate = f"namespace_workload_gpu:gangscope_nvlink_bytes:rate{rw}"
+    median = f"namespace_workload:gangscope_nvlink_gpu_bytes:rate{rw}_median"
+    out.append({"record": HARDWARE_SIGNALS, "labels": {"signal": "nvlink_straggler"}, "expr": (
+        f"count by (namespace, workload) (\n  {per_gpu_rate}\n  < on (namespace, workload) group_left () {strag['ratio']} * "
+        f"({median} > {strag['min_median_bytes_per_second']:g})\n)")})
     hw, hw_labels = cfg.hardware_level, _by(cfg.hardware_labels())
     out.append({"record": HARDWARE_SIGNALS, "labels": {"signal": "hardware_label_mismatch"}, "expr": (
         f"count by (namespace, workload) (\n  max by (namespace, workload, {hw_labels}) (gangscope_workload_topology_pods)\n"
@@ -1228,9 +1236,9 @@ def training_rules(cfg: Config) -> list[dict[str, Any]]:
     verdicts = {
         # down, with bandwidth down, and a gang timeout, eviction, restart or re-placement in the window
         "scheduling": f"{down}\nand on (namespace, workload) {icr} < {tr.interconnect_ratio:g}\nand on (namespace, workload) {sched}",
-        # down on unchanged placement with the gang assembled (running), and bandwidth down or a hardware signal
-        "hardware": (f"{down}\n{running}\nand on (namespace, workload) (\n  {icr} < {tr.interconnect_ratio:g}\n  or {hwsig}\n)\n"
-                     f"unless on (namespace, workload) {sched}"),
+        # down on unchanged placement with the gang assembled (running), and positive evidence on its GPUs: a
+        # hardware signal or one GPU far below its peers (an even drop of all is not: see the runbook)
+        "hardware": f"{down}\n{running}\nand on (namespace, workload) {hwsig}\nunless on (namespace, workload) {sched}",
         # down while bandwidth is measured and healthy and nothing else happened: the job itself
         "workload": (f"{down}\n{running}\nand on (namespace, workload) {icr} >= {tr.interconnect_ratio:g}\n"
                      f"unless on (namespace, workload) {sched}\nunless on (namespace, workload) {hwsig}"),

@@ -34,6 +34,7 @@ RATIO = 0.7
 INTERCONNECT_RATIO = 0.7
 MIN_INTERCONNECT = 1e8  # bytes per second of baseline for the interconnect ratio to count
 NVLINK_ERRORS = 10  # GangscopeNVLinkErrorsRising's min_errors
+STRAGGLER_RATIO, STRAGGLER_MIN_MEDIAN = 0.5, 1e9  # GangscopeGPUStraggler's ratio and min_median_bytes_per_second
 STEP = 60  # seconds between the points of the "since when" range queries
 LOOKBACK = 7200  # how far back "since when" looks
 
@@ -127,6 +128,7 @@ def queries(namespace: str, workload: str, mappings: Sequence[Mapping]) -> dict[
         # point: a move compares the new GPUs with the old), and each GPU's own (to name the worst)
         "nvlink_ratio": f"sum({nvlink}) / (sum({baseline_of(nvlink)}) > {MIN_INTERCONNECT:g})",
         "nvlink_gpu_ratio": f"({nvlink}) / ({baseline_of(nvlink)} > {MIN_INTERCONNECT:g})",
+        "nvlink_gpu_now": nvlink,
         "placement_changed": (f"count(gangscope_gpu_pod_info{{{sel}}} unless gangscope_gpu_pod_info offset {WINDOW}"
                               f" or gangscope_gpu_pod_info{{{sel}}} offset {WINDOW} unless gangscope_gpu_pod_info)"),
         "gang_stuck": f"max(max_over_time(gangscope_gang_assembly_stuck{{{sel}}}[{WINDOW}]))",
@@ -171,9 +173,9 @@ def verdict(ev: Evidence) -> str | None:
         return "scheduling"
     if not ev.running or ev.scheduling_events:
         return None
-    if bw_down or ev.hardware_signals:
+    if ev.hardware_signals:  # positive evidence on its GPUs; an even drop of every GPU's traffic is not
         return "hardware"
-    if ev.interconnect_ratio is not None:
+    if ev.interconnect_ratio is not None and not bw_down:  # measured and healthy
         return "workload"
     return None
 
@@ -205,6 +207,18 @@ def down_since(values: Sequence[Sequence[Any]], threshold: float) -> float | Non
             since = None
     last = float(values[-1][0]) if values else None
     return since if last is not None and since is not None and float(values[-1][1]) < threshold else None
+
+
+def stragglers(rates: dict[tuple[str, str], float]) -> list[tuple[str, str]]:
+    """GPUs far below their gang's median GPU (GangscopeGPUStraggler's ratio and floor): an uneven drop."""
+    if len(rates) < 2:
+        return []
+    ordered = sorted(rates.values())
+    mid = len(ordered) // 2
+    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    if median <= STRAGGLER_MIN_MEDIAN:
+        return []
+    return sorted(k for k, v in rates.items() if v < STRAGGLER_RATIO * median)
 
 
 def _clock(t: float | None) -> str:
@@ -270,6 +284,8 @@ async def training_layer(namespace: str, workload: str, running: bool, prometheu
     events = tuple(k for k in ("placement_changed", "gang_stuck", "evicted") if (value(k) or 0) > 0)
     signals = tuple(f"{k} on gpu {r['metric'].get('gpu')} of node {r['metric'].get('node')}"
                     for k in ("nvlink_down", "nvlink_errors", "fabric_unhealthy", "pcie_width_degraded") for r in results[k])
+    signals += tuple(f"nvlink_straggler on gpu {g} of node {n}" for n, g in stragglers(
+        {(r["metric"].get("node", ""), r["metric"].get("gpu", "")): float(r["value"][1]) for r in results["nvlink_gpu_now"]}))
     ev = Evidence(tp_ratio, value("nvlink_ratio"), events, signals, running)
     decided = verdict(ev)
     tp_since = down_since(ranges["throughput_ratio"][0]["values"], RATIO) if ranges.get("throughput_ratio") else None

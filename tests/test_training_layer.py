@@ -44,23 +44,27 @@ def samples() -> str:
             v = value(t) if callable(value) else value
             out.append(f"{name}{{{labels}}} {v} {t}")
 
-    def gpu(node: str) -> str:
-        return f'job="gangscope-agent",instance="{node}:9400",node="{node}",block="b1",rack="r1",host="{node}",gpu="0"'
+    def gpu(node: str, index: int = 0) -> str:
+        return f'job="gangscope-agent",instance="{node}:9400",node="{node}",block="b1",rack="r1",host="{node}",gpu="{index}"'
 
-    def job(wl: str, pod: str, node: str, first: int = START, last: int = END) -> None:
-        add("gangscope_gpu_pod_info", f'{gpu(node)},uuid="GPU-{node}",namespace="ml",pod="{pod}",container="trainer",'
+    def job(wl: str, pod: str, node: str, first: int = START, last: int = END, index: int = 0) -> None:
+        add("gangscope_gpu_pod_info", f'{gpu(node, index)},uuid="GPU-{node}-{index}",namespace="ml",pod="{pod}",container="trainer",'
             f'workload="{wl}",podset="workers",podgroup="{wl}"', 1, first, last)
 
     def tokens(pod: str, before: float, after: float, first: int = START, last: int = END) -> None:
         add("tokens_per_second", f'job="training",instance="{pod}:8000",namespace="ml",pod="{pod}"',
             lambda t: before if t < DROP else after, first, last)
 
-    def nvlink(node: str, before: float, after: float) -> None:  # bytes per second, as a counter
-        add("gangscope_nvlink_transmit_bytes_total", f'{gpu(node)},link="0"',
+    def nvlink(node: str, before: float, after: float, index: int = 0) -> None:  # bytes per second, as a counter
+        add("gangscope_nvlink_transmit_bytes_total", f'{gpu(node, index)},link="0"',
             lambda t: before * (min(t, DROP) - START) + after * max(0, t - DROP))
-        add("gangscope_nvlink_link_up", f'{gpu(node)},link="0"', 1)
+        add("gangscope_nvlink_link_up", f'{gpu(node, index)},link="0"', 1)
 
-    job("hw", "hw-0", "n1"), tokens("hw-0", 1000, 500), nvlink("n1", 1e10, 1e9)
+    # hw: one of its two GPUs (gpu 1) falls to a tenth of its NVLink traffic, the other keeps it: a straggler
+    job("hw", "hw-0", "n1"), job("hw", "hw-0", "n1", index=1), tokens("hw-0", 1000, 500)
+    nvlink("n1", 1e10, 1e10), nvlink("n1", 1e10, 1e9, index=1)
+    # even: its one GPU's NVLink halves with its throughput, nothing else: no hardware evidence, no verdict
+    job("even", "even-0", "n6"), tokens("even-0", 1000, 500), nvlink("n6", 1e10, 5e9)
     job("data", "data-0", "n2"), tokens("data-0", 1000, 500), nvlink("n2", 1e10, 1e10)
     job("moved", "moved-0", "n3", last=DROP - 60), tokens("moved-0", 1000, 1000, last=DROP - 60), nvlink("n3", 1e10, 1e10)
     job("moved", "moved-1", "n4", first=DROP), tokens("moved-1", 500, 500, first=DROP), nvlink("n4", 1e9, 1e9)
@@ -126,7 +130,7 @@ async def test_hardware_workload_and_scheduling_from_a_real_prometheus(prometheu
     assert hw["evidence"]["throughput"]["down_since"] == DROP
     # the 5m rate of NVLink falls below 0.7 of its baseline two minutes after the drop
     assert hw["summary"] == (f"tokens_per_second 47% below its previous hour since {clock(DROP)}; "
-                             f"NVLink on gpu 0 of node n1 down 90% since {clock(DROP + 120)}: hardware")
+                             f"NVLink on gpu 1 of node n1 down 90% since {clock(DROP + 120)}; nvlink_straggler on gpu 1 of node n1: hardware")
     data = await layer(prometheus, "data")
     assert data["evidence"]["verdict"] == "workload"
     assert data["summary"] == (f"tokens_per_second 47% below its previous hour since {clock(DROP)}; "
@@ -137,6 +141,8 @@ async def test_hardware_workload_and_scheduling_from_a_real_prometheus(prometheu
     # The old pod's last sample counts for Prometheus's 5m lookback (no stale marker in a backfill): down from DROP+5m.
     assert moved["summary"] == (f"tokens_per_second 52% below its previous hour since {clock(DROP + 300)}; the job's NVLink "
                                 "traffic at 9% of its previous hour; placement_changed in the last 30m: scheduling")
+    even = await layer(prometheus, "even")
+    assert (even["status"], even["evidence"]["verdict"]) == ("unknown", None)
     steady = await layer(prometheus, "steady")
     assert (steady["status"], steady["summary"]) == ("ok", "tokens_per_second at 100% of its previous hour")
     # every query the layer printed runs as printed
@@ -165,7 +171,7 @@ def test_verdict_table() -> None:
     assert tl.verdict(E(0.9, 0.1, ("placement_changed",), (), True)) == "ok"
     assert tl.verdict(E(0.5, 0.1, ("placement_changed",), (), True)) == "scheduling"
     assert tl.verdict(E(0.5, 0.9, ("placement_changed",), (), True)) is None  # a move with healthy links: not guessed
-    assert tl.verdict(E(0.5, 0.1, (), (), True)) == "hardware"
+    assert tl.verdict(E(0.5, 0.1, (), (), True)) is None  # every GPU's traffic fell evenly: no hardware evidence
     assert tl.verdict(E(0.5, 0.9, (), ("nvlink_down on gpu 3 of node n1",), True)) == "hardware"
     assert tl.verdict(E(0.5, 0.9, (), (), True)) == "workload"
     assert tl.verdict(E(0.5, None, (), (), True)) is None  # bandwidth not measured: never "workload"
@@ -179,6 +185,8 @@ def test_defaults_equal_the_rules_config() -> None:
         tr["baseline"], tr["window"], tr["ratio"], tr["interconnect_ratio"], tr["min_interconnect_bytes_per_second"])
     assert tl.RATE == cfg["rate_window"]
     assert tl.NVLINK_ERRORS == cfg["alerts"]["GangscopeNVLinkErrorsRising"]["min_errors"]
+    strag = cfg["alerts"]["GangscopeGPUStraggler"]
+    assert (tl.STRAGGLER_RATIO, tl.STRAGGLER_MIN_MEDIAN) == (strag["ratio"], strag["min_median_bytes_per_second"])
     fors = [cfg["alerts"][a]["for"] for a in ("GangscopeJobSlowScheduling", "GangscopeJobSlowHardware", "GangscopeJobSlowWorkload")]
     assert tl.OFFSET == f"{5 + max(int(f.rstrip('m')) for f in fors)}m"
     assert [tl.Mapping(t.get("name", t["metric"]), t["metric"], t["type"], t["unit"], t["join"], t["label"], t["aggregate"],
