@@ -1185,11 +1185,17 @@ def training_rules(cfg: Config) -> list[dict[str, Any]]:
                 '  max by (namespace, kind, name, workload) (gangscope_job_info{workload!=""})')
     events = {
         # Pods moved (a rescheduled or replaced pod, another GPU): the set of (GPU, pod) now against `window` ago.
+        # Only for a Workload that held GPUs `window` ago (a new job is placed, not re-placed), and not
+        # where a GPU's series vanished because its agent's target is down (not a move either).
         "placement_changed": (
             "count by (namespace, workload) (\n"
             f'  gangscope_gpu_pod_info{{workload!=""}} unless gangscope_gpu_pod_info offset {w}\n'
             f'  or gangscope_gpu_pod_info{{workload!=""}} offset {w} unless gangscope_gpu_pod_info\n'
-            ") > 0"),
+            ") > 0\n"
+            f'and on (namespace, workload) count by (namespace, workload) (gangscope_gpu_pod_info{{workload!=""}} offset {w})\n'
+            "unless on (namespace, workload) count by (namespace, workload) (\n"
+            f'  gangscope_gpu_pod_info{{workload!=""}} offset {w} * on (job, instance) group_left () (up == 0)\n'
+            ")"),
         "gang_stuck": f"max by (namespace, workload) (max_over_time(gangscope_gang_assembly_stuck[{w}])) == 1",
         "evicted": ("max by (namespace, workload) (\n  "
                     + new_or_increase("gangscope_workload_evictions_total", w) + "\n) > 0"),

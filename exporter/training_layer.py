@@ -129,8 +129,11 @@ def queries(namespace: str, workload: str, mappings: Sequence[Mapping]) -> dict[
         "nvlink_ratio": f"sum({nvlink}) / (sum({baseline_of(nvlink)}) > {MIN_INTERCONNECT:g})",
         "nvlink_gpu_ratio": f"({nvlink}) / ({baseline_of(nvlink)} > {MIN_INTERCONNECT:g})",
         "nvlink_gpu_now": nvlink,
+        # as the rules: a Workload that held GPUs WINDOW ago, not where an agent's target is down
         "placement_changed": (f"count(gangscope_gpu_pod_info{{{sel}}} unless gangscope_gpu_pod_info offset {WINDOW}"
-                              f" or gangscope_gpu_pod_info{{{sel}}} offset {WINDOW} unless gangscope_gpu_pod_info)"),
+                              f" or gangscope_gpu_pod_info{{{sel}}} offset {WINDOW} unless gangscope_gpu_pod_info)"
+                              f" and on () count(gangscope_gpu_pod_info{{{sel}}} offset {WINDOW})"
+                              f" unless on () count(gangscope_gpu_pod_info{{{sel}}} offset {WINDOW} * on (job, instance) group_left () (up == 0))"),
         "gang_stuck": f"max(max_over_time(gangscope_gang_assembly_stuck{{{sel}}}[{WINDOW}]))",
         "evicted": f"sum(increase(gangscope_workload_evictions_total{{{sel}}}[{WINDOW}]))",
         "nvlink_down": f"min by (node, gpu) (min_over_time(gangscope_nvlink_link_up[{WINDOW}]) * on (node, gpu) group_left () {gpus}) == 0",
