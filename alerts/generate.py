@@ -70,6 +70,7 @@ class Config:
     hardware_level: str = "rack"
     dcgm_join: dict[str, str] = field(default_factory=dict)
     placement_sizes: tuple[int, ...] = (1, 2, 4, 8)
+    training: Training | None = None
 
     @classmethod
     def load(cls, path: Path = CONFIG) -> Config:
@@ -104,6 +105,7 @@ class Config:
             hardware_level=hardware,
             dcgm_join=dcgm,
             placement_sizes=sizes,
+            training=Training.load(raw["training"]) if raw.get("training") else None,
         )
 
     def shortened(self) -> Config:
@@ -116,7 +118,9 @@ class Config:
                    for key, value in spec.items()}
             for name, spec in self.alerts.items()
         }
-        return dataclasses.replace(self, alerts=alerts, rate_window=self.demo["rate_window"])
+        training = None if self.training is None else dataclasses.replace(
+            self.training, baseline=self.demo["window"], window=self.demo["window"])
+        return dataclasses.replace(self, alerts=alerts, rate_window=self.demo["rate_window"], training=training)
 
     def domain_labels(self) -> tuple[str, ...]:
         """Labels of the domain-alert level and the levels above it, e.g. (block, rack)."""
@@ -128,6 +132,88 @@ class Config:
 
 
 _DCGM_AGGREGATIONS = ("avg", "max", "min", "sum")
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """One entry of ``training.throughput``: a series a training job exports itself (or that
+    gangscope exports from TrainJob status), and how it reaches the job's Workload.
+
+    ``join: pod``: the series carries ``namespace`` and, in ``label``, the pod's name (a
+    PodMonitor's ``pod`` label); it joins ``gangscope_gpu_pod_info`` on (namespace, pod).
+    ``join: job``: ``label`` holds the job controller object's name (a TrainJob, JobSet, RayJob);
+    it joins ``gangscope_job_info`` on (namespace, name). ``type: counter`` is a total (rate()
+    of it is the throughput); ``gauge`` is a rate the job computes. ``aggregate`` sums the pods of
+    a Workload (each rank reports its own share) or takes their max or avg (every rank reports
+    the job's global number).
+    """
+
+    name: str  # the `metric` label of the recorded series
+    metric: str
+    match: str
+    type: str
+    unit: str
+    join: str
+    label: str
+    aggregate: str
+
+    @classmethod
+    def load(cls, raw: dict[str, Any]) -> Throughput:
+        t = cls(name=str(raw.get("name") or raw.get("metric")), metric=str(raw.get("metric")), match=str(raw.get("match") or ""),
+                type=str(raw.get("type")), unit=str(raw.get("unit")), join=str(raw.get("join")),
+                label=str(raw.get("label") or ("pod" if raw.get("join") == "pod" else "name")),
+                aggregate=str(raw.get("aggregate") or "sum"))
+        problems = []
+        if not _METRIC_NAME.fullmatch(t.metric):
+            problems.append(f"metric {t.metric!r} is not a metric name")
+        if not _LABEL_NAME.fullmatch(t.name) or not _LABEL_NAME.fullmatch(t.unit) or not _LABEL_NAME.fullmatch(t.label):
+            problems.append("name, unit and label must be label-safe words")
+        if t.type not in ("gauge", "counter"):
+            problems.append(f"type {t.type!r}: want gauge (a rate the job computes) or counter (a total)")
+        if t.join not in ("pod", "job"):
+            problems.append(f"join {t.join!r}: want pod (label holds the pod name) or job (the job object's name)")
+        if t.type == "gauge" and t.metric.endswith("_total"):
+            problems.append(f"{t.metric} is named as a counter (_total): give type counter")
+        if t.aggregate not in ("sum", "max", "avg"):
+            problems.append(f"aggregate {t.aggregate!r}: want sum, max or avg")
+        if problems:
+            raise ValueError(f"training.throughput {t.name}: " + "; ".join(problems))
+        return t
+
+    @property
+    def selector(self) -> str:
+        return f"{self.metric}{{{self.match}}}" if self.match else self.metric
+
+
+@dataclass(frozen=True)
+class Training:
+    """The ``training`` section: the throughput mapping and the diagnosis' windows and ratios."""
+
+    throughput: tuple[Throughput, ...]
+    baseline: str
+    window: str
+    ratio: float
+    interconnect_ratio: float
+    min_interconnect_bytes_per_second: float
+    ray_cluster_label: str
+
+    @classmethod
+    def load(cls, raw: dict[str, Any]) -> Training:
+        out = cls(
+            throughput=tuple(Throughput.load(t) for t in raw.get("throughput") or ()),
+            baseline=str(raw["baseline"]), window=str(raw["window"]), ratio=float(raw["ratio"]),
+            interconnect_ratio=float(raw["interconnect_ratio"]),
+            min_interconnect_bytes_per_second=float(raw["min_interconnect_bytes_per_second"]),
+            ray_cluster_label=str(raw.get("ray_cluster_label") or "ray_io_cluster"))
+        seconds(out.baseline), seconds(out.window)
+        names = [t.name for t in out.throughput]
+        if len(set(names)) != len(names):
+            raise ValueError(f"training.throughput: names must differ, got {names}")
+        if not 0 < out.ratio < 1 or not 0 < out.interconnect_ratio < 1:
+            raise ValueError("training: ratio and interconnect_ratio are fractions of the baseline, between 0 and 1")
+        return out
 
 
 # --- PromQL building blocks -------------------------------------------------------------------
@@ -643,6 +729,7 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
             "restart recreates its gang, so it may never get far. Run `gangscope explain {{ $labels.namespace }}/{{ $labels.name }}`.",
         ),
     ]
+    training = training_alerts(cfg, rule, explain)
     return [
         {"name": "gangscope-admission", "rules": admission},
         {"name": "gangscope-evictions", "rules": evictions},
@@ -653,7 +740,55 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
         {"name": "gangscope-hardware", "rules": hardware},
         {"name": "gangscope-stragglers", "rules": stragglers},
         {"name": "gangscope-capacity", "rules": capacity},
+        *([{"name": "gangscope-training", "rules": training}] if training else []),
     ]
+
+
+def training_alerts(cfg: Config, rule: Any, explain: str) -> list[dict[str, Any]]:
+    """One alert per verdict of the training layer (see :func:`training_rules`), Ray placement
+    groups that stay pending, and throughput series that reach no Workload."""
+    tr = cfg.training
+    if tr is None or not tr.throughput:
+        return []
+    wl = "{{ $labels.namespace }}/{{ $labels.workload }}"
+    def listed(record: str, label: str, item: str) -> str:
+        return (f'{{{{ range printf "{record}{{namespace=%q, workload=%q}}" $labels.namespace $labels.workload'
+                f' | query | sortByLabel "{label}" }}}}{item}{{{{ else }}}}none; {{{{ end }}}}')
+
+    events = listed(SCHEDULING_EVENTS, "event", "{{ .Labels.event }}; ")
+    signals = listed(HARDWARE_SIGNALS, "signal", "{{ .Labels.signal }} on {{ .Value }} GPUs; ")
+    bandwidth = listed(INTERCONNECT_RATIO, "family", "{{ .Labels.family }} {{ .Value | humanizePercentage }}; ")
+    head = (f"{{{{ $labels.metric }}}} of {wl} (ClusterQueue {{{{ $labels.cluster_queue }}}}) is at "
+            f"{{{{ $value | humanizePercentage }}}} of its own average over the {tr.baseline} before (below {tr.ratio:g}). ")
+    out = [
+        rule("GangscopeJobSlowScheduling", workload_cq(f'{VERDICT}{{verdict="scheduling"}}'),
+             "A training job slowed down after its gang was re-placed, timed out or restarted.",
+             head + f"Interconnect against its baseline: {bandwidth}scheduling events in the last {tr.window}: "
+             + events + f"a scheduling cause. Run {explain}."),
+        rule("GangscopeJobSlowHardware", workload_cq(f'{VERDICT}{{verdict="hardware"}}'),
+             "A training job slowed down on unchanged placement with its interconnect or GPUs degraded.",
+             head + f"Its pods stayed on the same GPUs with the gang assembled; hardware signals in the last {tr.window}: "
+             + signals + f"a hardware or fabric cause. Run {explain}."),
+        rule("GangscopeJobSlowWorkload", workload_cq(f'{VERDICT}{{verdict="workload"}}'),
+             "A training job slowed down while its placement, gang, interconnect and GPUs are healthy.",
+             head + f"Interconnect against its baseline: {bandwidth}nothing changed in its placement, gang or "
+             "hardware: the job itself (a phase change, data loading, checkpointing, a smaller batch). "
+             f"Run {explain}."),
+        rule("GangscopeRayPlacementGroupPending",
+             workload_cq('max by (namespace, workload) (namespace_workload:gangscope_ray_placement_groups:sum{State="PENDING"}) > 0'),
+             "A Ray placement group cannot be placed inside its admitted Ray cluster.",
+             f"{{{{ $value }}}} placement groups of the Ray cluster of {wl} (ClusterQueue {{{{ $labels.cluster_queue }}}}) "
+             f"have been PENDING for more than {cfg.alerts['GangscopeRayPlacementGroupPending']['for']}: Kueue admitted the "
+             "job and its pods run, but Ray cannot assemble the gang on them (bundles larger than a node, too few "
+             f"workers up, resources held by other actors). Run {explain}."),
+        rule("GangscopeThroughputMetricUnjoined",
+             f'{MAPPING_SERIES}{{state="unjoined"}} > 0',
+             "A mapped throughput metric has series that reach no Workload.",
+             "{{ $value }} series of throughput metric {{ $labels.metric }} (alerts/config.yaml training.throughput) "
+             "join no Kueue Workload: the label that should name the pod or job is missing or renamed, or it names a pod "
+             "or job gangscope does not see. Those jobs get no throughput verdict."),
+    ]
+    return out
 
 
 # --- Recording rules --------------------------------------------------------------------------
@@ -778,6 +913,7 @@ def recording_rules(cfg: Config) -> list[dict[str, Any]]:
         {"name": "gangscope-stragglers.rules", "rules": straggler_rules(cfg)},
         {"name": "gangscope-dcgm.rules", "rules": dcgm_rules(cfg)},
         {"name": "gangscope-capacity.rules", "rules": capacity_rules(cfg)},
+        {"name": "gangscope-training.rules", "rules": training_rules(cfg) + ray_rules(cfg)},
     ]
 
 
@@ -1088,6 +1224,185 @@ def dcgm_rules(cfg: Config) -> list[dict[str, Any]]:
             {"record": f"{cfg.hardware_level}:{family}:{agg}",
              "expr": f'{agg} by ({_by(hw)}) ({joined}{{{cfg.hardware_level}!=""}})'},
         ]
+    return out
+
+
+# --- The training layer: the job's own throughput, its baseline, and why it is down -------------
+
+THROUGHPUT = "namespace_workload:gangscope_job_throughput:rate"
+BASELINE = "namespace_workload:gangscope_job_throughput:baseline"
+RATIO = "namespace_workload:gangscope_job_throughput:ratio"
+INTERCONNECT_RATIO = "namespace_workload:gangscope_interconnect_bytes:ratio"
+SCHEDULING_EVENTS = "namespace_workload:gangscope_job_scheduling_events:count"
+HARDWARE_SIGNALS = "namespace_workload:gangscope_job_hardware_signals:count"
+VERDICT = "namespace_workload:gangscope_job_slowdown:ratio"
+MAPPING_SERIES = "mapping:gangscope_job_throughput_series:count"
+VERDICTS = {"scheduling": "GangscopeJobSlowScheduling", "hardware": "GangscopeJobSlowHardware",
+            "workload": "GangscopeJobSlowWorkload"}
+
+
+def baseline_offset(cfg: Config) -> str:
+    """How long before now the baseline ends: the rate window plus the longest verdict ``for``, so
+    that at the moment a verdict fires the drop is not yet part of its own baseline (as for
+    GangscopeWorkloadNVLinkThroughputDrop)."""
+    longest = max(seconds(cfg.alerts[name]["for"]) for name in VERDICTS.values())
+    return duration(seconds(cfg.rate_window) + longest)
+
+
+def _joined(t: Throughput, rw: str) -> str:
+    """The mapped series with the Workload's name, one per source series (many per pod allowed on
+    the left; the right side is one series per pod or job)."""
+    src = t.selector if t.type == "gauge" else f"rate({t.selector}[{rw}])"
+    key = "pod" if t.join == "pod" else "name"
+    if t.label != key:
+        src = f'label_replace({src}, "{key}", "$1", "{t.label}", "(.+)")'
+    info = ('max by (namespace, pod, workload) (gangscope_gpu_pod_info{workload!=""})' if t.join == "pod"
+            else 'max by (namespace, name, workload) (gangscope_job_info{workload!=""})')
+    return f"{src}\n* on (namespace, {key}) group_left (workload)\n{info}"
+
+
+def training_rules(cfg: Config) -> list[dict[str, Any]]:
+    """Each mapped throughput per Workload, its rolling baseline and ratio; the Workload's
+    interconnect ratio over the same windows; the scheduling events and hardware signals of its
+    last ``window``; and the verdict.
+
+    Why a rolling baseline (the hour that ends ``baseline_offset`` before now) and not the job's
+    first healthy hour: PromQL cannot anchor a range to a per-series time (``@`` takes one
+    constant), a first-hour value kept by a self-referencing rule is lost with the Prometheus
+    that held it, and a first hour is often warm-up (compilation, cache fill) slower than the
+    steady state. The rolling window compares like with like: throughput and NVLink/PCIe ratios
+    over the same hours, as the NVLink drop alert does. Its price: a slowdown that lasts longer
+    than the baseline becomes the new normal and its verdict clears (the runbook says so).
+    """
+    tr = cfg.training
+    if tr is None:
+        return []
+    rw, offset = cfg.rate_window, baseline_offset(cfg)
+    w = tr.window
+    out: list[dict[str, Any]] = []
+    for t in tr.throughput:
+        joined = _joined(t, rw).replace("\n", "\n  ")
+        out.append({"record": THROUGHPUT, "expr": f"{t.aggregate} by (namespace, workload) (\n  {joined}\n)",
+                    "labels": {"metric": t.name, "unit": t.unit}})
+    if tr.throughput:
+        out += [
+            {"record": BASELINE, "expr": f"avg_over_time({THROUGHPUT}[{tr.baseline}] offset {offset})"},
+            {"record": RATIO, "expr": f"{THROUGHPUT}\n/\n({BASELINE} > 0)"},
+        ]
+    for family in ("nvlink", "pcie"):
+        rate = f"namespace_workload:gangscope_{family}_bytes:rate{rw}"
+        out.append({
+            "record": INTERCONNECT_RATIO,
+            "expr": (f"sum by (namespace, workload) ({rate})\n/ on (namespace, workload)\n"
+                     f"(sum by (namespace, workload) (avg_over_time({rate}[{tr.baseline}] offset {offset}))"
+                     f" > {tr.min_interconnect_bytes_per_second:g})"),
+            "labels": {"family": family},
+        })
+    pod_info = 'max by (namespace, workload) (gangscope_gpu_pod_info{workload!=""})'
+    with_job = ("* on (namespace, kind, name) group_left (workload)\n"
+                '  max by (namespace, kind, name, workload) (gangscope_job_info{workload!=""})')
+    events = {
+        # Pods moved (a rescheduled or replaced pod, another GPU): the set of (GPU, pod) now against `window` ago.
+        # Only for a Workload that held GPUs `window` ago (a new job is placed, not re-placed), and not
+        # where a GPU's series vanished because its agent's target is down (not a move either).
+        "placement_changed": (
+            "count by (namespace, workload) (\n"
+            f'  gangscope_gpu_pod_info{{workload!=""}} unless gangscope_gpu_pod_info offset {w}\n'
+            f'  or gangscope_gpu_pod_info{{workload!=""}} offset {w} unless gangscope_gpu_pod_info\n'
+            ") > 0\n"
+            f'and on (namespace, workload) count by (namespace, workload) (gangscope_gpu_pod_info{{workload!=""}} offset {w})\n'
+            "unless on (namespace, workload) count by (namespace, workload) (\n"
+            f'  gangscope_gpu_pod_info{{workload!=""}} offset {w} * on (job, instance) group_left () (up == 0)\n'
+            ")"),
+        "gang_stuck": f"max by (namespace, workload) (max_over_time(gangscope_gang_assembly_stuck[{w}])) == 1",
+        "evicted": ("max by (namespace, workload) (\n  "
+                    + new_or_increase("gangscope_workload_evictions_total", w) + "\n) > 0"),
+        "restarted": (f"max by (namespace, workload) (\n  increase(gangscope_job_restarts_total[{w}])\n  {with_job}\n) > 0"),
+    }
+    for event, expr in events.items():
+        out.append({"record": SCHEDULING_EVENTS, "expr": expr, "labels": {"event": event}})
+    gpus = 'max by (node, gpu, namespace, workload) (gangscope_gpu_pod_info{workload!=""})'
+    per_gpu = {
+        "nvlink_down": f"min by (node, gpu) (min_over_time(gangscope_nvlink_link_up[{w}])) == 0",
+        "nvlink_errors": (f"sum by (node, gpu) (increase(gangscope_nvlink_errors_total[{w}]))"
+                          f" > {cfg.alerts['GangscopeNVLinkErrorsRising']['min_errors']}"),
+        "pcie_width_degraded": ('max by (node, gpu) (gangscope_pcie_link_width{kind="current"}\n'
+                                '    < ignoring (kind) gangscope_pcie_link_width{kind="max"})'),
+        "fabric_unhealthy": "max by (node, gpu) (gangscope_gpu_fabric_health == 1)",
+    }
+    for signal, expr in per_gpu.items():
+        out.append({"record": HARDWARE_SIGNALS, "labels": {"signal": signal},
+                    "expr": f"count by (namespace, workload) (\n  {gpus}\n  * on (node, gpu) group_left ()\n  ({expr})\n)"})
+    # One GPU far below its gang's median (GangscopeGPUStraggler's test): an uneven drop is hardware
+    # evidence; an even drop of every GPU's traffic is not (a data stall lowers every GPU's collectives alike).
+    strag = cfg.alerts["GangscopeGPUStraggler"]
+    per_gpu_rate = f"namespace_workload_gpu:gangscope_nvlink_bytes:rate{rw}"
+    median = f"namespace_workload:gangscope_nvlink_gpu_bytes:rate{rw}_median"
+    out.append({"record": HARDWARE_SIGNALS, "labels": {"signal": "nvlink_straggler"}, "expr": (
+        f"count by (namespace, workload) (\n  {per_gpu_rate}\n  < on (namespace, workload) group_left () {strag['ratio']} * "
+        f"({median} > {strag['min_median_bytes_per_second']:g})\n)")})
+    hw, hw_labels = cfg.hardware_level, _by(cfg.hardware_labels())
+    out.append({"record": HARDWARE_SIGNALS, "labels": {"signal": "hardware_label_mismatch"}, "expr": (
+        f"count by (namespace, workload) (\n  max by (namespace, workload, {hw_labels}) (gangscope_workload_topology_pods)\n"
+        f"  * on ({hw_labels}) group_left ()\n"
+        f"  max by ({hw_labels}) ({hw}:gangscope_gpu_chassis:count > 1 or {hw}:gangscope_gpu_fabric_cliques:count > 1)\n)")})
+    if "DCGM_FI_DEV_XID_ERRORS" in cfg.dcgm_join:
+        xid = f"namespace_workload:DCGM_FI_DEV_XID_ERRORS:{cfg.dcgm_join['DCGM_FI_DEV_XID_ERRORS']}"
+        out.append({"record": HARDWARE_SIGNALS, "labels": {"signal": "xid"},
+                    "expr": f"count by (namespace, workload) ({xid} > 0 and changes({xid}[{w}]) > 0)"})
+    if not tr.throughput:
+        return out
+    down = f"{RATIO} < {tr.ratio:g}"
+    running = ('and on (namespace, workload) max by (namespace, workload) (gangscope_workload_stage{stage="running"}) == 1')
+    icr = f"min by (namespace, workload) ({INTERCONNECT_RATIO})"
+    sched = f"count by (namespace, workload) ({SCHEDULING_EVENTS})"
+    hwsig = f"count by (namespace, workload) ({HARDWARE_SIGNALS})"
+    verdicts = {
+        # down, with bandwidth down, and a gang timeout, eviction, restart or re-placement in the window
+        "scheduling": f"{down}\nand on (namespace, workload) {icr} < {tr.interconnect_ratio:g}\nand on (namespace, workload) {sched}",
+        # down on unchanged placement with the gang assembled (running), and positive evidence on its GPUs: a
+        # hardware signal or one GPU far below its peers (an even drop of all is not: see the runbook)
+        "hardware": f"{down}\n{running}\nand on (namespace, workload) {hwsig}\nunless on (namespace, workload) {sched}",
+        # down while bandwidth is measured and healthy and nothing else happened: the job itself
+        "workload": (f"{down}\n{running}\nand on (namespace, workload) {icr} >= {tr.interconnect_ratio:g}\n"
+                     f"unless on (namespace, workload) {sched}\nunless on (namespace, workload) {hwsig}"),
+    }
+    for verdict, expr in verdicts.items():
+        out.append({"record": VERDICT, "expr": expr, "labels": {"verdict": verdict}})
+    for t in tr.throughput:
+        key = "pod" if t.join == "pod" else "name"
+        src = t.selector if t.type == "gauge" else f"rate({t.selector}[{rw}])"
+        info = ('gangscope_gpu_pod_info{workload!=""}' if t.join == "pod" else 'gangscope_job_info{workload!=""}')
+        relabelled = src if t.label == key else f'label_replace({src}, "{key}", "$1", "{t.label}", "(.+)")'
+        out += [
+            {"record": MAPPING_SERIES, "labels": {"metric": t.name, "state": "present"},
+             "expr": f"count({t.selector}) or vector(0)"},
+            # present but joined to no Workload: no join label, or a pod/job gangscope does not know
+            {"record": MAPPING_SERIES, "labels": {"metric": t.name, "state": "unjoined"},
+             "expr": f"count({relabelled} unless on (namespace, {key}) {info}) or vector(0)"},
+        ]
+    return out
+
+
+def ray_rules(cfg: Config) -> list[dict[str, Any]]:
+    """Ray's placement groups and tasks per Workload: Ray labels them with the Ray cluster only
+    (``ray_io_cluster``, KubeRay's PodMonitor relabelling), gangscope_ray_cluster_info joins that
+    to the Workload. ``ray_tasks`` is summed first: Ray emits partial (even negative) counts from
+    several processes that add up to the state (ray 07cdf040
+    doc/source/ray-observability/reference/system-metrics.rst, Metrics Semantics)."""
+    label = cfg.training.ray_cluster_label if cfg.training else "ray_io_cluster"
+    out = []
+    for family in ("ray_placement_groups", "ray_tasks"):
+        out.append({
+            "record": f"namespace_workload:gangscope_{family}:sum",
+            "expr": (
+                "sum by (namespace, workload, State) (\n"
+                f'  sum by (namespace, raycluster, State) (label_replace({family}, "raycluster", "$1", "{label}", "(.+)"))\n'
+                "  * on (namespace, raycluster) group_left (workload)\n"
+                '  max by (namespace, raycluster, workload) (gangscope_ray_cluster_info{workload!=""})\n'
+                ")"
+            ),
+        })
     return out
 
 

@@ -360,6 +360,37 @@ def workload() -> dash.Dashboard:
                 ],
             ),
             (
+                "Training: throughput beside bandwidth and gang state",
+                [
+                    series("Job throughput against its baseline",
+                           "The job's own throughput (alerts/config.yaml training.throughput: its tokens_per_second, samples, or a "
+                           "TrainJob's trainerStatus metric), per mapped metric, and its rolling baseline (the hour ending 15m before).",
+                           "short",
+                           Q(f"namespace_workload:gangscope_job_throughput:rate{{{WL}}}", "{{metric}} ({{unit}}/s)"),
+                           Q(f"namespace_workload:gangscope_job_throughput:baseline{{{WL}}}", "{{metric}} baseline"), span=8),
+                    series("Throughput and bandwidth against their baselines",
+                           "Throughput and NVLink/PCIe bytes, each divided by its own baseline over the same windows: a drop of both "
+                           "is scheduling or hardware, of throughput alone the job itself. GangscopeJobSlow* fire below 0.7.",
+                           "percentunit",
+                           Q(f"namespace_workload:gangscope_job_throughput:ratio{{{WL}}}", "{{metric}}"),
+                           Q(f"namespace_workload:gangscope_interconnect_bytes:ratio{{{WL}}}", "{{family}}"), span=8),
+                    timeline("Gang state", "The gang's assembly stage over time (gangscope_gang_stage), on the same axis as throughput.",
+                             "short", Q(f"max by (podgroup, stage) (gangscope_gang_stage{{{WL}}}) == 1", "{{podgroup}} {{stage}}"), span=8),
+                    timeline("Slowdown verdict and its evidence",
+                             "The verdict of the training rules (scheduling, hardware, workload), the scheduling events and the hardware "
+                             "signals of the last 30m that decided it.", "short",
+                             Q(f"max by (verdict) (namespace_workload:gangscope_job_slowdown:ratio{{{WL}}}) > 0", "verdict {{verdict}}"),
+                             Q(f"max by (event) (namespace_workload:gangscope_job_scheduling_events:count{{{WL}}})", "event {{event}}"),
+                             Q(f"max by (signal) (namespace_workload:gangscope_job_hardware_signals:count{{{WL}}})", "signal {{signal}}"),
+                             span=12),
+                    series("Ray placement groups and tasks", "Ray's own placement groups and tasks by state for a RayJob or "
+                           "RayCluster (ray_placement_groups, ray_tasks joined through gangscope_ray_cluster_info): a placement "
+                           "group PENDING for long is a gang that cannot assemble inside Ray.", "short",
+                           Q(f"namespace_workload:gangscope_ray_placement_groups:sum{{{WL}}}", "placement groups {{State}}"),
+                           Q(f"namespace_workload:gangscope_ray_tasks:sum{{{WL}}}", "tasks {{State}}"), span=12),
+                ],
+            ),
+            (
                 "Interconnect",
                 [
                     series("Workload throughput", "The workload's NVLink, PCIe and fabric bytes per second, per direction (recorded namespace_workload:*:rate5m).", "Bps",

@@ -106,6 +106,8 @@ class Demo:
     kubelets: dict[str, Any] = field(default_factory=dict)
     nvml: dict[str, Any] = field(default_factory=dict)
     prometheus: subprocess.Popen | None = None
+    training: dict[tuple[str, str], Any] = field(default_factory=dict)  # (namespace, workload) -> its training process
+    ray_heads: list[Any] = field(default_factory=list)
     prometheus_port: int = 0
     started_at: float = 0.0
     _dropped: list[tuple[str, int, set[int]]] = field(default_factory=list)  # (node, gpu, links) to take down
@@ -123,6 +125,7 @@ class Demo:
         self.steps = sorted(self.scenario.timeline, key=lambda t: t[0])
         if self.scenario_name == "static":
             self.scenario.timeline.clear()
+            self.scenario.training_timeline.clear()
         self.sim = SimApiServer(token="gangscope-demo")
         await self.sim.start(self.host)
         for resource in (*COLLECTOR_RESOURCES, AGENT_PODS):  # a 1.37 cluster with Kueue, the gang schedulers and job controllers
@@ -138,8 +141,10 @@ class Demo:
         await self.collector.start()
         for node in self.scenario.node_names():
             await self._start_node(node)
+        await self._start_training()
         self.started_at = time.monotonic()
         self._timeline = asyncio.create_task(self._run_timeline())
+        self._training_timeline = asyncio.create_task(self._run_training_timeline())
         self._drops = asyncio.create_task(self._drop_links())
         if self.with_prometheus:
             self._start_prometheus()
@@ -183,6 +188,31 @@ class Demo:
         agent = Agent(args, levels, nvml=lambda: sim)
         await agent.start()
         self.agents[node] = agent
+
+    async def _start_training(self) -> None:
+        """A training process per job that reports its throughput, and the Ray heads (exporter.sim.training)."""
+        from .sim.training import RayHead, TrainingProcess
+
+        for ns, workload, tokens in self.scenario.training:
+            pods = tuple(p["metadata"]["name"] for p in self.scenario.pods if p["metadata"]["namespace"] == ns
+                         and p["metadata"]["annotations"].get("kueue.x-k8s.io/workload", "").startswith(f"job-{workload}-"))
+            process = TrainingProcess(namespace=ns, pods=pods, tokens_per_second=tokens)
+            await process.start(self.host)
+            self.training[(ns, workload)] = process
+        for ns, cluster, pod, groups in self.scenario.ray_heads:
+            head = RayHead(namespace=ns, cluster=cluster, pod=pod, placement_groups=dict(groups), tasks={"RUNNING": 4})
+            await head.start(self.host)
+            self.ray_heads.append(head)
+
+    async def _run_training_timeline(self) -> None:
+        """Slow the training jobs down at their moments; a lagging GPU's NVLink with its job."""
+        for at, ns, workload, factor, gpu in sorted(self.scenario.training_timeline, key=lambda t: t[0]):
+            await asyncio.sleep(max(0.0, self.started_at + at - time.monotonic()))
+            self.training[(ns, workload)].factor = factor
+            if gpu is not None:
+                node, index, share = gpu
+                self.nvml[node].set_traffic(index, share)
+            log.info("demo_event", at=at, kind="training", name=f"{ns}/{workload}", change=f"speed {factor:.0%}")
 
     def _kubelet_pods(self, node: str) -> list[Any]:
         from .sim.kubelet import SimContainer, SimPod
@@ -261,12 +291,18 @@ class Demo:
         rules = sorted(str(p) for p in self.prometheus_rules)
         interval = self.prometheus_interval or "5s"
         agents = [f"{self.host}:{a.port}" for a in self.agents.values()]
+        training = [f"{self.host}:{p.port}" for p in self.training.values()]
+        ray = [f"{self.host}:{h.port}" for h in self.ray_heads]
         config = (
             f"global: {{scrape_interval: {interval}, evaluation_interval: {interval}}}\n"
             f"rule_files: {rules!r}\n"
             "scrape_configs:\n"
             f"  - job_name: gangscope-collector\n    static_configs: [{{targets: ['{self.host}:{self.collector.port}']}}]\n"
             f"  - job_name: gangscope-agent\n    static_configs: [{{targets: {agents!r}}}]\n"
+            # the jobs' own exporters and Ray's heads label their series with namespace and pod
+            # (ray_io_cluster) as a PodMonitor's relabelling would: keep them
+            f"  - job_name: training\n    honor_labels: true\n    static_configs: [{{targets: {training!r}}}]\n"
+            f"  - job_name: ray-head\n    honor_labels: true\n    static_configs: [{{targets: {ray!r}}}]\n"
         )
         (self.workdir / "prometheus.yml").write_text(config)
         with (self.workdir / "prometheus.log").open("wb") as log_file:  # read it when Prometheus misbehaves
@@ -392,7 +428,8 @@ class Demo:
         return "\n".join(lines)
 
     async def stop(self) -> None:
-        for task in (getattr(self, "_timeline", None), getattr(self, "_alerts", None), getattr(self, "_drops", None)):
+        for task in (getattr(self, "_timeline", None), getattr(self, "_training_timeline", None), getattr(self, "_alerts", None),
+                     getattr(self, "_drops", None)):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -403,6 +440,8 @@ class Demo:
             except subprocess.TimeoutExpired:
                 self.prometheus.kill()
                 self.prometheus.wait()
+        for server in (*self.training.values(), *self.ray_heads):
+            await server.stop()
         for agent in self.agents.values():
             await agent.stop()
         for kubelet in self.kubelets.values():

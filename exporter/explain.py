@@ -33,6 +33,8 @@ from .cluster.gang_state import workload_members
 from .cluster.workload_fit import is_topological
 from .cluster.workload_state import WAITING_STAGES, in_queue
 from .config import add_kube, add_logging
+from .training_layer import DEFAULT_MAPPINGS, Mapping, training_layer
+from .training_layer import add_arguments as training_arguments
 
 if TYPE_CHECKING:
     from .cluster.fits import FitReport
@@ -44,7 +46,7 @@ if TYPE_CHECKING:
     from .cluster.workloads import AdmissionCheck, Condition, Workload
 
 SCHEMA = "gangscope.explain/v1"
-LAYERS = ("admission", "placement", "assembly", "interconnect", "job")
+LAYERS = ("admission", "placement", "assembly", "interconnect", "job", "training")
 TOPOLOGY_ANNOTATIONS = (
     ("required", "kueue.x-k8s.io/podset-required-topology"),
     ("preferred", "kueue.x-k8s.io/podset-preferred-topology"),
@@ -67,6 +69,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", choices=("text", "json"), default="text", help="text for a terminal (default) or JSON")
     p.add_argument("--prometheus", default=None, metavar="URL",
                    help="Prometheus base URL: compare the job's NVLink/PCIe throughput now with its first hour")
+    training_arguments(p)
     p.add_argument("--sync-timeout", type=float, default=30.0,
                    help="live: seconds to wait for the first list of every served resource (default 30)")
     add_collector_arguments(p)
@@ -619,7 +622,8 @@ async def interconnect_layer(wl: Workload | None, prometheus: str | None, now: f
 
 
 async def diagnose(store: ClusterStore, gangs: GangIndex, namespace: str, name: str, *,
-                   prometheus: str | None = None, now: float | None = None) -> dict[str, Any]:
+                   prometheus: str | None = None, now: float | None = None,
+                   throughput: Sequence[Mapping] = DEFAULT_MAPPINGS) -> dict[str, Any]:
     """The explain document (schema in docs/explain.md); raises :class:`UnknownTarget`."""
     now = time.time() if now is None else now
     how, wl, wl_gangs = resolve(store, gangs, namespace, name)
@@ -629,7 +633,9 @@ async def diagnose(store: ClusterStore, gangs: GangIndex, namespace: str, name: 
     layers: list[dict[str, Any]] = []
     blocked: dict[str, Any] | None = None
     for layer_name in LAYERS:
-        if blocked is not None or (finished and layers):
+        # a degraded interconnect does not keep the training layer from saying whether the job slowed down, and why
+        slow_too = layer_name == "training" and blocked is not None and blocked["name"] == "interconnect"
+        if (blocked is not None and not slow_too) or (finished and layers):
             why = "job finished" if finished else f"not checked: {blocked['name'] if blocked else ''} holds the job back"
             layers.append(_layer(layer_name, "not_reached", why))
             continue
@@ -642,21 +648,24 @@ async def diagnose(store: ClusterStore, gangs: GangIndex, namespace: str, name: 
             layer = assembly_layer(wl, wl_gangs, now, gangs)
         elif layer_name == "interconnect":
             layer = await interconnect_layer(wl, prometheus, now)
+        elif layer_name == "training":
+            layer = await _training(wl, prometheus, now, throughput)
         else:
             layer = job_layer(wl, store, gangs.jobs, now)
         layers.append(layer)
-        if layer["status"] == "blocking":
+        if layer["status"] == "blocking" and (blocked is None or slow_too):
             blocked = layer
     if finished:
         verdict = {"status": "finished", "layer": None, "summary": layers[0]["summary"]}
     elif blocked is not None:
-        slow = blocked["name"] == "interconnect" or blocked["evidence"].get("problem") == "progress_stale"
+        slow = blocked["name"] in ("interconnect", "training") or blocked["evidence"].get("problem") == "progress_stale"
         verdict = {"status": "slow" if slow else "held", "layer": blocked["name"], "summary": blocked["summary"]}
     elif all(l["status"] == "ok" for l in layers):
         verdict = {"status": "running", "layer": None, "summary": "every layer is healthy"}
-    elif all(l["status"] == "ok" for l in layers if l["name"] != "interconnect"):
+    elif all(l["status"] == "ok" for l in layers if l["name"] not in ("interconnect", "training")):
         verdict = {"status": "running", "layer": None,
-                   "summary": f"admitted, placed and assembled; interconnect {layers[3]['summary']}"}
+                   "summary": "admitted, placed and assembled; " + "; ".join(
+                       f"{l['name']} {l['summary']}" for l in layers if l["name"] in ("training", "interconnect") and l["status"] != "ok")}
     else:
         verdict = {"status": "unknown", "layer": None,
                    "summary": "nothing found holding the job back; some layers could not be checked"}
@@ -672,6 +681,15 @@ async def diagnose(store: ClusterStore, gangs: GangIndex, namespace: str, name: 
         "verdict": verdict,
         "layers": layers,
     }
+
+
+async def _training(wl: Workload | None, prometheus: str | None, now: float, mappings: Sequence[Mapping]) -> dict[str, Any]:
+    """The training layer (exporter.training_layer) of a Workload: its own throughput against its
+    previous hour, and whether a slowdown is scheduling, hardware or the job itself."""
+    if wl is None:
+        return {"name": "training", "status": "unknown", "summary": "no Kueue Workload: throughput is joined by workload name",
+                "evidence": {}}
+    return await training_layer(wl.namespace, wl.name, wl.stage == "running", prometheus, now, mappings)
 
 
 # ---- rendering ---------------------------------------------------------------------------------
@@ -898,7 +916,8 @@ def run(args: argparse.Namespace) -> int:
             if quiet:
                 setup_logging(args.log_level)
     try:
-        doc = asyncio.run(diagnose(store, gangs, namespace, name, prometheus=args.prometheus))
+        doc = asyncio.run(diagnose(store, gangs, namespace, name, prometheus=args.prometheus,
+                                   throughput=args.throughput or DEFAULT_MAPPINGS))
     except UnknownTarget as exc:
         print(f"gangscope explain: {exc}{unread}", file=sys.stderr)
         return 1

@@ -8,6 +8,9 @@ will never exist. Kueue's names are from its pkg/metrics/metrics.go (shared refe
 from __future__ import annotations
 
 import re
+from pathlib import Path
+
+import yaml
 
 GANGSCOPE = frozenset(
     {
@@ -75,6 +78,10 @@ GANGSCOPE = frozenset(
         "gangscope_podgroup_info",
         # the job around the gang
         "gangscope_job_info",
+        "gangscope_job_trainer_metric",
+        "gangscope_ray_cluster_info",
+        "gangscope_ray_cluster_workers",
+        "gangscope_ray_job_status",
         "gangscope_job_condition",
         "gangscope_job_restarts_total",
         "gangscope_job_child_jobs",
@@ -158,7 +165,16 @@ KUEUE = frozenset(_KUEUE_GAUGES_COUNTERS.split()) | frozenset(
 # Series Prometheus itself writes for every target and alert.
 PROMETHEUS = frozenset({"up", "ALERTS", "ALERTS_FOR_STATE"})
 
-KNOWN = GANGSCOPE | KUEUE | PROMETHEUS | DCGM
+# Ray's own series the training rules join to Workloads (ray-project/ray 09c36104
+# src/ray/stats/metric_defs.cc placement_groups "State"; 07cdf040
+# doc/source/ray-observability/reference/system-metrics.rst ray_tasks, ray_placement_groups).
+RAY = frozenset({"ray_placement_groups", "ray_tasks"})
+# The series alerts/config.yaml's training.throughput maps: the jobs' own.
+THROUGHPUT = frozenset(
+    t["metric"] for t in yaml.safe_load((Path(__file__).resolve().parents[1] / "alerts" / "config.yaml").read_text())
+    .get("training", {}).get("throughput", ()))
+
+KNOWN = GANGSCOPE | KUEUE | PROMETHEUS | DCGM | RAY | THROUGHPUT
 
 _KEYWORDS = frozenset(
     "and or unless by without on ignoring group_left group_right offset bool inf nan".split()

@@ -74,6 +74,7 @@ CRD_FILES = (
     "scheduler-plugins_scheduling.sigs.k8s.io_podgroups.yaml", "volcano_scheduling.volcano.sh_podgroups.yaml",
     "native_scheduling.k8s.io_podgroups_workloads.yaml", "scheduling.run.ai_podgroups.yaml",
     "jobset.x-k8s.io_jobsets.yaml", "trainer.kubeflow.org_trainjobs.yaml", "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
+    "ray.io_rayjobs.yaml", "ray.io_rayclusters.yaml",
 )
 # The Prometheus Operator's kinds that deploy/ ships (ServiceMonitor, PrometheusRule): installed
 # only by the tests that dry-run the deploy output (tests/test_realapi_deploy.py).

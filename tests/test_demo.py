@@ -130,7 +130,8 @@ def test_demo_command_reports_and_exits_clean() -> None:
 # What the demo promises a newcomer: these fire within two minutes of its start.
 PROMISED = ("GangscopeWorkloadInadmissible", "GangscopeGangStuckAssembling", "GangscopeGangIdleGPUs",
             "GangscopeNVLinkDown", "GangscopeDomainNodeFailureEvictions", "GangscopeWorkloadNodeFailureEviction",
-            "GangscopeJobProgressStalled", "GangscopeFragmentationBlocked", "GangscopeWorkloadPlacementSpread")
+            "GangscopeJobProgressStalled", "GangscopeFragmentationBlocked", "GangscopeWorkloadPlacementSpread",
+            "GangscopeJobSlowHardware", "GangscopeJobSlowWorkload", "GangscopeRayPlacementGroupPending")
 FIRED = re.compile(r"^  \+ *(\d+) s  FIRING  (\w+)  (.*)$")
 
 
@@ -174,6 +175,11 @@ def test_demo_with_prometheus_fires_its_alerts_within_two_minutes() -> None:
     assert fired["GangscopeDomainNodeFailureEvictions"][0] >= 40  # after the eviction, not before
     assert fired["GangscopeDomainNodeFailureEvictions"][1] == "block=block-2 rack=rack-2-2"
     assert fired["GangscopeNVLinkDown"][1].endswith("gpu=3 link=7")
+    # the training layer: llama-train slows with its lagging GPU, sd-lora on healthy GPUs, both at +45 s
+    assert fired["GangscopeJobSlowHardware"][1].startswith("namespace=ml-team workload=job-llama-train-"), fired
+    assert fired["GangscopeJobSlowWorkload"][1].startswith("namespace=ml-team workload=job-sd-lora-"), fired
+    assert fired["GangscopeJobSlowHardware"][0] >= 45 and fired["GangscopeJobSlowWorkload"][0] >= 45
+    assert fired["GangscopeRayPlacementGroupPending"][1].startswith("namespace=research workload=job-ray-tune-"), fired
     # Debian's 2.42 ships the classic UI only: /alerts is a 404 there (tests/test_e2e_prometheus.py fetches the page)
     assert re.search(r"^  prometheus\s+http://127\.0\.0\.1:\d+/classic/alerts ", text, re.M), text
     summary = re.search(r"^  alerts that fired: (.*)$", text, re.M)

@@ -148,17 +148,18 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path, capsys:
             async def loaded() -> list[tuple[str, str]]:
                 return sorted((Path(g["file"]).name, g["name"]) for g in await prom.rules())
 
-            assert await poll(loaded, lambda g: len(g) == 16, 10, "rule groups loaded") == [
+            assert await poll(loaded, lambda g: len(g) == 18, 10, "rule groups loaded") == [
                 ("gangscope-alerts.yaml", "gangscope-admission"), ("gangscope-alerts.yaml", "gangscope-capacity"),
                 ("gangscope-alerts.yaml", "gangscope-evictions"),
                 ("gangscope-alerts.yaml", "gangscope-gangs"), ("gangscope-alerts.yaml", "gangscope-hardware"),
                 ("gangscope-alerts.yaml", "gangscope-interconnect"), ("gangscope-alerts.yaml", "gangscope-jobs"),
                 ("gangscope-alerts.yaml", "gangscope-self"),
-                ("gangscope-alerts.yaml", "gangscope-stragglers"), ("gangscope-rules.yaml", "gangscope-capacity.rules"),
+                ("gangscope-alerts.yaml", "gangscope-stragglers"), ("gangscope-alerts.yaml", "gangscope-training"),
+                ("gangscope-rules.yaml", "gangscope-capacity.rules"),
                 ("gangscope-rules.yaml", "gangscope-dcgm.rules"),
                 ("gangscope-rules.yaml", "gangscope-gangs.rules"), ("gangscope-rules.yaml", "gangscope-hardware.rules"),
                 ("gangscope-rules.yaml", "gangscope-interconnect.rules"), ("gangscope-rules.yaml", "gangscope-states.rules"),
-                ("gangscope-rules.yaml", "gangscope-stragglers.rules")]
+                ("gangscope-rules.yaml", "gangscope-stragglers.rules"), ("gangscope-rules.yaml", "gangscope-training.rules")]
 
             # --- recording rules: joined series with topology labels ----------------------
             # What the simulated NVML counts for llama-train's 4 nodes x 8 GPUs x 18 links. Until a

@@ -79,7 +79,7 @@ def test_admission_layer_holds(dump: Path, target: str, status: str, capsys: pyt
     doc = run_json(dump, target, capsys)
     assert doc["schema"] == "gangscope.explain/v1"
     assert doc["verdict"]["status"] == "held" and doc["verdict"]["layer"] == "admission"
-    assert statuses(doc) == ["blocking", "not_reached", "not_reached", "not_reached", "not_reached"]
+    assert statuses(doc) == ["blocking", "not_reached", "not_reached", "not_reached", "not_reached", "not_reached"]
     assert doc["layers"][0]["evidence"]["stage"] == status
     assert doc["target"]["resolved_as"] == "owner"  # the scenario's Job names are the owner names
 
@@ -98,7 +98,7 @@ def test_admission_evidence_names_the_quota_message(dump: Path, capsys: pytest.C
 def test_placement_layer_holds_on_an_unhealthy_node(dump: Path, scenario: Any, capsys: pytest.CaptureFixture[str]) -> None:
     doc = run_json(dump, "research/vit-large", capsys)
     assert doc["verdict"]["layer"] == "placement"
-    assert statuses(doc) == ["ok", "blocking", "not_reached", "not_reached", "not_reached"]
+    assert statuses(doc) == ["ok", "blocking", "not_reached", "not_reached", "not_reached", "not_reached"]
     ev = doc["layers"][1]["evidence"]
     assert ev["unhealthy_nodes"] == [{"node": "gpu-b2-r2-n2", "path": {"block": "block-2", "rack": "rack-2-2", "host": "gpu-b2-r2-n2"}}]
     assert ev["assignments"][0]["by_level"]["rack"] == {"rack-2-2": 4}
@@ -108,7 +108,7 @@ def test_placement_layer_holds_on_an_unhealthy_node(dump: Path, scenario: Any, c
 def test_assembly_layer_holds_a_stuck_gang(dump: Path, capsys: pytest.CaptureFixture[str]) -> None:
     doc = run_json(dump, "ml-team/mixtral-sft", capsys)
     assert doc["verdict"] == {"status": "held", "layer": "assembly", "summary": doc["layers"][2]["summary"]}
-    assert statuses(doc) == ["ok", "ok", "blocking", "not_reached", "not_reached"]
+    assert statuses(doc) == ["ok", "ok", "blocking", "not_reached", "not_reached", "not_reached"]
     gang = doc["layers"][2]["evidence"]["podgroups"][0]
     assert (gang["stage"], gang["stuck"], gang["join_key"]) == ("stuck", True, "template")
     assert gang["podgroup"]["phase"] == "Scheduling" and gang["podgroup"]["min_member"] == 4
@@ -135,7 +135,7 @@ def test_podgroup_name_resolves_to_its_workload(dump: Path, capsys: pytest.Captu
 
 def test_running_job_without_prometheus_prints_the_query(dump: Path, capsys: pytest.CaptureFixture[str]) -> None:
     doc = run_json(dump, "ml-team/llama-train", capsys)
-    assert statuses(doc) == ["ok", "ok", "ok", "unknown", "ok"]
+    assert statuses(doc) == ["ok", "ok", "ok", "unknown", "ok", "unknown"]
     assert doc["verdict"]["status"] == "running"  # admitted, placed, assembled; interconnect not checked
     assert doc["verdict"]["summary"].startswith("admitted, placed and assembled; interconnect not checked: run with --prometheus")
     q = doc["layers"][3]["evidence"]["queries"]
@@ -162,7 +162,7 @@ def test_text_prints_each_query_whole_on_a_line_of_its_own(dump: Path, capsys: p
 def test_finished_job(dump: Path, capsys: pytest.CaptureFixture[str]) -> None:
     doc = run_json(dump, "ml-team/resnet-eval", capsys)
     assert doc["verdict"]["status"] == "finished"
-    assert statuses(doc) == ["ok", "not_reached", "not_reached", "not_reached", "not_reached"]
+    assert statuses(doc) == ["ok", "not_reached", "not_reached", "not_reached", "not_reached", "not_reached"]
 
 
 def test_text_output_is_short_aligned_and_plain_off_a_tty(dump: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -172,7 +172,7 @@ def test_text_output_is_short_aligned_and_plain_off_a_tty(dump: Path, capsys: py
     assert lines[0].startswith("ml-team/mixtral-sft  (Workload job-mixtral-sft-")
     assert lines[1] == "verdict: held at ASSEMBLY"
     layer_lines = [l for l in lines[3:] if l[2:3] != " "]  # continuation lines are indented further
-    assert [l.split()[0] for l in layer_lines] == ["admission", "placement", "assembly", "interconnect", "job"]
+    assert [l.split()[0] for l in layer_lines] == ["admission", "placement", "assembly", "interconnect", "job", "training"]
     assert all(len(l) <= 100 for l in lines[1:])
     assert len({l.index(l.split()[1]) for l in layer_lines}) == 1  # the status column is aligned
     assert layer_lines[2].split()[1] == "BLOCKING"

@@ -18,6 +18,7 @@ from .gang_state import KAI_DEFAULT_STALENESS_GRACE
 from .gangs import DEFAULT_ASSEMBLY_TIMEOUT, GangIndex, add_gang_arguments, attach_gangs
 from .jobs import DEFAULT_PROGRESS_STALE, add_job_arguments, attach_jobs
 from .pods import PodStore, add_pod_arguments
+from .ray import RayIndex
 from .object_labels import LabelsAllowlist, allowlist_argument
 from .object_labels import from_flag as labels_from_flag
 from .store import DEFAULT_EVICTION_GRACE, DEFAULT_FINISHED_DETAIL, ClusterStore
@@ -37,7 +38,7 @@ def build_collector(exposition: Exposition, *, gpu_resources: Sequence[str] = ("
     sources (podgroups_*, compositepodgroups_native, workloads_native) to the gang index, the
     pod sources (pods_*, and "pods" for dumps) to its pod store (``gangs.pods``; none with
     ``watch_pods=False``), the job controllers (jobsets, trainjobs, leaderworkersets) to its job
-    index (``gangs.jobs``). ``shard``/``total_shards`` say which part of the Workloads this
+    index (``gangs.jobs``), KubeRay's rayjobs and rayclusters to a :class:`exporter.cluster.ray.RayIndex`. ``shard``/``total_shards`` say which part of the Workloads this
     collector sees (sharding sets them; the per-domain series follow, see
     exporter.cluster.capacity; ``store.capacity.set_shards`` when they change).
     """
@@ -52,7 +53,7 @@ def build_collector(exposition: Exposition, *, gpu_resources: Sequence[str] = ("
     gangs.kai_grace = kai_grace
     jobs = attach_jobs(store, gangs)
     jobs.stale_after = progress_stale_after
-    handlers: dict[str, Any] = {**store.handlers(), **gangs.handlers(), **jobs.handlers(),
+    handlers: dict[str, Any] = {**store.handlers(), **gangs.handlers(), **jobs.handlers(), **RayIndex(store).handlers(),
                                 **(pods.handlers() if pods is not None else {})}
     return store, handlers, gangs
 

@@ -66,6 +66,7 @@ from ..health import SourceHealth
 from .podgroups import Condition, owner_refs, parse_conditions
 from .pods import PodChanges, PodStore
 from .store import ClusterStore
+from . import training
 from .workloads import Workload
 
 
@@ -143,7 +144,7 @@ JOB_GROUPS_REPORTED = Family(
     _JOB,
 )
 FAMILIES = (JOB_INFO, JOB_CONDITION, JOB_RESTARTS, JOB_CHILD_JOBS, JOB_PROGRESS, JOB_PROGRESS_UPDATED,
-            JOB_PROGRESS_CHANGED, JOB_PROGRESS_REMAINING, JOB_GROUPS, JOB_GROUPS_REPORTED)
+            JOB_PROGRESS_CHANGED, JOB_PROGRESS_REMAINING, JOB_GROUPS, JOB_GROUPS_REPORTED, *training.FAMILIES)
 
 
 def add_job_arguments(p: argparse.ArgumentParser) -> None:
@@ -187,6 +188,7 @@ class JobRecord:
     replicas: int | None = None  # LWS spec.replicas
     size: int | None = None  # LWS leaderWorkerTemplate.size
     ready_replicas: int | None = None  # LWS status.readyReplicas
+    trainer_metrics: tuple[tuple[str, float], ...] = ()  # TrainJob trainerStatus.metrics (exporter.cluster.training)
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -276,6 +278,7 @@ def parse_trainjob(obj: Any) -> JobRecord:
             rec.progress_updated = parse_time(updated)
             if rec.progress_updated is None:
                 problems.append(f"status.trainerStatus.lastUpdatedTime: not a time: {updated!r}")
+        rec.trainer_metrics = training.parse_trainer_metrics(trainer, problems)
     rec.errors = problems
     return rec
 
@@ -526,6 +529,8 @@ class JobIndex:
                                JOB_GROUPS.line(lead, rec.replicas or 0, ("desired",))]
         if rec.ready_replicas is not None:
             out[JOB_GROUPS_REPORTED] = [JOB_GROUPS_REPORTED.line(lead, rec.ready_replicas)]
+        if rec.trainer_metrics:
+            out[training.TRAINER_METRIC] = training.metric_lines(lead, rec.trainer_metrics)
         self.exposition.set(("job", *rec.key), out)
 
 

@@ -61,6 +61,10 @@ KAI_PODGROUPS = Resource("podgroups_kai", "scheduling.run.ai", ("v2alpha2",), "p
 JOBSETS = Resource("jobsets", "jobset.x-k8s.io", ("v1alpha2",), "jobsets", "JobSet", True)
 TRAINJOBS = Resource("trainjobs", "trainer.kubeflow.org", ("v1alpha1",), "trainjobs", "TrainJob", True)
 LEADERWORKERSETS = Resource("leaderworkersets", "leaderworkerset.x-k8s.io", ("v1",), "leaderworkersets", "LeaderWorkerSet", True)
+# KubeRay (ray-project/kuberay feeaf72f ray-operator/apis/ray/v1/): both kinds are admitted by Kueue
+# (kueue ff69552e pkg/controller/jobs/rayjob, raycluster); read by exporter.cluster.ray.
+RAYJOBS = Resource("rayjobs", "ray.io", ("v1",), "rayjobs", "RayJob", True)
+RAYCLUSTERS = Resource("rayclusters", "ray.io", ("v1",), "rayclusters", "RayCluster", True)
 
 # Pods of gangs, of Kueue Workloads and of job controllers, never every pod of the cluster: one
 # watch per selector the API server can evaluate (a pod in several is kept once, by uid; see
@@ -96,7 +100,8 @@ QUEUE_POSITIONS_LOCAL = Resource("queue_positions", "visibility.kueue.x-k8s.io",
 COLLECTOR_RESOURCES = (
     WORKLOADS, LOCAL_QUEUES, TOPOLOGIES, RESOURCE_FLAVORS, NODES, CLUSTER_QUEUES, COHORTS,
     COSCHEDULING_PODGROUPS, COSCHEDULING_LEGACY_PODGROUPS, VOLCANO_PODGROUPS, NATIVE_PODGROUPS, NATIVE_WORKLOADS,
-    QUEUE_POSITIONS, QUEUE_POSITIONS_LOCAL, NATIVE_COMPOSITE_PODGROUPS, KAI_PODGROUPS, JOBSETS, TRAINJOBS, LEADERWORKERSETS, *POD_RESOURCES,
+    QUEUE_POSITIONS, QUEUE_POSITIONS_LOCAL, NATIVE_COMPOSITE_PODGROUPS, KAI_PODGROUPS, JOBSETS, TRAINJOBS, LEADERWORKERSETS,
+    RAYJOBS, RAYCLUSTERS, *POD_RESOURCES,
 )
 
 # Automatic sharding of the collector (--pod/--pod-namespace, exporter.kube.sharding): its own Pod

@@ -157,6 +157,10 @@ class SimGpu:
     pcie_value_type: int | None = UINT
     pcie_offset: int = 0
     traffic: float = 1.0  # share of the profile's busy traffic (a straggler runs below 1)
+    # Counters integrate traffic over time: `busy_base` traffic-seconds before `busy_since` (seconds
+    # of elapsed), then `traffic` per second (set_traffic changes it without a counter going back).
+    busy_base: float = 0.0
+    busy_since: float = 0.0
     lost_at: float | None = None
     hang_from: float | None = None  # calls block from this clock time on
     mig: list[str] = field(default_factory=list)
@@ -282,6 +286,7 @@ class SimNvml:
         gpu = self.gpus[index]
         gpu.lost_at = None
         gpu.reset_at = self.clock() - self.t0
+        gpu.busy_base = gpu.busy_since = 0.0
         gpu.pcie_offset = 0
         self._plans.clear()
 
@@ -317,12 +322,20 @@ class SimNvml:
         gpu = self.gpus[index]
         gpu.fabric_health = (gpu.fabric_health & ~0x3) | pynvml.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE
 
+    def set_traffic(self, index: int, share: float) -> None:
+        """GPU ``index``'s NVLink and PCIe traffic runs at ``share`` of its busy rate from now on
+        (the demo's lagging GPU): its counters keep what they counted and grow at the new rate."""
+        gpu = self.gpus[index]
+        now = self.elapsed(gpu)
+        gpu.busy_base, gpu.busy_since, gpu.traffic = self.busy_seconds(gpu), now, share
+
     def set_pcie_rate(self, index: int, rate: float, value_type: int | None = UINT, wrap: int | None = None) -> None:
         """Drive GPU ``index``'s PCIe counters at ``rate`` bytes/s from zero now, ``value_type`` wide
         (``wrap``: a driver that types them so but wraps them at this range)."""
         gpu = self.gpus[index]
         gpu.pcie_rate, gpu.pcie_value_type, gpu.pcie_offset, gpu.pcie_wrap = rate, value_type, 0, wrap
         gpu.reset_at = self.clock() - self.t0
+        gpu.busy_base = gpu.busy_since = 0.0
         self._plans.clear()
 
     # ----- what a read returns (tests compare exported bytes with these) -------------------------
@@ -332,18 +345,25 @@ class SimNvml:
 
     def link_rate(self, gpu: SimGpu, link: int, fid: int) -> float:
         """Bytes/s on a link for a counter field (before the field's unit)."""
+        return self._busy_link_rate(gpu, link, fid) * gpu.traffic
+
+    def _busy_link_rate(self, gpu: SimGpu, link: int, fid: int) -> float:
         if link in gpu.link_down or link in self.profile.sleeping_links:
             return 0.0
         # Each GPU/link/direction has its own steady rate (35-65% of the link's maximum) so tests
         # can tell series apart; raw counters include ~6% protocol overhead.
         share = 0.35 + 0.3 * (((gpu.index * 31 + link * 7 + fid) % 17) / 16)
         raw = 1.06 if fid in NVLINK_RAW else 1.0
-        return self.profile.link_rate * share * raw * gpu.traffic
+        return self.profile.link_rate * share * raw
+
+    def busy_seconds(self, gpu: SimGpu) -> float:
+        """Seconds at full traffic that the GPU's counters have counted (elapsed x traffic while it never changed)."""
+        return gpu.busy_base + gpu.traffic * max(0.0, self.elapsed(gpu) - gpu.busy_since)
 
     def link_counter(self, gpu: SimGpu, link: int, fid: int) -> int:
         """The raw counter a read returns now: KiB for 138-141, bytes for 202/204."""
         unit = 1 if fid in NVLINK5_BYTES else KIB
-        return int(self.link_rate(gpu, link, fid) * self.elapsed(gpu) / unit)
+        return int(self._busy_link_rate(gpu, link, fid) * self.busy_seconds(gpu) / unit)
 
     def pcie_rate(self, gpu: SimGpu, fid: int) -> float:
         share = 1.0 if fid == pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES else 0.8
@@ -351,7 +371,8 @@ class SimNvml:
 
     def pcie_bytes(self, gpu: SimGpu, fid: int) -> int:
         """Bytes moved since the counter's origin (before any wrap)."""
-        return int(self.pcie_rate(gpu, fid) * self.elapsed(gpu)) + gpu.pcie_offset
+        full = gpu.pcie_rate * (1.0 if fid == pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES else 0.8)
+        return int(full * self.busy_seconds(gpu)) + gpu.pcie_offset
 
     # ----- internals ----------------------------------------------------------------------------
 

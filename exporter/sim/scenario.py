@@ -135,6 +135,13 @@ class Scenario:
     timeline: list[tuple[float, str, Obj]] = field(default_factory=list)
     hardware: dict[str, NodeHardware] = field(default_factory=dict)  # node -> its GPUs (default: 8 H100)
     degraded_node: str = ""  # the node whose NVML has a link down and a PCIe link down-trained
+    # The training layer: (namespace, workload, tokens per second per pod) of the jobs that serve
+    # their own throughput (exporter.sim.training), the moments their speed changes (seconds after
+    # start, namespace, workload, new share of full speed, and (node, GPU, its new NVLink share) or
+    # None), and the Ray heads (namespace, RayCluster, head pod, placement groups by state).
+    training: list[tuple[str, str, float]] = field(default_factory=list)
+    training_timeline: list[tuple[float, str, str, float, tuple[str, int, float] | None]] = field(default_factory=list)
+    ray_heads: list[tuple[str, str, str, dict[str, int]]] = field(default_factory=list)
 
     def all_objects(self) -> list[Obj]:
         return [
@@ -538,7 +545,53 @@ def build_default(now: datetime | None = None, blocks: int = 2, racks: int = 2, 
     _fragmented_block(sc, now, blocks + 2)
     _composite_gang(sc, now, hosts[(1, 2)])
     _kai_gang(sc, now)
+    _training_layer(sc, straggler=(hosts[(1, 1)][1], 5))
     return sc
+
+
+def _training_layer(sc: Scenario, straggler: tuple[str, int]) -> None:
+    """The jobs that report their own throughput, and when they slow down.
+
+    At +45 s llama-train's lagging GPU (GPU 5 of ``straggler``'s node, at 30% of its peers from the
+    start) falls to 10% and the job's tokens per second to 60%, in step: a hardware slowdown. At the
+    same time sd-lora's tokens per second halve on healthy GPUs: a data-loading stall. The demo's
+    rules compare both with the 20 s that end 12 s before (config.yaml demo): by then their
+    baselines hold ~30 s of healthy throughput. ray-tune is a RayJob whose Ray cluster has one
+    placement group that stays PENDING: a gang that cannot assemble inside Ray.
+    """
+    sc.training += [("ml-team", "llama-train", 5200.0), ("ml-team", "sd-lora", 1800.0)]
+    node, gpu = straggler
+    sc.training_timeline += [(45.0, "ml-team", "llama-train", 0.6, (node, gpu, 0.1)),
+                             (45.0, "ml-team", "sd-lora", 0.5, None)]
+    # The gemma-sft TrainJob reports tokens per second through the Trainer status server too.
+    for obj in sc.job_objects:
+        if obj["kind"] == "TrainJob" and obj["metadata"]["name"] == "gemma-sft":
+            obj["status"]["trainerStatus"]["metrics"].append({"name": "tokens_per_second", "value": "0"})
+    wl = next(w for w in sc.workloads if w["metadata"]["name"].startswith("job-ray-tune-"))
+    ref = wl["metadata"]["ownerReferences"][0]
+    # Kueue's RayJob integration owns the Workload by the RayJob (kueue ff69552e
+    # pkg/controller/jobs/rayjob/rayjob_controller.go:44); KubeRay names the cluster it creates
+    # after the RayJob and owns it by it (kuberay feeaf72f rayjob_controller.go constructRayClusterForRayJob).
+    ref.update(apiVersion="ray.io/v1", kind="RayJob")
+    cluster = "ray-tune-raycluster-k7d2x"
+    head = f"{cluster}-head-9wq4v"
+    sc.job_objects += [
+        {"apiVersion": "ray.io/v1", "kind": "RayJob",
+         "metadata": {"name": "ray-tune", "namespace": "research", "uid": ref["uid"],
+                      "labels": {"kueue.x-k8s.io/queue-name": "research-queue"}},
+         "spec": {"entrypoint": "python tune.py", "suspend": False},
+         "status": {"rayClusterName": cluster, "jobStatus": "RUNNING", "jobDeploymentStatus": "Running",
+                    "rayClusterStatus": {"state": "ready", "readyWorkerReplicas": 2, "desiredWorkerReplicas": 2}}},
+        {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+         "metadata": {"name": cluster, "namespace": "research", "uid": _uid("raycluster", "research", cluster),
+                      "labels": {"ray.io/originated-from-cr-name": "ray-tune", "ray.io/originated-from-crd": "RayJob"},
+                      "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "ray-tune", "uid": ref["uid"],
+                                           "controller": True, "blockOwnerDeletion": True}]},
+         "spec": {"headGroupSpec": {}, "workerGroupSpecs": []},
+         "status": {"state": "ready", "readyWorkerReplicas": 2, "availableWorkerReplicas": 2, "desiredWorkerReplicas": 2,
+                    "head": {"podName": head}}},
+    ]
+    sc.ray_heads.append(("research", cluster, head, {"CREATED": 1, "PENDING": 1}))
 
 
 def _fragmented_block(sc: Scenario, now: datetime, block: int) -> None:

@@ -1,0 +1,201 @@
+"""explain's training layer on Debian's real Prometheus, over recorded samples.
+
+Two hours of samples for four jobs (tokens_per_second per pod, gangscope_gpu_pod_info, NVLink
+byte counters and link state per GPU) are written as OpenMetrics with timestamps and turned into
+TSDB blocks by ``promtool tsdb create-blocks-from openmetrics``; a real Prometheus serves them
+and explain's queries run on it. Each job's throughput halves 20 minutes before the end; what else
+changes decides the verdict, as in alerts/tests/training.yaml: NVLink with it on the same GPU
+(hardware), nothing else (workload), a move to another node with less NVLink (scheduling).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+
+from exporter import training_layer as tl
+from exporter.cluster.jobs import JOB_INFO  # noqa: F401  (the trainer mapping joins gangscope_job_info)
+
+PROMETHEUS, PROMTOOL = Path("/usr/bin/prometheus"), Path("/usr/bin/promtool")
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(not (PROMETHEUS.exists() and PROMTOOL.exists()),
+                                reason="needs Debian's prometheus and promtool (scripts/setup-env installs them)")
+
+END = (int(time.time()) // 60 - 10) * 60  # within the TSDB's retention, in the past
+START = END - 150 * 60
+DROP = END - 20 * 60
+
+
+def samples() -> str:
+    """OpenMetrics text: one family after another, each series' samples in time order."""
+    fams: dict[str, list[str]] = {}
+
+    def add(name: str, labels: str, value: Any, first: int = START, last: int = END) -> None:
+        out = fams.setdefault(name, [])
+        for t in range(first, last + 1, 60):
+            v = value(t) if callable(value) else value
+            out.append(f"{name}{{{labels}}} {v} {t}")
+
+    def gpu(node: str, index: int = 0) -> str:
+        return f'job="gangscope-agent",instance="{node}:9400",node="{node}",block="b1",rack="r1",host="{node}",gpu="{index}"'
+
+    def job(wl: str, pod: str, node: str, first: int = START, last: int = END, index: int = 0) -> None:
+        add("gangscope_gpu_pod_info", f'{gpu(node, index)},uuid="GPU-{node}-{index}",namespace="ml",pod="{pod}",container="trainer",'
+            f'workload="{wl}",podset="workers",podgroup="{wl}"', 1, first, last)
+
+    def tokens(pod: str, before: float, after: float, first: int = START, last: int = END) -> None:
+        add("tokens_per_second", f'job="training",instance="{pod}:8000",namespace="ml",pod="{pod}"',
+            lambda t: before if t < DROP else after, first, last)
+
+    def nvlink(node: str, before: float, after: float, index: int = 0) -> None:  # bytes per second, as a counter
+        add("gangscope_nvlink_transmit_bytes_total", f'{gpu(node, index)},link="0"',
+            lambda t: before * (min(t, DROP) - START) + after * max(0, t - DROP))
+        add("gangscope_nvlink_link_up", f'{gpu(node, index)},link="0"', 1)
+
+    # hw: one of its two GPUs (gpu 1) falls to a tenth of its NVLink traffic, the other keeps it: a straggler
+    job("hw", "hw-0", "n1"), job("hw", "hw-0", "n1", index=1), tokens("hw-0", 1000, 500)
+    nvlink("n1", 1e10, 1e10), nvlink("n1", 1e10, 1e9, index=1)
+    # even: its one GPU's NVLink halves with its throughput, nothing else: no hardware evidence, no verdict
+    job("even", "even-0", "n6"), tokens("even-0", 1000, 500), nvlink("n6", 1e10, 5e9)
+    job("data", "data-0", "n2"), tokens("data-0", 1000, 500), nvlink("n2", 1e10, 1e10)
+    job("moved", "moved-0", "n3", last=DROP - 60), tokens("moved-0", 1000, 1000, last=DROP - 60), nvlink("n3", 1e10, 1e10)
+    job("moved", "moved-1", "n4", first=DROP), tokens("moved-1", 500, 500, first=DROP), nvlink("n4", 1e9, 1e9)
+    job("steady", "steady-0", "n5"), tokens("steady-0", 1000, 1000), nvlink("n5", 1e10, 1e10)
+    text = []
+    for name, lines in fams.items():
+        kind = "counter" if name.endswith("_total") else "gauge"
+        family = name.removesuffix("_total") if kind == "counter" else name
+        text += [f"# TYPE {family} {kind}", *lines]
+    return "\n".join(text) + "\n# EOF\n"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    tmp = tmp_path_factory.mktemp("prom")
+    (tmp / "samples.om").write_text(samples())
+    subprocess.run([str(PROMTOOL), "tsdb", "create-blocks-from", "openmetrics", str(tmp / "samples.om"), str(tmp / "data")],
+                   check=True, capture_output=True)
+    (tmp / "prometheus.yml").write_text("global: {scrape_interval: 1m}\n")
+    port = free_port()
+    proc = subprocess.Popen([str(PROMETHEUS), f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
+                             f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL,
+                            stderr=(tmp / "prometheus.log").open("wb"))
+    url = f"http://127.0.0.1:{port}"
+
+    async def ready() -> None:
+        async with aiohttp.ClientSession() as s:
+            for _ in range(600):
+                try:
+                    async with s.get(url + "/-/ready") as r:
+                        if r.status == 200:
+                            return
+                except aiohttp.ClientError:
+                    pass
+                await asyncio.sleep(0.1)
+        raise AssertionError("Prometheus did not become ready: " + (tmp / "prometheus.log").read_text()[-2000:])
+
+    asyncio.run(ready())
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+async def layer(url: str, workload: str) -> dict[str, Any]:
+    return await tl.training_layer("ml", workload, True, url, END, (tl.DEFAULT_MAPPINGS[0],))
+
+
+def clock(t: int) -> str:
+    return time.strftime("%H:%M", time.gmtime(t))
+
+
+async def test_hardware_workload_and_scheduling_from_a_real_prometheus(prometheus: str) -> None:
+    hw = await layer(prometheus, "hw")
+    assert hw["status"] == "blocking" and hw["evidence"]["verdict"] == "hardware"
+    # baseline: the 61 one-minute points of the hour ending 15m before END, 6 of them at or after the drop
+    assert hw["evidence"]["throughput"]["baseline"] == pytest.approx((55 * 1000 + 6 * 500) / 61)
+    assert hw["evidence"]["throughput"]["down_since"] == DROP
+    # the 5m rate of NVLink falls below 0.7 of its baseline two minutes after the drop
+    assert hw["summary"] == (f"tokens_per_second 47% below its previous hour since {clock(DROP)}; "
+                             f"NVLink on gpu 1 of node n1 down 90% since {clock(DROP + 120)}; nvlink_straggler on gpu 1 of node n1: hardware")
+    data = await layer(prometheus, "data")
+    assert data["evidence"]["verdict"] == "workload"
+    assert data["summary"] == (f"tokens_per_second 47% below its previous hour since {clock(DROP)}; "
+                               "the job's NVLink traffic at 100% of its previous hour: workload")
+    moved = await layer(prometheus, "moved")
+    assert moved["evidence"]["verdict"] == "scheduling" and moved["evidence"]["scheduling_events"] == ["placement_changed"]
+    # its new GPU moves what it always moved there; the job's traffic is a tenth of what the old one moved.
+    # The old pod's last sample counts for Prometheus's 5m lookback (no stale marker in a backfill): down from DROP+5m.
+    assert moved["summary"] == (f"tokens_per_second 52% below its previous hour since {clock(DROP + 300)}; the job's NVLink "
+                                "traffic at 9% of its previous hour; placement_changed in the last 30m: scheduling")
+    even = await layer(prometheus, "even")
+    assert (even["status"], even["evidence"]["verdict"]) == ("unknown", None)
+    steady = await layer(prometheus, "steady")
+    assert (steady["status"], steady["summary"]) == ("ok", "tokens_per_second at 100% of its previous hour")
+    # every query the layer printed runs as printed
+    async with aiohttp.ClientSession() as s:
+        for q in hw["evidence"]["queries"].values():
+            async with s.get(prometheus + "/api/v1/query", params={"query": q, "time": str(END)}) as r:
+                assert (await r.json())["status"] == "success", q
+
+
+async def test_a_missing_or_renamed_metric_is_reported_and_logged(prometheus: str) -> None:
+    from structlog.testing import capture_logs
+
+    renamed = tl.Mapping("tokens_per_sec", "tokens_per_sec", unit="tokens")
+    with capture_logs() as logs:
+        doc = await tl.training_layer("ml", "hw", True, prometheus, END, (renamed,))
+    assert doc["status"] == "unknown" and doc["summary"] == "no throughput series for this job (tokens_per_sec: missing)"
+    assert [(e["event"], e["metric"], e["state"]) for e in logs] == [("throughput_mapping_problem", "tokens_per_sec", "missing")]
+    # with a second, working mapping the layer goes on with it
+    doc = await tl.training_layer("ml", "hw", True, prometheus, END, (renamed, tl.DEFAULT_MAPPINGS[0]))
+    assert doc["evidence"]["verdict"] == "hardware" and doc["evidence"]["mappings"] == {"tokens_per_sec": "missing", "tokens_per_second": "ok"}
+
+
+def test_verdict_table() -> None:
+    E = tl.Evidence
+    assert tl.verdict(E(None, 0.1, (), (), True)) is None  # no throughput or baseline
+    assert tl.verdict(E(0.9, 0.1, ("placement_changed",), (), True)) == "ok"
+    assert tl.verdict(E(0.5, 0.1, ("placement_changed",), (), True)) == "scheduling"
+    assert tl.verdict(E(0.5, 0.9, ("placement_changed",), (), True)) is None  # a move with healthy links: not guessed
+    assert tl.verdict(E(0.5, 0.1, (), (), True)) is None  # every GPU's traffic fell evenly: no hardware evidence
+    assert tl.verdict(E(0.5, 0.9, (), ("nvlink_down on gpu 3 of node n1",), True)) == "hardware"
+    assert tl.verdict(E(0.5, 0.9, (), (), True)) == "workload"
+    assert tl.verdict(E(0.5, None, (), (), True)) is None  # bandwidth not measured: never "workload"
+    assert tl.verdict(E(0.5, 0.9, (), (), False)) is None
+
+
+def test_defaults_equal_the_rules_config() -> None:
+    cfg = yaml.safe_load((ROOT / "alerts" / "config.yaml").read_text())
+    tr = cfg["training"]
+    assert (tl.BASELINE, tl.WINDOW, tl.RATIO, tl.INTERCONNECT_RATIO, tl.MIN_INTERCONNECT) == (
+        tr["baseline"], tr["window"], tr["ratio"], tr["interconnect_ratio"], tr["min_interconnect_bytes_per_second"])
+    assert tl.RATE == cfg["rate_window"]
+    assert tl.NVLINK_ERRORS == cfg["alerts"]["GangscopeNVLinkErrorsRising"]["min_errors"]
+    strag = cfg["alerts"]["GangscopeGPUStraggler"]
+    assert (tl.STRAGGLER_RATIO, tl.STRAGGLER_MIN_MEDIAN) == (strag["ratio"], strag["min_median_bytes_per_second"])
+    fors = [cfg["alerts"][a]["for"] for a in ("GangscopeJobSlowScheduling", "GangscopeJobSlowHardware", "GangscopeJobSlowWorkload")]
+    assert tl.OFFSET == f"{5 + max(int(f.rstrip('m')) for f in fors)}m"
+    assert [tl.Mapping(t.get("name", t["metric"]), t["metric"], t["type"], t["unit"], t["join"], t["label"], t["aggregate"],
+                       t.get("match", "")) for t in tr["throughput"]] == list(tl.DEFAULT_MAPPINGS)
+
+
+def test_throughput_flag() -> None:
+    assert tl.parse_mapping("samples_total,type=counter,aggregate=max") == tl.Mapping(
+        "samples_total", "samples_total", "counter", "", "pod", "pod", "max")
+    assert tl.parse_mapping("tps,join=job").label == "name"
+    with pytest.raises(Exception, match="want METRIC"):
+        tl.parse_mapping("tps,speed=fast")
