@@ -313,6 +313,7 @@ class Capacity:
                  shard: int = 0, total_shards: int = 1) -> None:
         self.exposition = exposition
         exposition.register(*FAMILIES)
+        self._skip = exposition.filtered(FAMILIES)  # --metric-denylist: never formatted
         self._levels, self._fragment = levels, fragment
         self.sizes = tuple(sizes)
         self._flavors: Mapping[str, ResourceFlavor] = flavors if flavors is not None else {}
@@ -714,14 +715,15 @@ class Capacity:
         # capacity), 5 series per Node that no dashboard or rule reads raw.
         derived = self.complete and self._levels().keys[level] != HOSTNAME_LABEL
         level, topology = path[-1][0], self._fragment(path)
-        gpus = []
-        for name, value in zip(STATES, (cap, unavailable, used, free)):
-            if name == "used" or (name == "free" and derived) or (name in ("capacity", "unavailable") and self.node_owner):
-                gpus.append(DOMAIN_GPUS.sample((level, name), value, topology))
-        lines: dict[Family, list[str]] = {DOMAIN_GPUS: gpus}
-        if self.bound_known:
+        skip = self._skip
+        lines: dict[Family, list[str]] = {}
+        if DOMAIN_GPUS not in skip:
+            lines[DOMAIN_GPUS] = [
+                DOMAIN_GPUS.sample((level, name), value, topology) for name, value in zip(STATES, (cap, unavailable, used, free))
+                if name == "used" or (name == "free" and derived) or (name in ("capacity", "unavailable") and self.node_owner)]
+        if self.bound_known and DOMAIN_BOUND not in skip:
             lines[DOMAIN_BOUND] = [DOMAIN_BOUND.sample((level,), dom.sums[_BOUND], topology)]
-        if derived:
+        if derived and DOMAIN_PLACEABLE not in skip:
             placeable = dom.sums[_PLACEABLE:]
             if dom.extra_used:  # usage not on a host: take it from the largest sizes' count too
                 placeable = [max(0.0, p - dom.extra_used // s) for p, s in zip(placeable, self.sizes)]
