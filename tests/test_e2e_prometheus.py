@@ -18,8 +18,10 @@ rule evaluating without error.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import importlib.util
+import json
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -31,6 +33,7 @@ import aiohttp
 import pynvml
 import pytest
 
+from exporter import explain
 from exporter.demo import Demo
 
 PROMETHEUS = Path("/usr/bin/prometheus")
@@ -114,7 +117,7 @@ def firing(name: str, **labels: str) -> Callable[[list[dict[str, Any]]], bool]:
     return lambda alerts: any(a["state"] == "firing" for a in matching(alerts, name, **labels))
 
 
-async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path) -> None:
+async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     started = time.monotonic()
     demo = Demo(scenario_name="static", with_prometheus=True, workdir=tmp_path / "demo")
     (tmp_path / "demo").mkdir()
@@ -131,6 +134,10 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path) -> None
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
             prom = PromAPI(session, f"http://{demo.host}:{demo.prometheus_port}")
             await poll(prom.ready, bool, 30, "Prometheus ready")
+            page = await demo.prometheus_alerts_page()  # the URL the demo prints: it must answer
+            assert page == f"{prom.base}/classic/alerts", page  # Debian's 2.42: the classic UI only
+            async with session.get(page) as resp:
+                assert resp.status == 200 and "<title>Prometheus" in await resp.text()
             targets = 1 + len(demo.agents)
             up = await poll(lambda: prom.query("up"), lambda r: len(r) == targets and all(s["value"][1] == "1" for s in r),
                             30, f"all {targets} targets up")
@@ -295,6 +302,32 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path) -> None
 
             after = await prom.query('rack:gangscope_workload_stage:count{rack="rack-2-2"}')
             assert all(s["metric"]["stage"] != "running" for s in after), after
+
+            # --- explain's interconnect layer, as a user runs it against the demo ------------
+            # live, through the demo's kubeconfig, with this Prometheus: a baseline from the history
+            # it holds (it started with the demo; the job has run for 3 h), and the lagging GPU named
+            await asyncio.sleep(max(0.0, all_up + 45 - time.monotonic()))  # "a minute after the demo starts"
+            args = argparse.ArgumentParser()
+            explain.add_arguments(args)
+            argv = ["ml-team/llama-train", "--kubeconfig", demo.kubeconfig, "--prometheus", prom.base, "--output", "json"]
+            capsys.readouterr()  # what the demo printed so far
+            assert await asyncio.to_thread(explain.run, args.parse_args(argv)) == 0
+            doc = json.loads(capsys.readouterr().out)
+            inter = doc["layers"][3]
+            assert (doc["verdict"]["status"], doc["verdict"]["layer"]) == ("slow", "interconnect"), inter
+            assert inter["summary"].startswith("straggler: nvlink "), inter
+            assert [(s["node"], s["gpu"]) for s in inter["evidence"]["stragglers"] if s["interconnect"] == "nvlink"] == [
+                (straggler_node, "5")]
+            assert inter["evidence"]["baseline"]["first_hour"] is False
+            assert "of the history Prometheus holds for the job" in inter["summary"]
+            assert inter["evidence"]["values_bytes_per_second"]["nvlink_now"] == pytest.approx(
+                expected["transmit"] + expected["receive"], rel=0.1)
+
+            # --- no flapping: the NVLink error alert of the degraded link fires and stays ---
+            # (each simulated error rate is well above or well below the demo's threshold)
+            held = await prom.query('count_over_time(ALERTS{alertname="GangscopeNVLinkErrorsRising", '
+                                    'alertstate="firing"}[30s])')
+            assert {s["metric"]["type"]: float(s["value"][1]) >= 29 for s in held} == {"replay": True}, held  # recovery: 0/s
 
             # --- every rule evaluated without error ---------------------------------------
             groups = await prom.rules()

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from exporter.cluster.gangs import GANG_STAGES, GangIndex, evaluate
+from exporter.cluster.gang_state import GANG_STAGES, evaluate
+from exporter.cluster.gangs import GangIndex
 from exporter.cluster.podgroups import parse_coscheduling
 from exporter.cluster.store import ClusterStore
 from exporter.exposition import Exposition
@@ -123,7 +124,15 @@ def test_legacy_label_joins_legacy_group() -> None:
     c = Cluster()
     c.add_pg(podgroup("old", group="scheduling.sigs.k8s.io"))
     c.add_wl(workload("wl", owner=None, podsets=[podset("main", 2, 8, labels={"pod-group.scheduling.sigs.k8s.io": "old"})]))
-    assert c.info() == {("ml", "wl", "old", "coscheduling", "template")}
+    assert c.info() == {("ml", "wl", "old", "coscheduling_legacy", "template")}
+
+
+def test_one_name_in_both_coscheduling_groups_exports_two_series() -> None:
+    c = Cluster()
+    c.add_pg(podgroup("twin", group="scheduling.sigs.k8s.io", min_member=2))
+    c.add_pg(podgroup("twin", min_member=4))
+    mins = {dict(k)["api"]: v for k, v in c.series("gangscope_podgroup_min_member").items()}
+    assert mins == {"coscheduling": 4, "coscheduling_legacy": 2}
 
 
 def test_volcano_annotation_joins_volcano_group_only() -> None:

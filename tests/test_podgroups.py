@@ -106,7 +106,7 @@ def test_exposition_of_every_api() -> None:
     mins = series(expo, "gangscope_podgroup_min_member")
     assert mins[L(namespace="serving", podgroup="lws-llama/workers", api="native")] == 4
     assert L(namespace="serving", podgroup="lws-llama/leader", api="native") not in mins  # basic policy
-    assert mins[L(namespace="hpc", podgroup="legacy-mpi", api="coscheduling")] == 8
+    assert mins[L(namespace="hpc", podgroup="legacy-mpi", api="coscheduling_legacy")] == 8
     pods = series(expo, "gangscope_podgroup_pods")
     assert pods[L(namespace="vision", podgroup="clip-partial", api="volcano", state="running")] == 2
     assert pods[L(namespace="research", podgroup="gpt-crash", api="coscheduling", state="failed")] == 1

@@ -229,13 +229,13 @@ def test_fixture_node_failure_timeline() -> None:
     # the assignment is gone from the object, but its pods are still exported from the cache ...
     assert len([k for k in s if k[0] == "gangscope_workload_topology_pods"]) == 16
     assert store.workload("ml-team", "job-llama-train-f48ba").assignments == []
-    # ... and the NodeFailures eviction lands once in each rack of its 16 hosts: the failed node's rack
-    # (the only Node known), and the unknown racks of the other 15 together
+    # ... and the NodeFailures eviction lands in the failed node's rack only (its unhealthyNodes before
+    # the eviction patch cleared them, evict.go:205-209), not in the racks of the 15 healthy hosts
     evictions = {k: v for k, v in s.items() if k[0] == "gangscope_topology_evictions_total"}
     assert evictions == {
         sample("gangscope_topology_evictions_total", reason="NodeFailures", underlying_cause="", block="b1", rack="r1"): 1,
-        sample("gangscope_topology_evictions_total", reason="NodeFailures", underlying_cause="", block="", rack=""): 1,
     }
+    assert store.workload("ml-team", "job-llama-train-f48ba").failed_nodes == ("gke-ml-a3mega-pool-1-5d2f7a1c-jn2q",)
     assert s[sample("gangscope_workload_evictions_total", **nw, reason="NodeFailures", underlying_cause="")] == 1
 
 

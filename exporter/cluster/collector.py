@@ -14,6 +14,7 @@ from typing import Any
 from ..config import add_gpu_resource, add_topology, gpu_resources, topology_from_args
 from ..exposition import Exposition
 from .capacity import DEFAULT_PLACEMENT_SIZES, parse_sizes
+from .gang_state import KAI_DEFAULT_STALENESS_GRACE
 from .gangs import DEFAULT_ASSEMBLY_TIMEOUT, GangIndex, add_gang_arguments, attach_gangs
 from .jobs import DEFAULT_PROGRESS_STALE, add_job_arguments, attach_jobs
 from .pods import PodStore, add_pod_arguments
@@ -29,6 +30,7 @@ def build_collector(exposition: Exposition, *, gpu_resources: Sequence[str] = ("
                     progress_stale_after: float = DEFAULT_PROGRESS_STALE,
                     placement_sizes: Sequence[int] = DEFAULT_PLACEMENT_SIZES, shard: int = 0, total_shards: int = 1,
                     labels_allowlist: LabelsAllowlist | None = None, finished_detail: float = DEFAULT_FINISHED_DETAIL,
+                    kai_grace: float = KAI_DEFAULT_STALENESS_GRACE,
                     ) -> tuple[ClusterStore, dict[str, Any], GangIndex]:
     """The store, the gang index joined onto it, and every handler keyed by ``Resource.source``
     (see exporter.kube.resources): Kueue objects and Nodes go to the store, the PodGroup
@@ -47,6 +49,7 @@ def build_collector(exposition: Exposition, *, gpu_resources: Sequence[str] = ("
     if pods is not None:
         store.capacity.attach_pods(pods)
     gangs = attach_gangs(store, assembly_timeout=assembly_timeout, pods=pods)
+    gangs.kai_grace = kai_grace
     jobs = attach_jobs(store, gangs)
     jobs.stale_after = progress_stale_after
     handlers: dict[str, Any] = {**store.handlers(), **gangs.handlers(), **jobs.handlers(),
@@ -105,7 +108,8 @@ def collector_from_args(exposition: Exposition, args: argparse.Namespace) -> tup
         alias_overrides=overrides, assembly_timeout=args.assembly_timeout, eviction_level=args.eviction_level,
         eviction_grace=args.eviction_domain_grace, watch_pods=not args.no_pods,
         progress_stale_after=args.progress_stale_after, placement_sizes=args.placement_sizes,
-        labels_allowlist=labels_from_flag(args.metric_labels_allowlist), finished_detail=args.finished_detail)
+        labels_allowlist=labels_from_flag(args.metric_labels_allowlist), finished_detail=args.finished_detail,
+        kai_grace=args.kai_staleness_grace_period)
 
 
 def source_specs(args: argparse.Namespace, handlers: Mapping[str, Any], *, namespace: str | None = None,

@@ -14,6 +14,7 @@ import asyncio
 import gc
 import os
 import signal
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -48,13 +49,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds between polls of Kueue's visibility API for pending Workloads' queue positions "
                         "(0: do not poll; default 30)")
     p.add_argument("--queue-position-limit", type=int, default=DEFAULT_LIMIT, metavar="N",
-                   help="Workloads asked for per ClusterQueue and poll (Kueue's limit parameter; default 1000)")
+                   help="most Workloads asked for per ClusterQueue (or LocalQueue) and poll, in pages of 1000 "
+                        "(Kueue's limit and offset parameters; default 10000)")
     add_logging(p)
 
 
 def add_scope(p: argparse.ArgumentParser) -> None:
     """What the collector watches: kube-state-metrics' flags of the same names."""
-    sources = ",".join(r.source for r in COLLECTOR_RESOURCES)
+    sources = ",".join(dict.fromkeys(r.source for r in COLLECTOR_RESOURCES))
     p.add_argument("--resources", default="", metavar="SOURCE,...",
                    help=f"watch only these sources (default: all of {sources})")
     p.add_argument("--namespaces", action="append", default=[], metavar="NS,...",
@@ -85,7 +87,7 @@ def scope_from_args(args: argparse.Namespace) -> Scope:
 
 def sources_from_args(args: argparse.Namespace) -> set[str]:
     """The --resources selection (every collector source by default). Raises ValueError on an unknown one."""
-    known = [r.source for r in COLLECTOR_RESOURCES]
+    known = list(dict.fromkeys(r.source for r in COLLECTOR_RESOURCES))
     chosen = {s.strip() for s in args.resources.split(",") if s.strip()} or set(known)
     unknown = sorted(chosen - set(known))
     if unknown:
@@ -199,19 +201,20 @@ class Collector:
         specs = [spec for spec in source_specs(args, self.handlers) if spec.resource.source in self.selected]
         self.positions = QueuePositionPoller(self.client, self.store, self.exposition,
                                              interval=args.queue_position_interval, limit=args.queue_position_limit,
-                                             discovery_interval=args.discovery_interval
+                                             discovery_interval=args.discovery_interval, scope=self.scope,
                                              ) if QUEUE_POSITIONS.source in self.selected else None
         self.sources = SourceSet(self.client, specs, self.exposition, discovery_interval=args.discovery_interval,
                                  backoff=self._backoff, scope=self.scope)
         self.shard_sources: SourceSet | None = None
         for name, state in self.sources.sources.items():
             self.handlers[name].health = state.health  # parse errors counted on the source's own health
-        from ..explain import EXPLAIN_EXAMPLE, explain_route
+        from ..explain import EXPLAIN_ROUTE, explain_route
 
         self.endpoint = await serving.start(
             args, self.exposition, self.ready, [explain_route(self.store, self.gangs)], post_json=self.client.post_json,
-            title="gangscope collector", links=[(EXPLAIN_EXAMPLE, "why a job is pending or slow, layer by layer (JSON)")],
-            sources=self._healths)
+            title="gangscope collector", sources=self._healths, featured=self._worth_a_look,
+            routes=[(EXPLAIN_ROUTE, "why a job is pending or slow, layer by layer (JSON; &pretty, or a browser, "
+                                    "gets it indented)")])
         self.gangs.start_timers()
         self.store.start_timers()
         self.port = self.endpoint.port
@@ -238,6 +241,19 @@ class Collector:
         async with asyncio.timeout(timeout):
             while not self.ready()[0]:
                 await asyncio.sleep(0.02)
+
+    def _worth_a_look(self) -> tuple[str, list[tuple[str, str, str]]]:
+        """The landing page's jobs worth a look (exporter.cluster.attention), each linked to its explain."""
+        from urllib.parse import urlencode
+
+        from .attention import worth_a_look
+
+        jobs = self.gangs.jobs
+        flagged = worth_a_look(self.store.workloads.values(), self.gangs.gangs.values(),
+                               jobs.jobs.values() if jobs is not None else (), time.time(),
+                               jobs.stale_after if jobs is not None else float("inf"))
+        return "Jobs worth a look", [(f"/debug/explain?{urlencode({'namespace': f.namespace, 'name': f.name, 'pretty': ''})}",
+                                      f"{f.namespace}/{f.name}", f.why) for f in flagged]
 
     def _healths(self) -> list[Any]:
         sets = [self.sources] + [s for s in (self.shard_sources, self.namespace_sources) if s is not None]

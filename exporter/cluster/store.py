@@ -12,7 +12,7 @@ API (for the gang join, explain and the collector main)::
                          clock=time.time)
     handlers = store.handlers()                    # {source name: ResourceHandler}, sources as in
                                                    # exporter.kube.resources (workloads, localqueues,
-                                                   # topologies, resourceflavors, nodes)
+                                                   # topologies, resourceflavors, clusterqueues, cohorts, nodes)
     handlers["workloads"].replace(objects)         # a full LIST (objects not in it are deleted)
     handlers["workloads"].apply("MODIFIED", obj)   # one watch event: ADDED | MODIFIED | DELETED
     handlers["workloads"].health = SourceHealth(...)   # where parse errors are counted (optional)
@@ -25,6 +25,8 @@ API (for the gang join, explain and the collector main)::
     store.workloads_by_owner_uid(uid) -> list[Workload]        # controller owner uid or label kueue.x-k8s.io/job-uid
     store.workloads_by_owner_name(namespace, name) -> list[Workload]
     store.local_queues / store.topologies / store.flavors / store.nodes   # dicts of records
+    store.cluster_queues: dict[str, ClusterQueue]  # exporter.cluster.clusterqueues (spec order of flavors,
+                                                   # quotas, Active condition); store.cohorts likewise
     store.levels -> TopologyLevels; store.node_path(node_name) -> Path; store.fragment(path) -> LabelPairs
     store.queue_positions                          # (namespace, name) -> QueuePosition (the visibility poller's)
     store.on_workload_change: list[Callable[[tuple[str, str]], None]]   # after a Workload is set,
@@ -43,7 +45,7 @@ exception of any other type is a bug, counted in ``gangscope_internal_errors_tot
 Two things outlive the objects Kueue shows: the last topology assignment of each Workload
 (Kueue clears ``status.admission`` when it evicts), and ``gangscope_topology_evictions_total``,
 which attributes each eviction (a ``status.schedulingStats.evictions`` count going up) once to
-each domain, at ``eviction_level``, of that last assignment. A domain that no Node has any more
+each domain, at ``eviction_level``, where it happened (:mod:`exporter.cluster.evictions`). A domain that no Node has any more
 is dropped ``eviction_grace`` seconds later, so the counter's series do not outlive the cluster.
 """
 
@@ -52,7 +54,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import structlog
 
@@ -64,6 +66,9 @@ from ..topologies import (
 )
 from ..topology import HOSTNAME_LABEL, DomainPaths, TopologyError, TopologyLevels
 from .capacity import DEFAULT_PLACEMENT_SIZES, Capacity
+from .clusterqueues import FAMILIES as CLUSTER_QUEUE_FAMILIES
+from .clusterqueues import ClusterQueue, Cohort, QueuePosition, parse_cluster_queue, parse_cohort, render_cluster_queue
+from .evictions import NODE_FAILURES, eviction_domains, failed_nodes, new_evictions
 from .localqueues import LocalQueue, parse_local_queue
 from .nodes import Node, parse_node
 from .object_labels import WORKLOAD_LABELS, LabelsAllowlist
@@ -71,9 +76,6 @@ from .workload_state import PodsAssembling, workload_state
 from .workloads import (
     FAMILIES, RETIRED_STAGES, TOPOLOGY_EVICTIONS, Assignment, Path, Workload, parse_workload, render_workload,
 )
-
-if TYPE_CHECKING:
-    from .queue_positions import QueuePosition
 
 log = structlog.get_logger(__name__)
 
@@ -207,7 +209,7 @@ class ClusterStore:
                  finished_detail: float = DEFAULT_FINISHED_DETAIL) -> None:
         self.exposition = exposition
         self.finished_detail = finished_detail
-        exposition.register(*FAMILIES, TOPOLOGY_UNRESOLVED)
+        exposition.register(*FAMILIES, TOPOLOGY_UNRESOLVED, *CLUSTER_QUEUE_FAMILIES)
         self._skip = exposition.filtered(FAMILIES)  # --metric-denylist: never formatted
         # --metric-labels-allowlist: Workload labels here, PodGroup labels in the gang index
         self.labels_allowlist = labels_allowlist
@@ -223,6 +225,8 @@ class ClusterStore:
         self.topologies: dict[str, Topology] = {}
         self.flavors: dict[str, ResourceFlavor] = {}
         self.nodes: dict[str, Node] = {}
+        self.cluster_queues: dict[str, ClusterQueue] = {}
+        self.cohorts: dict[str, Cohort] = {}
         self.queue_positions: dict[WorkloadKey, QueuePosition] = {}
         self.on_workload_change: list[Callable[[WorkloadKey], None]] = []
         self.on_topology_change: list[Callable[[], None]] = []
@@ -262,9 +266,16 @@ class ClusterStore:
         self._level_names: dict[str, str] = {}
         self.capacity = Capacity(exposition, lambda: self.levels, self.fragment, gpu_resources=self.gpu_resources,
                                  sizes=placement_sizes, flavors=self.flavors, topologies=self.topologies,
-                                 shard=shard, total_shards=total_shards)
+                                 shard=shard, total_shards=total_shards, queue_flavors=self.queue_flavors, clock=clock)
         self.on_workload_change.append(lambda key: self.capacity.workload_changed(key, self.workloads.get(key)))
         self.on_topology_change.append(self.capacity.levels_changed)
+
+    def queue_flavors(self, cluster_queue: str) -> tuple[str, ...] | None:
+        """The flavors of a ClusterQueue in spec order, None while it is not known (the fit is then
+        unknown, never a guess). The ClusterQueue watch keeps ``cluster_queues``; a dump without
+        ClusterQueues knows no queue."""
+        queue = self.cluster_queues.get(cluster_queue)
+        return tuple(queue.flavor_names) if queue is not None else None
 
     # ---- handlers -------------------------------------------------------------------------
 
@@ -283,6 +294,11 @@ class ClusterStore:
             "resourceflavors": ResourceHandler("resourceflavors", parse_resource_flavor, lambda f: f.name,
                                                self._put_flavor, self._delete_flavor, self.flavors,
                                                finish=self._flavors_changed),
+            "clusterqueues": ResourceHandler("clusterqueues", parse_cluster_queue, lambda q: q.name,
+                                             self._put_cluster_queue, self._delete_cluster_queue, self.cluster_queues,
+                                             finish=settle),
+            "cohorts": ResourceHandler("cohorts", parse_cohort, lambda c: c.name, self._put_cohort,
+                                       self._delete_cohort, self.cohorts),
             "nodes": _NodeHandler("nodes", lambda o: parse_node(o, self.gpu_resources), lambda n: n.name,
                                   self._put_node, self._delete_node, self.nodes, store=self, finish=settle),
         }
@@ -413,6 +429,8 @@ class ClusterStore:
             wl.last_assignments = wl.assignments
         elif prev is not None:
             wl.last_assignments = prev.last_assignments
+        if prev is not None:
+            wl.failed_nodes = prev.failed_nodes  # replaced by _count_evictions on a new NodeFailures eviction
         for a in wl.last_assignments:
             if not a.placed and a.domains:
                 a.placed = self.place(a)
@@ -468,7 +486,8 @@ class ClusterStore:
             lq = self.local_queues.get((wl.namespace, wl.queue_name))
             wl.cluster_queue = lq.cluster_queue if lq is not None else ""
         wl.unhealthy_paths = [self.node_path(n) for n in wl.unhealthy_nodes]
-        wl.state = workload_state(wl, self.clock(), self._assembling(wl.key) if self.pods_assembling else None)
+        wl.state = workload_state(wl, self.clock(), self._assembling(wl.key) if self.pods_assembling else None,
+                                  self.cluster_queues.get(wl.cluster_queue))
         self._arm_backoff(wl)
         wl.detail = self._detail(wl)
         chunks = render_workload(wl, self.fragment, self.level_name, wl.detail, self._skip)
@@ -606,33 +625,28 @@ class ClusterStore:
 
     def _count_evictions(self, prev: Workload, wl: Workload) -> None:
         """Count each eviction Kueue records in ``status.schedulingStats.evictions`` (object
-        state, so two collectors agree), once per domain of the last assignment.
-
-        Kueue increments the count of (reason, underlyingCause) in the same patch that sets the
-        Evicted condition (kueue pkg/workload/evict/evict.go:178-185). A deactivation writes the
-        condition's reason as ``DeactivatedDueTo<Cause>`` but the count as ``Deactivated`` with
-        the cause apart (evict.go:181-182, 185), so counting the stats alone counts it once.
-        """
-        found: dict[tuple[str, str], int] = {}
-        before = prev.evictions
-        for key, n in wl.evictions.items():
-            delta = n - before.get(key, 0)
-            if delta > 0:
-                found[key] = delta
+        state, so two collectors agree) once per domain it happened in
+        (:func:`exporter.cluster.evictions.eviction_domains`: the placement seen before this
+        event; for node failures, the failed nodes' domains only)."""
+        found = new_evictions(prev, wl)
         if not found:
             return
         depth = self.eviction_depth
-        domains = {path[:depth] for a in wl.last_assignments for path, _ in a.placed}
-        if not domains:
-            return
         counters = self._topology_evictions
+        counted: set[Path] = set()
         for (reason, cause), n in found.items():
+            domains, _ = eviction_domains(reason, prev, wl, depth, self._node_domain.get)
+            if reason == NODE_FAILURES:
+                wl.failed_nodes = failed_nodes(prev, wl)
             for domain in domains:
                 k = (reason, cause, domain)
                 counters[k] = counters.get(k, 0) + n
+            counted |= domains
+        if not counted:
+            return
         if self.nodes:
             now = self.clock()
-            for domain in domains:
+            for domain in counted:
                 if not self._domain_nodes.get(domain):
                     self._gone_since.setdefault(domain, now)
             self._arm_prune()
@@ -720,6 +734,37 @@ class ClusterStore:
         pending = [k for k in self._by_queue.get(key, ()) if not self.workloads[k].admission_cluster_queue]
         self._rerender(pending, replace_paths=False)
 
+    # ---- cluster queues, cohorts ----------------------------------------------------------
+
+    def _put_cluster_queue(self, cq: ClusterQueue) -> None:
+        prev = self.cluster_queues.get(cq.name)
+        self.cluster_queues[cq.name] = cq
+        self._render_cluster_queue(cq)
+        if prev is None or (prev.active, prev.active_reason, prev.stop_policy) != (cq.active, cq.active_reason, cq.stop_policy):
+            self._rerender_cluster_queue_workloads(cq.name)
+
+    def _delete_cluster_queue(self, name: str) -> None:
+        if self.cluster_queues.pop(name, None) is not None:
+            self.exposition.delete(("clusterqueue", name))
+            self._rerender_cluster_queue_workloads(name)
+
+    def _render_cluster_queue(self, cq: ClusterQueue) -> None:
+        flavors = self.flavors
+        self.exposition.set(("clusterqueue", cq.name), render_cluster_queue(
+            cq, lambda f: rf.topology_name if (rf := flavors.get(f)) is not None else ""))
+
+    def _rerender_cluster_queue_workloads(self, name: str) -> None:
+        """The queue's activity changed: what its waiting Workloads' Kueue messages mean may have
+        (see :func:`exporter.cluster.workload_state.workload_state`)."""
+        self._rerender([k for k, wl in self.workloads.items() if wl.cluster_queue == name and not wl.admitted],
+                       replace_paths=False)
+
+    def _put_cohort(self, cohort: Cohort) -> None:
+        self.cohorts[cohort.name] = cohort
+
+    def _delete_cohort(self, name: str) -> None:
+        self.cohorts.pop(name, None)
+
     # ---- topologies, flavors --------------------------------------------------------------
 
     def _put_topology(self, topo: Topology) -> None:
@@ -763,6 +808,8 @@ class ClusterStore:
     def _flavors_changed(self) -> None:
         try:
             self._update_flavor_topologies()
+            for cq in self.cluster_queues.values():  # their series carry each flavor's Topology
+                self._render_cluster_queue(cq)
         finally:
             self.capacity.flavors_changed()
             self.capacity.settle()

@@ -12,18 +12,30 @@ gangs that change on their own.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..exposition import Family, LabelPairs, label_pairs
 from ..fields import (
-    SHARED_LIMIT, ParseError, Problems, as_bool, as_dict, as_int, as_list, as_str, parse_quantity, parse_time, shared, str_map,
+    SHARED_LIMIT, ParseError, Problems, as_bool, as_dict, as_int, as_list, as_str, parse_quantity, parse_time, require_identity, shared,
+    str_map,
 )
 from ..taints import Toleration, parse_tolerations
 from ..topologies import FlavorTopology
 from ..topology import AssignmentError, Domain, iter_domains
-from .workload_state import CHECK_STATES, STAGES, WorkloadState
+from .resources import pod_requests, required_affinity
+from .tas_fit import SelectorTerm
+
+# The stages a Workload's status means, highest precedence first: the first stage whose rule holds
+# is the Workload's stage (the rules: exporter.cluster.workload_state, which judges; the record
+# holds the result, so the vocabulary lives here and that module reads this one).
+STAGES = (
+    "finished", "deactivated", "evicting", "recovering", "running", "assembling", "admission_checks",
+    "preempting", "backoff", "held", "inadmissible", "queued",
+)
+# Admission check states (kueue apis/kueue/v1beta2/workload_types.go:803-805).
+CHECK_STATES = ("Pending", "Ready", "Retry", "Rejected")
 
 _NW = ("namespace", "workload")
 # Stages whose Workload keeps a summary only (past --finished-detail): its placement, gang and
@@ -80,7 +92,7 @@ WORKLOAD_EVICTIONS = Family(
     (*_NW, "reason", "underlying_cause"),
 )
 WORKLOAD_REQUEUE_COUNT = Family(
-    "gangscope_workload_requeue_count", "gauge",
+    "gangscope_workload_requeues", "gauge",
     "Times Kueue requeued the Workload after an eviction with backoff (status.requeueState.count; reset on reactivation).", _NW,
 )
 WORKLOAD_REQUEUE_AT = Family(
@@ -133,7 +145,8 @@ WORKLOAD_PAST_EXECUTION = Family(
 TOPOLOGY_EVICTIONS = Family(
     "gangscope_topology_evictions_total", "counter",
     "Workload evictions observed since start (status.schedulingStats), counted once per domain at --eviction-level "
-    "(labels of that level and above) of the evicted Workload's last assignment.",
+    "(labels of that level and above) of the placement the Workload was evicted from; NodeFailures only in the domains "
+    "of the failed nodes (every domain of the placement where no failed node is known).",
     ("reason", "underlying_cause"), topology=True,
 )
 
@@ -199,6 +212,36 @@ class AdmissionCheck:
         return self.last_transition_seconds + self.requeue_after_seconds
 
 
+@dataclass(frozen=True, slots=True)
+class PendingReason:
+    """Why a Workload is not admitted: Kueue's reason token, its category and Kueue's message.
+
+    ``reason`` is the token Kueue wrote (``QuotaReserved``'s reason, ``Admitted``'s while checks
+    are pending, the ``Requeued`` reason during a backoff); an absent ``QuotaReserved`` counts as
+    ``PendingEvaluation`` and an absent ``Admitted`` with quota reserved as
+    ``UnsatisfiedAdmissionChecks``, as Kueue's own unadmitted-workloads metric counts them
+    (KEP-10852, "Handling of Missing or Unset Status Conditions"); a backoff without a
+    ``Requeued=False`` condition (an admission check's retry delay) says ``Backoff``.
+    """
+
+    reason: str
+    category: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadState:
+    """The meaning of one Workload's status at one instant
+    (:func:`exporter.cluster.workload_state.workload_state` computes it)."""
+
+    stage: str
+    pending: PendingReason | None  # None once admitted (or finished)
+    backoff_until: float | None  # requeueState.requeueAt while it is in the future
+    blocking_check: AdmissionCheck | None  # the admission check that holds admission, if any
+    pods_assembling: bool | None  # the gang signal this state was computed with
+    uses_pods_signal: bool = False  # whether the stage depends on it (admitted, no PodsReady)
+
+
 @dataclass(slots=True)
 class Owner:
     """The controller ownerReference (usually the Job, JobSet, RayJob ...)."""
@@ -256,6 +299,8 @@ class PodSet:
     topology: TopologyRequest | None = None
     tolerations: tuple[Toleration, ...] = ()  # template.spec.tolerations
     node_selector: dict[str, str] = field(default_factory=dict)  # template.spec.nodeSelector
+    requests: Mapping[str, int] = field(default_factory=dict)  # one pod's effective requests, Kueue's units (shared)
+    affinity: tuple[SelectorTerm, ...] | None = None  # template's required node affinity terms (waiting only)
 
 
 class Shape:
@@ -322,11 +367,15 @@ class Workload:
     # rule of the CRD at :616; set by pkg/controller/admissionchecks/multikueue/workload.go:880,917).
     worker_cluster: str = ""
     nominated_clusters: tuple[str, ...] = ()
+    # Annotation kueue.x-k8s.io/workload-slice-replacement-for (pkg/workloadslicing): a new slice of an
+    # elastic Workload, which the topology fit does not model.
+    replaces_slice: bool = False
     # Filled by the store:
     state: WorkloadState | None = None  # what the status means (exporter.cluster.workload_state)
     cluster_queue: str = ""  # admission's, else the LocalQueue's spec.clusterQueue
     last_assignments: list[Assignment] = field(default_factory=list)  # current, else the last seen with topology
     unhealthy_paths: list[Path] = field(default_factory=list)
+    failed_nodes: tuple[str, ...] = ()  # the nodes of its last NodeFailures eviction (exporter.cluster.evictions)
     detail: bool = True  # False: finished or deactivated past --finished-detail, its summary only
 
     @property
@@ -360,9 +409,7 @@ def parse_workload(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",))
     meta, spec, status = obj.get("metadata"), obj.get("spec"), obj.get("status")
     if meta.__class__ is not dict:
         meta = as_dict(meta, "metadata", p)
-    name, namespace = meta.get("name"), meta.get("namespace")
-    if not isinstance(name, str) or not name or not isinstance(namespace, str) or not namespace:
-        raise ParseError("Workload without metadata.name and metadata.namespace")
+    name, namespace = require_identity("Workload", meta)
     if spec.__class__ is not dict:
         spec = as_dict(spec, "spec", p)
     if status.__class__ is not dict:
@@ -438,6 +485,8 @@ def parse_workload(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",))
         past_execution_seconds=_past_execution(status, p),
         worker_cluster=_intern(worker) if worker.__class__ is str else as_str(worker, "status.clusterName", p),
         nominated_clusters=nominated_clusters,
+        replaces_slice="kueue.x-k8s.io/workload-slice-replacement-for" in (
+            meta.get("annotations") if meta.get("annotations").__class__ is dict else _EMPTY),
     )
 
 
@@ -564,6 +613,8 @@ def _podsets(raw: Any, gpu_resources: Sequence[str], p: Problems, placing: bool 
             topology=_topology_request(ps.get("topologyRequest"), w, p),
             tolerations=parse_tolerations(tolerations, w + ".template.spec.tolerations", p) if tolerations is not None else (),
             node_selector=_shared_map(str_map(selector, w + ".template.spec.nodeSelector", p)) if selector is not None else _EMPTY,
+            requests=pod_requests(spec, w + ".template.spec", p),
+            affinity=required_affinity(spec, w + ".template.spec", p) if placing else None,
         ))
     return out
 

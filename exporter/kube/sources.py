@@ -44,7 +44,7 @@ import structlog
 from ..exposition import Exposition
 from ..health import SourceHealth
 from .backoff import Backoff, BackoffPolicy
-from .client import ApiError, Forbidden, KubeClient, NotFound
+from .client import ApiError, Forbidden, KubeClient, NotFound, report_failure
 from .discovery import served_version
 from .informer import EventHandler, Informer
 from .resources import Resource
@@ -183,8 +183,13 @@ class SourceSet:
                 absent.append(f"{name} ({s.phase})")
             else:
                 waiting.append(name)
-        if waiting:
-            return False, "waiting for first sync of: " + ", ".join(waiting)
+        if waiting:  # grouped by why, so that one unreachable API server reads as one reason
+            why: dict[str, list[str]] = {}
+            for name in waiting:
+                detail = self.sources[name].health.detail
+                why.setdefault("" if detail in ("not started", "ok", "") else detail, []).append(name)
+            return False, "waiting for first sync of: " + "; ".join(
+                ", ".join(names) + (f" ({reason})" if reason else "") for reason, names in why.items())
         detail = f"{len(self.sources) - len(absent)} sources synced"
         return True, detail + ("; down: " + ", ".join(absent) if absent else "")
 
@@ -205,7 +210,7 @@ class SourceSet:
                 version = await served_version(self.client, spec.resource)
             except ApiError as e:
                 s.phase = "error"
-                slog.warning("kube_discovery_failed", error=str(e))
+                report_failure(self.client, slog, "kube_discovery_failed", health.name, e)
                 health.down(f"discovery: {e}")
                 await asyncio.sleep(min(e.retry_after or errors.next(), self.discovery_interval))
                 continue
