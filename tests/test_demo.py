@@ -85,8 +85,8 @@ def test_demo_command_reports_and_exits_clean() -> None:
     assert ("verdict: held at PLACEMENT admission ok quota available in gpu-cluster-queue (queue ml-team-queue), but no "
             "topology domain fits: see placement placement BLOCKING Kueue: no topology placement: couldn't assign flavors "
             "to pod set main: topology \"gpu-topology\" allows to fit only 2 out of 3 pod(s). no single domain fits (main: "
-            "topology \"gpu-topology\" allows to fit only 2 out of 3 pod(s).") in llama, llama[:600]
-    assert "but the flavor h100-tas would hold it with the level dropped: fragm" in llama, llama[:900]
+            "topology \"gpu-topology\" allows to fit only 2 out of 3 pod(s). Total nodes: 22; excluded: resource "
+            "\"memory\": 19), but the flavor h100-tas would hold it with the level dropped: fragmented") in llama, llama[:600]
     # a job as Kueue shows it without waitForPodsReady, one waiting for preemptions, one held by a check
     gemma = out.split("$ gangscope explain research/gemma-eval\n", 1)[1]
     assert gemma.splitlines()[1] == "verdict: running", gemma[:300]
@@ -118,6 +118,12 @@ def test_demo_command_reports_and_exits_clean() -> None:
     # Its temporary folder (kubeconfig, kubelet sockets) is gone.
     kubeconfig = re.search(r"^  kubeconfig  (\S+)", out, re.M)
     assert kubeconfig and not Path(kubeconfig.group(1)).parent.exists()
+    # The explain command it prints runs in the user's shell as printed (its path, not a bare
+    # "gangscope" that only an activated venv has).
+    printed = re.search(r"^ {14}(.+) explain NS/NAME --kubeconfig (\S+)$", out, re.M)
+    assert printed and printed.group(2) == kubeconfig.group(1), out
+    again = subprocess.run([*printed.group(1).split(), "--version"], capture_output=True, text=True, timeout=60, cwd="/")
+    assert again.returncode == 0 and again.stdout.startswith("gangscope "), again
     assert time.monotonic() - started < 30
 
 
