@@ -98,8 +98,8 @@ DOMAIN_GPUS = Family(
 DOMAIN_PLACEABLE = Family(
     "gangscope_domain_placeable_pods", "gauge",
     "Pods of gpus_per_pod GPUs the domain can take now: the sum over its nodes of free GPUs divided by the pod size, "
-    "rounded down (for each of --placement-sizes); not for single hosts: recorded as "
-    "host:gangscope_domain_placeable_pods:sum.",
+    "rounded down, and no more than the node's allocatable pods allow (for each of --placement-sizes); for a single "
+    "host only where that differs from free // size: host:gangscope_domain_placeable_pods:sum records every host.",
     ("level", "gpus_per_pod"), topology=True,
 )
 DOMAINS = Family(
