@@ -996,10 +996,13 @@ def capacity_rules(cfg: Config) -> list[dict[str, Any]]:
             ")"
         ),
     })
+    # A host's pods of a size: free // size, unless the host's allocatable pods bind first; the
+    # collector exports a host's count only then (and only unsharded, where it sees every pod).
     for size in cfg.placement_sizes:
         out.append({
             "record": f"{host}:gangscope_domain_placeable_pods:sum",
-            "expr": f"floor({host}:gangscope_domain_gpus_free:sum / {size})",
+            "expr": (f'max by ({path}) (gangscope_domain_placeable_pods{{level="{host}", gpus_per_pod="{size}"}})\n'
+                     f"or on ({path}) floor({host}:gangscope_domain_gpus_free:sum / {size})"),
             "labels": {"gpus_per_pod": str(size)},
         })
     for depth in range(len(levels) - 1, 0, -1):

@@ -418,6 +418,11 @@ class Exposition:
             if aggregate:
                 known.owner_capped = False
 
+    def filtered(self, families: Iterable[Family]) -> frozenset[Family]:
+        """Those of ``families`` that --metric-allowlist/--metric-denylist leave out: their
+        renderers skip them, so their lines are never formatted, not formatted and dropped."""
+        return frozenset(f for f in families if (state := self._families.get(f.name)) is not None and not state.exported)
+
     @property
     def families(self) -> list[Family]:
         return [state.family for state in self._families.values()]

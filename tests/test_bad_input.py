@@ -36,7 +36,6 @@ from exporter.cluster.collector import build_collector
 from exporter.cluster.clusterqueues import parse_cluster_queue, parse_cohort
 from exporter.cluster.localqueues import parse_local_queue
 from exporter.cluster.nodes import parse_node
-from exporter.cluster.workload_state import STAGES
 from exporter.cluster.workloads import parse_workload
 from exporter.exposition import Exposition
 from exporter.fields import ParseError
@@ -512,15 +511,15 @@ def test_colliding_topologies_at_run_time_keep_the_levels_and_are_counted() -> N
 
 
 async def test_series_limit_drops_counts_and_warns_once(start_collector: StartCollector, kube_sim: SimApiServer) -> None:
-    for i in range(6):
+    for i in range(36):  # one stage series each (the current stage): more Workloads than the cap
         kube_sim.create(workload(f"extra-{i}", hosts=["h1"], conditions=admitted_conditions()))
     with capture_logs() as logs:
         collector = await start_collector("--max-series-per-family", "30")
         kube_sim.update(workload("extra-0", hosts=["h2"], conditions=admitted_conditions(ready=False)))
-        for i in range(6, 9):
+        for i in range(36, 39):
             kube_sim.create(workload(f"extra-{i}", admitted_cq=None))
         deadline = time.monotonic() + 5
-        while collector.store.workload("team", "extra-8") is None:
+        while collector.store.workload("team", "extra-38") is None:
             assert time.monotonic() < deadline
             await asyncio.sleep(0.02)
         text = await scrape(collector.port)
@@ -528,10 +527,18 @@ async def test_series_limit_drops_counts_and_warns_once(start_collector: StartCo
     samples = [s for f in parse_text(text) for s in f.samples]
     assert list(parse_openmetrics(om))
     stage = [s for s in samples if s.name == "gangscope_workload_stage"]
-    stages = len(STAGES)
-    assert 0 < len(stage) <= 30 and len(stage) % stages == 0  # whole Workloads dropped, never half of one
+    held = len(collector.store.workloads)
+    assert held > 30 and 0 < len(stage) <= 30
     dropped = {s.labels["family"]: s.value for s in samples if s.name == "gangscope_exposition_dropped_series_total"}
-    assert dropped["gangscope_workload_stage"] >= (12 - 30 // stages) * stages
+    assert dropped["gangscope_workload_stage"] >= held - 30
+    conditions: dict[tuple[str, str], int] = {}
+    for s in samples:
+        if s.name == "gangscope_workload_condition":
+            key = (s.labels["namespace"], s.labels["workload"])
+            conditions[key] = conditions.get(key, 0) + 1
+    assert conditions and dropped["gangscope_workload_condition"] > 0
+    assert all(n == len(collector.store.workloads[k].conditions) for k, n in conditions.items()), \
+        "whole Workloads dropped, never half of one"
     warnings = [e for e in logs if e.get("event") == "series_limit_reached"]
     assert [e["family"] for e in warnings].count("gangscope_workload_stage") == 1, "warned once, not per event"
     assert all(e["log_level"] == "warning" and e["limit"] == 30 for e in warnings)

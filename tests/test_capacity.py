@@ -272,7 +272,15 @@ def test_placeable_pods_count_the_nodes_pods_too() -> None:
     small["status"]["allocatable"]["pods"] = "2"
     h["nodes"].replace([small, gpu_node("h2", "b1", "r1")])
     h["workloads"].replace([workload("a", hosts=["h1"], gpus="2", conditions=admitted_conditions())])
-    # h1: 6 GPUs free but room for one more pod (1, 1, 1, 0); h2: 8 GPUs, 110 pods (8, 4, 2, 1)
+    # h1: 6 GPUs free but room for one more pod; h2: 8 GPUs, 110 pods. A host exports the sizes
+    # whose count is not free // size (what host:gangscope_domain_placeable_pods:sum records
+    # otherwise): h1 its 1- and 2-GPU pods, h2 nothing.
+    assert placeable(expo, "host", "b1", "r1", "h1") == {1: 1, 2: 1}
+    assert placeable(expo, "host", "b1", "r1", "h2") == {}
+    free = {"h1": 6, "h2": 8}
+    recorded = {h: {size: placeable(expo, "host", "b1", "r1", h).get(size, free[h] // size) for size in (1, 2, 4, 8)}
+                for h in free}
+    assert recorded == {"h1": {1: 1, 2: 1, 4: 1, 8: 0}, "h2": {1: 8, 2: 4, 4: 2, 8: 1}}
     assert placeable(expo, "rack", "b1", "r1") == {1: 9, 2: 5, 4: 3, 8: 1}
 
 

@@ -723,3 +723,31 @@ def test_multikueue_worker_cluster_and_nominated_clusters_on_the_info_series() -
     assert (info["dispatched"]["worker_cluster"], info["dispatched"]["nominated_worker_clusters"]) == ("worker-eu", "")
     assert (info["local"]["worker_cluster"], info["local"]["nominated_worker_clusters"]) == ("", "")
     assert parse_errors(expo, "workloads") == 0
+
+
+def test_denied_families_are_never_formatted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--metric-denylist: a Workload's per-host and placement-quality lines are not built at all
+    (not built and then dropped), nor a domain's placeable pods; the other families are unchanged."""
+    import exporter.cluster.workloads as workloads
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a denied family was formatted")
+
+    monkeypatch.setattr(workloads, "_pod_tails", refuse)
+    monkeypatch.setattr(workloads, "_quality_tails", refuse)
+    denied = {"gangscope_workload_topology_pods", "gangscope_workload_domains_spanned",
+              "gangscope_workload_locality_ratio", "gangscope_domain_placeable_pods"}
+    expo = Exposition(exported=lambda name: name not in denied)
+    store, handlers, _ = build_collector(expo)
+    for name, h in handlers.items():
+        h.health = SourceHealth(name, expo)
+    from exporter.cluster.capacity import DOMAIN_PLACEABLE
+
+    assert store.capacity._skip == {DOMAIN_PLACEABLE}  # the domain renderer does not build its lines
+    handlers["topologies"].replace([topology()])
+    handlers["nodes"].replace([node("h1", "b1", "r1"), node("h2", "b1", "r2")])
+    handlers["workloads"].replace([workload(conditions=admitted_conditions())])
+    names = {k[0] for k in series(text(expo))}
+    assert not names & denied
+    assert {"gangscope_workload_stage", "gangscope_workload_info", "gangscope_workload_condition"} <= names
+

@@ -98,8 +98,8 @@ DOMAIN_GPUS = Family(
 DOMAIN_PLACEABLE = Family(
     "gangscope_domain_placeable_pods", "gauge",
     "Pods of gpus_per_pod GPUs the domain can take now: the sum over its nodes of free GPUs divided by the pod size, "
-    "rounded down, at most the node's allocatable pods not taken (for each of --placement-sizes); not for single hosts: "
-    "recorded as host:gangscope_domain_placeable_pods:sum.",
+    "rounded down, and no more than the node's allocatable pods allow (for each of --placement-sizes); for a single "
+    "host only where that differs from free // size: host:gangscope_domain_placeable_pods:sum records every host.",
     ("level", "gpus_per_pod"), topology=True,
 )
 DOMAINS = Family(
@@ -196,6 +196,7 @@ class Capacity:
                  clock: Callable[[], float] = time.time) -> None:
         self.exposition = exposition
         exposition.register(*FAMILIES)
+        self._skip = exposition.filtered(FAMILIES)  # --metric-denylist: never formatted
         self.fits = Fits(exposition, lambda key: self._levels().alias(key))
         # The flavors of a ClusterQueue, in spec order (None: the queue is not known).
         self._queue_flavors = queue_flavors or (lambda _cq: None)
@@ -731,24 +732,30 @@ class Capacity:
                 counts[dom.state] -= 1
             counts[state] += 1
             dom.state = state
-        # A host's free GPUs and placeable pods follow from its other numbers (capacity minus
-        # unavailable minus used; free // size): recording rules derive them (alerts/config.yaml,
-        # capacity), 5 series per Node that no dashboard or rule reads raw.
-        derived = self.complete and self._levels().keys[level] != HOSTNAME_LABEL
+        # A host's free GPUs follow from its other numbers (capacity minus unavailable minus used)
+        # and so do its placeable pods (free // size) unless its allocatable pods bind first: the
+        # recording rules derive them (alerts/config.yaml, capacity); a host exports its placeable
+        # pods of a size only where they differ from free // size. 5 series per Node otherwise.
+        host_level = self._levels().keys[level] == HOSTNAME_LABEL
         level, topology = path[-1][0], self._fragment(path)
-        gpus = []
-        for name, value in zip(STATES, (cap, unavailable, used, free)):
-            if name == "used" or (name == "free" and derived) or (name in ("capacity", "unavailable") and self.node_owner):
-                gpus.append(DOMAIN_GPUS.sample((level, name), value, topology))
-        lines: dict[Family, list[str]] = {DOMAIN_GPUS: gpus}
-        if self.bound_known:
+        skip = self._skip
+        lines: dict[Family, list[str]] = {}
+        if DOMAIN_GPUS not in skip:
+            lines[DOMAIN_GPUS] = [
+                DOMAIN_GPUS.sample((level, name), value, topology) for name, value in zip(STATES, (cap, unavailable, used, free))
+                if name == "used" or (name == "free" and self.complete and not host_level)
+                or (name in ("capacity", "unavailable") and self.node_owner)]
+        if self.bound_known and DOMAIN_BOUND not in skip:
             lines[DOMAIN_BOUND] = [DOMAIN_BOUND.sample((level,), dom.sums[_BOUND], topology)]
-        if derived:
+        if self.complete and DOMAIN_PLACEABLE not in skip:
             placeable = dom.sums[_PLACEABLE:]
             if dom.extra_used:  # usage not on a host: take it from the largest sizes' count too
                 placeable = [max(0.0, p - dom.extra_used // s) for p, s in zip(placeable, self.sizes)]
-            lines[DOMAIN_PLACEABLE] = [DOMAIN_PLACEABLE.sample((level, str(s)), p, topology)
-                                       for s, p in zip(self.sizes, placeable)]
+            pairs = list(zip(self.sizes, placeable))
+            if host_level:
+                pairs = [(s, p) for s, p in pairs if p != free // s]
+            if pairs:
+                lines[DOMAIN_PLACEABLE] = [DOMAIN_PLACEABLE.sample((level, str(s)), p, topology) for s, p in pairs]
         self.exposition.set(owner, lines)
         return changed
 

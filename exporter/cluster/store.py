@@ -210,6 +210,7 @@ class ClusterStore:
         self.exposition = exposition
         self.finished_detail = finished_detail
         exposition.register(*FAMILIES, TOPOLOGY_UNRESOLVED, *CLUSTER_QUEUE_FAMILIES)
+        self._skip = exposition.filtered(FAMILIES)  # --metric-denylist: never formatted
         # --metric-labels-allowlist: Workload labels here, PodGroup labels in the gang index
         self.labels_allowlist = labels_allowlist
         if labels_allowlist is not None:
@@ -489,7 +490,7 @@ class ClusterStore:
                                   self.cluster_queues.get(wl.cluster_queue))
         self._arm_backoff(wl)
         wl.detail = self._detail(wl)
-        chunks = render_workload(wl, self.fragment, self.level_name, wl.detail)
+        chunks = render_workload(wl, self.fragment, self.level_name, wl.detail, self._skip)
         if self.labels_allowlist is not None:
             line = "".join(self.labels_allowlist.lines("workloads", WORKLOAD_LABELS, wl.key, wl.labels)).encode()
             chunks.append((WORKLOAD_LABELS, line, line.count(b"\n")))

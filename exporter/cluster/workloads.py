@@ -12,7 +12,7 @@ gangs that change on their own.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -907,7 +907,8 @@ def _request_lines(wl: Workload, lead: LabelPairs, level_name: Callable[[str], s
 
 
 def render_workload(wl: Workload, fragment: Callable[[Path], LabelPairs],
-                    level_name: Callable[[str], str] = str, detail: bool = True) -> list[tuple[Family, bytes, int]]:
+                    level_name: Callable[[str], str] = str, detail: bool = True,
+                    skip: Collection[Family] = ()) -> list[tuple[Family, bytes, int]]:
     """All sample lines of one Workload: per family, one UTF-8 string and its number of lines
     (for :meth:`Exposition.set_counted`, in a list: a dict would hash each Family); ``fragment(path)``
     is a topology path's rendered labels (a pure function of the path, so its results are cached
@@ -924,6 +925,7 @@ def render_workload(wl: Workload, fragment: Callable[[Path], LabelPairs],
 
     This runs on every watch event for tens of thousands of objects: lines share one escaped
     ``namespace,workload`` lead and cached tails (see ``_STAGE_TAILS``) instead of per-label code.
+    Families in ``skip`` (left out by --metric-denylist/--metric-allowlist) are not formatted.
     """
     lead = label_pairs(_NW, (wl.namespace, wl.name))
     owner_kind, owner_name = (wl.owner.kind, wl.owner.name) if wl.owner else ("", "")
@@ -938,7 +940,9 @@ def render_workload(wl: Workload, fragment: Callable[[Path], LabelPairs],
             ",".join(wl.nominated_clusters))), 1),
         (WORKLOAD_STAGE, WORKLOAD_STAGE.head(lead) + _STAGE_TAILS[state.stage], 1),
     ]
-    if shown:
+    if skip:
+        out = [chunk for chunk in out if chunk[0] not in skip]
+    if shown and WORKLOAD_CONDITION not in skip:
         out.append((WORKLOAD_CONDITION, WORKLOAD_CONDITION.lines(lead, [
             _info_tail(_CONDITION_TAILS, WORKLOAD_CONDITION, (c.type, c.status, c.reason)) for c in shown]), len(shown)))
     pending = state.pending
@@ -951,7 +955,7 @@ def render_workload(wl: Workload, fragment: Callable[[Path], LabelPairs],
         c = conditions.get(ctype)
         if c is not None and c.status == "True" and c.last_transition_seconds is not None:
             out.append((fam, fam.line(lead, c.last_transition_seconds), 1))
-    if wl.evictions:
+    if wl.evictions and WORKLOAD_EVICTIONS not in skip:
         out.append((WORKLOAD_EVICTIONS, WORKLOAD_EVICTIONS.lines(
             lead, [WORKLOAD_EVICTIONS.tail(2, key, n) for key, n in wl.evictions.items()]), len(wl.evictions)))
     gpus = sum(ps.count * ps.gpus_per_pod for ps in wl.podsets)
@@ -959,7 +963,7 @@ def render_workload(wl: Workload, fragment: Callable[[Path], LabelPairs],
     if wl.past_execution_seconds is not None:
         out.append((WORKLOAD_PAST_EXECUTION, WORKLOAD_PAST_EXECUTION.line(lead, wl.past_execution_seconds), 1))
     if not detail:
-        return out
+        return out if not skip else [chunk for chunk in out if chunk[0] not in skip]
     if wl.requeue_count is not None:
         out.append((WORKLOAD_REQUEUE_COUNT, WORKLOAD_REQUEUE_COUNT.line(lead, wl.requeue_count), 1))
     if wl.requeue_at_seconds is not None:
@@ -967,14 +971,14 @@ def render_workload(wl: Workload, fragment: Callable[[Path], LabelPairs],
     if wl.admission_checks:
         _check_lines(wl, lead, out)
     pods, n = b"", 0
-    if not wl.condition_true("Finished"):
+    if not wl.condition_true("Finished") and WORKLOAD_TOPOLOGY_PODS not in skip:
         for a in wl.last_assignments:
             tails = _pod_tails(a, fragment)
             pods += WORKLOAD_TOPOLOGY_PODS.lines(lead.plus(("podset",), (a.name,)), tails)
             n += len(tails)
     if n:
         out.append((WORKLOAD_TOPOLOGY_PODS, pods, n))
-    if wl.admitted:
+    if wl.admitted and not (WORKLOAD_DOMAINS_SPANNED in skip and WORKLOAD_LOCALITY_RATIO in skip):
         spanned, locality, n = b"", b"", 0
         for a in wl.last_assignments:
             spanned_tails, locality_tails = _quality_tails(a)
@@ -986,9 +990,10 @@ def render_workload(wl: Workload, fragment: Callable[[Path], LabelPairs],
         if n:
             out.append((WORKLOAD_DOMAINS_SPANNED, spanned, n))
             out.append((WORKLOAD_LOCALITY_RATIO, locality, n))
-    _request_lines(wl, lead, level_name, out)
-    if wl.unhealthy_paths:
+    if WORKLOAD_TOPOLOGY_REQUEST not in skip:
+        _request_lines(wl, lead, level_name, out)
+    if wl.unhealthy_paths and WORKLOAD_UNHEALTHY_NODE not in skip:
         paths = dict.fromkeys(wl.unhealthy_paths)
         out.append((WORKLOAD_UNHEALTHY_NODE, WORKLOAD_UNHEALTHY_NODE.lines(
             lead, [WORKLOAD_UNHEALTHY_NODE.tail(2, (), 1, fragment(path)) for path in paths]), len(paths)))
-    return out
+    return out if not skip else [chunk for chunk in out if chunk[0] not in skip]
