@@ -203,6 +203,11 @@ def _desc_domain(domain: tuple[str, ...]) -> str:
 # --- Alerts -----------------------------------------------------------------------------------
 
 
+# A gang's idle GPUs: the same series of two replicas (max), its reasons added up (sum).
+IDLE_PER_GANG = ("sum by (namespace, workload, podgroup) "
+                 "(max by (namespace, workload, podgroup, reason) (gangscope_gang_idle_gpus))")
+
+
 def alert_rules(cfg: Config) -> list[dict[str, Any]]:
     """The alert groups, in the order the runbook lists them."""
     a = cfg.alerts
@@ -235,6 +240,7 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
     drop = a["GangscopeWorkloadNVLinkThroughputDrop"]
     nverr = a["GangscopeNVLinkErrorsRising"]
     gen = a["GangscopePCIeLinkGenerationDegraded"]
+    gaps = a["GangscopeGPUCounterReadGaps"]
     src = a["GangscopeSourceDown"]
     parse = a["GangscopeParseErrors"]
     rw = cfg.rate_window
@@ -249,12 +255,25 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
 
     admission = [
         rule(
+            # Causes, not Kueue's inadmissible count: with BestEffortFIFO every Workload short of
+            # free quota is counted inadmissible too (kueue pkg/metrics/metrics.go:457-460,
+            # pkg/cache/queue/cluster_queue.go:568-590), so the count is high on a healthy, busy
+            # queue. A queue inactive for anything but a stop (gangscope_cluster_queue_active),
+            # or holding Workloads that will not clear by themselves, is what needs a person; the
+            # queue's own reason first (its Workloads then say only Suspended).
             "GangscopeClusterQueueInadmissible",
-            'sum by (cluster_queue) (kueue_pending_workloads{status="inadmissible"}) > 0',
-            "A ClusterQueue holds inadmissible workloads.",
-            "ClusterQueue {{ $labels.cluster_queue }} has had inadmissible workloads for more than "
-            f"{a['GangscopeClusterQueueInadmissible']['for']} (now {{{{ $value }}}}): Kueue cannot admit them "
-            "as they are (no matching flavor, quota or LocalQueue).",
+            'max by (cluster_queue, reason) (1 - gangscope_cluster_queue_active{reason!~"Ready|Stopped|"}) > 0\n'
+            "or on (cluster_queue)\n"
+            "count by (cluster_queue, reason) (\n"
+            '  (gangscope_workload_pending_reason{category="configuration"} == 1)\n'
+            "  * on (namespace, workload) group_left (cluster_queue)\n"
+            '  topk by (namespace, workload) (1, gangscope_workload_info{cluster_queue!=""})\n'
+            ")",
+            "A ClusterQueue cannot admit workloads because of a configuration problem.",
+            "ClusterQueue {{ $labels.cluster_queue }} has had a configuration problem for more than "
+            f"{a['GangscopeClusterQueueInadmissible']['for']} (reason {{{{ $labels.reason }}}}): the queue is inactive "
+            "(a missing ResourceFlavor, Topology or admission check) or holds workloads that Kueue will not admit as "
+            "they are. `kubectl get clusterqueue {{ $labels.cluster_queue }} -o yaml` shows its Active condition.",
         ),
         rule(
             "GangscopeWorkloadMisconfigured",
@@ -355,11 +374,24 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
         ),
         rule(
             "GangscopeGangIdleGPUs",
-            workload_cq(f"max by (namespace, workload, podgroup) (gangscope_gang_idle_gpus) >= {idle['min_gpus']}"),
+            # Not while the gang is starting (placed, containers not up: its own alert below) or
+            # scaling (running; only its new members wait): a long image pull is not a partial gang.
+            workload_cq(f"{IDLE_PER_GANG} >= {idle['min_gpus']}\n"
+                        "unless on (namespace, workload, podgroup)\n"
+                        '  max by (namespace, workload, podgroup) (gangscope_gang_stage{stage=~"starting|scaling"}) == 1'),
             "A partial gang holds GPUs it cannot use.",
             f"Workload {wl} (ClusterQueue {{{{ $labels.cluster_queue }}}}, PodGroup {{{{ $labels.podgroup }}}}) holds "
-            f"{{{{ $value }}}} GPUs in running pods while its gang is below minMember, so no training runs on them. "
+            f"{{{{ $value }}}} GPUs in placed pods while its gang is below minMember, so no training runs on them. "
             f"Run {explain}.",
+        ),
+        rule(
+            "GangscopeGangStartingTooLong",
+            workload_cq('max by (namespace, workload, podgroup) (gangscope_gang_stage{stage="starting"}) == 1'),
+            "A placed gang's containers have not started for a long time.",
+            f"Workload {wl} (ClusterQueue {{{{ $labels.cluster_queue }}}}): every member of PodGroup "
+            f"{{{{ $labels.podgroup }}}} is bound to a node, but some containers have not started for more than "
+            f"{a['GangscopeGangStartingTooLong']['for']} (image pull, init containers, volumes): a node or image "
+            f"matter, not the gang scheduler's. Run {explain}.",
         ),
     ]
     offset = duration(seconds(rw) + seconds(drop["for"]))
@@ -413,6 +445,14 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
             "A GPU in use never reached its maximum PCIe generation.",
             "The PCIe link of GPU {{ $labels.gpu }} on node {{ $labels.node }}, allocated to a pod, has not run above "
             f"generation {{{{ $value }}}} in the last {gen['window']}, below its maximum.",
+        ),
+        rule(
+            "GangscopeGPUCounterReadGaps",
+            f"increase(gangscope_pcie_read_gaps_total[{gaps['window']}]) > 0",
+            "A GPU's PCIe byte counter was read too late to be exact.",
+            "The agent read the 32-bit PCIe counters of GPU {{ $labels.gpu }} on node {{ $labels.node }} too far apart "
+            f"{{{{ $value | humanize }}}} times in the last {gaps['window']}: the bytes across each gap are estimated from "
+            "the 20 ms throughput, not counted.",
         ),
     ]
     selfmon = [
@@ -561,11 +601,11 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
         rule(
             "GangscopeFragmentationBlocked",
             "max by (cluster_queue, level) (gangscope_fragmentation_blocked_workloads) > 0",
-            "Waiting workloads fit in the cluster's free GPUs but in no single topology domain.",
+            "Waiting workloads that Kueue could not place fit in the cluster's free capacity but in no single topology domain.",
             "{{ $value }} workloads of ClusterQueue {{ $labels.cluster_queue }} that require one {{ $labels.level }} "
-            f"have waited more than {frag['for']} while the cluster's free GPUs could hold them but no single "
-            "{{ $labels.level }} can: the free capacity is fragmented. `gangscope explain` on one of them names the "
-            "largest free {{ $labels.level }} and what it holds.",
+            f"have waited more than {frag['for']} with Kueue's topology placement failing, while the cluster's free "
+            "capacity could hold them with the level dropped but no single {{ $labels.level }} can: the free capacity "
+            "is fragmented. `gangscope explain` on one of them prints Kueue's message and gangscope's beside it.",
         ),
     ]
     stall = a["GangscopeJobProgressStalled"]
@@ -665,7 +705,7 @@ def recording_rules(cfg: Config) -> list[dict[str, Any]]:
             "record": "cluster_queue:gangscope_gang_idle_gpus:sum",
             "expr": (
                 "sum by (cluster_queue) (\n"
-                "  max by (namespace, workload, podgroup) (gangscope_gang_idle_gpus)\n"
+                f"  {IDLE_PER_GANG}\n"
                 "  * on (namespace, workload) group_left (cluster_queue)\n"
                 "  topk by (namespace, workload) (1, gangscope_workload_info)\n"
                 ")"
@@ -732,6 +772,7 @@ def recording_rules(cfg: Config) -> list[dict[str, Any]]:
     return [
         {"name": "gangscope-interconnect.rules", "rules": throughput + nvlink_link_rules(cfg)},
         {"name": "gangscope-gangs.rules", "rules": gangs},
+        {"name": "gangscope-states.rules", "rules": state_rules()},
         {"name": "gangscope-hardware.rules", "rules": hardware_rules(cfg)},
         {"name": "gangscope-stragglers.rules", "rules": straggler_rules(cfg)},
         {"name": "gangscope-dcgm.rules", "rules": dcgm_rules(cfg)},
@@ -759,6 +800,30 @@ def nvlink_link_rules(cfg: Config) -> list[dict[str, Any]]:
             "record": NVLINK_TRAINED,
             "expr": f"gangscope_nvlink_link_up == 1\nor ({NVLINK_TRAINED} and last_over_time(gangscope_nvlink_link_up[{gap}]))",
         },
+    ]
+
+
+def state_rules() -> list[dict[str, Any]]:
+    """How many Workloads, gangs and PodGroups are in each state.
+
+    The state families carry the current state only (one series, value 1, per object), so a
+    count by the state label is the number in each state; states no object is in are absent
+    rather than 0 (``or vector(0)`` in a panel). topk keeps one info series per Workload, as in
+    :func:`workload_cq`.
+    """
+    return [
+        {
+            "record": "cluster_queue:gangscope_workload_stage:count",
+            "expr": (
+                "count by (cluster_queue, stage) (\n"
+                "  (gangscope_workload_stage == 1)\n"
+                "  * on (namespace, workload) group_left (cluster_queue)\n"
+                "  topk by (namespace, workload) (1, gangscope_workload_info)\n"
+                ")"
+            ),
+        },
+        {"record": "cluster:gangscope_gang_stage:count", "expr": "count by (stage) (gangscope_gang_stage == 1)"},
+        {"record": "cluster:gangscope_podgroup_phase:count", "expr": "count by (api, phase) (gangscope_podgroup_phase == 1)"},
     ]
 
 

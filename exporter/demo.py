@@ -13,8 +13,9 @@ project's own rules, shortened for the demo (``alerts/generate.py`` writes them 
 alert when it first fires: within two minutes, the inadmissible Workload, the stuck gang, the
 partial gang's idle GPUs, the stalled TrainJob, the NVLink link down and the NodeFailures eviction.
 
-The simulators are a separate distribution (``gangscope-sim``, the ``gangscope[sim]`` extra), not
-part of the runtime image: without them the demo says how to install them and exits 2.
+The simulators are a separate distribution (``gangscope-sim``, exporter/sim/pyproject.toml), not
+part of the runtime wheel or image: without them the demo says how to install them
+(``exporter.SIMULATORS_INSTALL``) and exits 2.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import Any
 import structlog
 import yaml
 
+from . import SIMULATORS_INSTALL
 from .config import add_logging
 from .logs import start_logging
 from .node.main import SIM_PROFILES
@@ -44,9 +46,7 @@ from .node.main import SIM_PROFILES
 log = structlog.get_logger(__name__)
 
 SCENARIOS = ("default", "static")
-SIM_MISSING = ("gangscope demo needs the simulators, which the runtime image does not ship: "
-               "pip install 'gangscope[sim]' (from a checkout: pip install . ./exporter/sim, or scripts/setup-env "
-               "for an editable install with them)")
+SIM_MISSING = f"gangscope demo needs the simulators, which the runtime image does not ship: {SIMULATORS_INSTALL}"
 # Labels that identify what an alert is about, in the order the demo prints them.
 ALERT_SUBJECT = ("namespace", "workload", "kind", "name", "podgroup", "cluster_queue", "block", "rack", "node", "gpu", "link")
 LINK_DROP_AFTER = 3.0  # seconds of the demo before its down links can fail (they are seen up first)
@@ -83,7 +83,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prometheus", action="store_true",
                    help="also start Debian's prometheus scraping the demo with the project's rules, shortened so that they "
                         "fire within two minutes, and print each alert as it fires (needs /usr/bin/prometheus)")
-    add_logging(p)
+    add_logging(p, "warning")
 
 
 @dataclass
@@ -276,11 +276,40 @@ class Demo:
                 stdout=subprocess.DEVNULL, stderr=log_file,
             )
 
+    @property
+    def prometheus_url(self) -> str:
+        return f"http://{self.host}:{self.prometheus_port}"
+
+    async def prometheus_alerts_page(self, timeout: float = 15.0) -> str | None:
+        """The alerts page of the Prometheus the demo started, once it is ready: ``/alerts``
+        where its web UI is served, ``/classic/alerts`` on Debian's 2.x package, which ships
+        without the React UI's assets (its ``/alerts`` answers 404); None if neither answers."""
+        import aiohttp
+
+        deadline = time.monotonic() + timeout
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+            while time.monotonic() < deadline:
+                try:
+                    async with session.get(f"{self.prometheus_url}/-/ready") as resp:
+                        if resp.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    pass
+                await asyncio.sleep(0.2)
+            for path in ("/alerts", "/classic/alerts"):
+                try:
+                    async with session.get(self.prometheus_url + path, allow_redirects=False) as resp:
+                        if resp.status == 200:
+                            return self.prometheus_url + path
+                except aiohttp.ClientError:
+                    continue
+        return None
+
     async def _watch_alerts(self) -> None:
         """Poll Prometheus's alerts; record (and report) each alert the first time it fires."""
         import aiohttp
 
-        url = f"http://{self.host}:{self.prometheus_port}/api/v1/alerts"
+        url = f"{self.prometheus_url}/api/v1/alerts"
         seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
             while True:
@@ -324,10 +353,16 @@ class Demo:
         lines.append(f"  collector   http://{self.host}:{self.collector.port}/metrics")
         first = next(iter(self.agents))
         lines.append(f"  agents      {len(self.agents)} nodes, e.g. {first}: http://{self.host}:{self.agents[first].port}/metrics")
-        lines.append(f"  explain     http://{self.host}:{self.collector.port}/debug/explain?namespace=ml-team&name=mixtral-sft")
+        lines.append(f"  explain     http://{self.host}:{self.collector.port}/debug/explain?namespace=ml-team&name=mixtral-sft&pretty"
+                     "   (the collector's page / lists the jobs worth a look)")
         if self.prometheus is not None:
-            lines.append(f"  prometheus  http://{self.host}:{self.prometheus_port}/alerts   (alerts are printed below as they fire)")
-        lines.append(f"  kubeconfig  {self.kubeconfig}   (gangscope explain NS/NAME --kubeconfig {self.kubeconfig})")
+            page = await self.prometheus_alerts_page()
+            lines.append(f"  prometheus  {page or self.prometheus_url}   (alerts are printed below as they fire)")
+        lines.append(f"  kubeconfig  {self.kubeconfig}")
+        lines.append(f"              gangscope explain NS/NAME --kubeconfig {self.kubeconfig}")
+        if self.prometheus is not None:
+            lines.append(f"              gangscope explain ml-team/llama-train --kubeconfig {self.kubeconfig} "
+                         f"--prometheus {self.prometheus_url}   (its interconnect, after a minute of samples)")
         lines += ["", "  workloads by stage:"]
         for stage, count in sorted(self.stages().items()):
             lines.append(f"    {stage:<18} {count}")
@@ -407,7 +442,7 @@ async def _main(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    start_logging("demo", args, "warning" if args.log_level == "info" else args.log_level)
+    start_logging("demo", args, args.log_level)
     if not simulators_installed():
         print(SIM_MISSING, file=sys.stderr)
         return 2

@@ -95,8 +95,8 @@ def gpu_node(name: str, block: str, rack: str, gpus: int | str = 8, *, ready: st
     return {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": {BLOCK: block, RACK: rack, HOST: name, **(labels or {})}},
             "spec": spec,
-            "status": {"capacity": {"cpu": "208", "nvidia.com/gpu": str(gpus)},
-                       "allocatable": {"cpu": "207", "nvidia.com/gpu": str(gpus)},
+            "status": {"capacity": {"cpu": "208", "nvidia.com/gpu": str(gpus), "pods": "110"},
+                       "allocatable": {"cpu": "207", "nvidia.com/gpu": str(gpus), "pods": "110"},
                        "conditions": [{"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": ready}]}}
 
 
@@ -146,3 +146,39 @@ def family_series(exposition: Any, family: str) -> dict[tuple, float]:
 
 def sample(name: str, /, **labels: str) -> tuple[str, frozenset]:
     return (name, frozenset(labels.items()))
+
+
+def cluster_queue(name: str = "cq", flavors: tuple[str, ...] = ("tas",), *, gpus: int | str = 64,
+                  cohort: str = "", stop_policy: str | None = None, active: tuple[str, str, str] | None = None,
+                  reserved: int | None = None, used: int | None = None, version: str = "v1beta2") -> dict[str, Any]:
+    """A ClusterQueue of one resource group (nvidia.com/gpu) over ``flavors``, with the status
+    Kueue's ClusterQueue controller writes (pkg/controller/core/clusterqueue_controller.go:533-544):
+    ``active`` is the Active condition's (status, reason, message) as
+    pkg/cache/scheduler/clusterqueue.go:311-366 (inactiveReason) words it; Ready by default."""
+    spec: dict[str, Any] = {"namespaceSelector": {}, "queueingStrategy": "BestEffortFIFO", "resourceGroups": [{
+        "coveredResources": ["nvidia.com/gpu"],
+        "flavors": [{"name": f, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": gpus}]} for f in flavors]}]}
+    if cohort:
+        spec["cohortName" if version == "v1beta2" else "cohort"] = cohort
+    if stop_policy is not None:
+        spec["stopPolicy"] = stop_policy
+    status, reason, message = active or ("True", "Ready", "Can admit new workloads")
+    st: dict[str, Any] = {"conditions": [{"type": "Active", "status": status, "reason": reason, "message": message,
+                                          "lastTransitionTime": "2026-08-20T09:00:00Z", "observedGeneration": 1}],
+                          "pendingWorkloads": 0, "reservingWorkloads": 0, "admittedWorkloads": 0}
+    if reserved is not None:
+        st["flavorsReservation"] = [{"name": flavors[0], "resources": [{"name": "nvidia.com/gpu", "total": str(reserved),
+                                                                        "borrowed": "0"}]}]
+    if used is not None:
+        st["flavorsUsage"] = [{"name": flavors[0], "resources": [{"name": "nvidia.com/gpu", "total": str(used),
+                                                                  "borrowed": "0"}]}]
+    return {"apiVersion": f"kueue.x-k8s.io/{version}", "kind": "ClusterQueue", "metadata": {"name": name},
+            "spec": spec, "status": st}
+
+
+# The Active condition as Kueue words it (pkg/cache/scheduler/clusterqueue.go:311-366):
+STOPPED = ("False", "Stopped", "Can't admit new workloads: is stopped.")
+
+
+def flavor_not_found(*names: str) -> tuple[str, str, str]:
+    return ("False", "FlavorNotFound", f"Can't admit new workloads: references missing ResourceFlavor(s): {','.join(names)}.")

@@ -69,7 +69,8 @@ ISSUER = "https://kubernetes.default.svc.cluster.local"
 KUEUE_ADMISSION = "kueue-admission"
 CRD_FILES = (
     "kueue.x-k8s.io_workloads.yaml", "kueue.x-k8s.io_localqueues.yaml", "kueue.x-k8s.io_topologies.yaml",
-    "kueue.x-k8s.io_resourceflavors.yaml", "scheduler-plugins_scheduling.x-k8s.io_podgroups.yaml",
+    "kueue.x-k8s.io_resourceflavors.yaml", "kueue.x-k8s.io_clusterqueues.yaml", "kueue.x-k8s.io_cohorts.yaml",
+    "scheduler-plugins_scheduling.x-k8s.io_podgroups.yaml",
     "scheduler-plugins_scheduling.sigs.k8s.io_podgroups.yaml", "volcano_scheduling.volcano.sh_podgroups.yaml",
     "native_scheduling.k8s.io_podgroups_workloads.yaml", "scheduling.run.ai_podgroups.yaml",
     "jobset.x-k8s.io_jobsets.yaml", "trainer.kubeflow.org_trainjobs.yaml", "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
@@ -555,13 +556,22 @@ class RealCluster:
         return self._plain
 
     # setup
-    def install_crds(self, files: Iterable[str] = CRD_FILES, admin: AdminClient | None = None) -> None:
+    def install_crds(self, files: Iterable[str] = CRD_FILES, admin: AdminClient | None = None,
+                     versions: tuple[str, ...] | None = None) -> None:
         """CRDs of tests/fixtures/realapi/ (by default every one the collector reads), Established
-        and in discovery before returning; into another server of the cluster with ``admin``."""
+        and in discovery before returning; into another server of the cluster with ``admin``; with
+        ``versions``, each CRD serves only those of its versions (as a later release that dropped
+        the others does: Kueue 0.20 serves only v1beta2), the first one kept storing if the
+        storage version went."""
         admin = admin or self.admin
         names = []
         for file in files:
             for doc in load_yaml(FIXTURES / file):
+                if versions is not None:
+                    kept = [v for v in doc["spec"]["versions"] if v["name"] in versions]
+                    if not any(v["storage"] for v in kept):
+                        kept[0]["storage"] = True
+                    doc["spec"]["versions"] = kept
                 self.crds_dropped += dropped_by_1_20(doc)
                 admin.ensure(doc)
                 names.append(doc["metadata"]["name"])

@@ -33,6 +33,7 @@ from exporter.cluster import jobs as jb
 from exporter.cluster import podgroups as pg
 from exporter.cluster.pods import parse_pod
 from exporter.cluster.collector import build_collector
+from exporter.cluster.clusterqueues import parse_cluster_queue, parse_cohort
 from exporter.cluster.localqueues import parse_local_queue
 from exporter.cluster.nodes import parse_node
 from exporter.cluster.workload_state import STAGES
@@ -42,7 +43,9 @@ from exporter.fields import ParseError
 from exporter.health import SourceHealth
 from exporter.topologies import parse_resource_flavor, parse_topology
 from exporter.sim.apiserver import SimApiServer
-from kueue_objects import BLOCK, HOST, RACK, admitted_conditions, cond, fixture, local_queue, node, topology, workload
+from kueue_objects import (
+    BLOCK, HOST, RACK, admitted_conditions, cluster_queue, cond, fixture, local_queue, node, topology, workload,
+)
 from test_faults_api import StartCollector, converges, scrape, start_collector  # noqa: F401 (fixture)
 
 BUG_EVENTS = {"parse_failed", "handler_failed", "podgroup_handler_failed", "kube_handler_failed", "pod_handler_failed",
@@ -96,6 +99,9 @@ SEEDS: list[tuple[str, dict]] = [
     ("topologies", topology()),
     ("resourceflavors", resource_flavor()),
     ("nodes", node("h1", "b1", "r1")),
+    ("clusterqueues", cluster_queue("cq", ("tas", "spot"), cohort="org", stop_policy="Hold", reserved=8, used=8)),
+    ("cohorts", {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Cohort", "metadata": {"name": "org"},
+                 "spec": {"parentName": "root", "fairSharing": {"weight": "2"}}}),
     *podgroup_seeds(),
     *gang_and_job_seeds(),
 ]
@@ -106,6 +112,7 @@ assert {"podgroups_coscheduling", "podgroups_coscheduling_legacy", "podgroups_vo
 PARSERS: dict[str, Any] = {
     "workloads": parse_workload, "localqueues": parse_local_queue, "topologies": parse_topology,
     "resourceflavors": parse_resource_flavor, "nodes": parse_node,
+    "clusterqueues": parse_cluster_queue, "cohorts": parse_cohort,
     **{s: (lambda s: lambda o: pg.PARSERS[s](s, o))(s) for s in pg.PARSERS},
     **jb.PARSERS, "pods_kueue": lambda o: parse_pod(o, ("nvidia.com/gpu",)),
 }
@@ -531,4 +538,4 @@ async def test_series_limit_drops_counts_and_warns_once(start_collector: StartCo
     assert len({e["family"] for e in warnings}) == len(warnings)
     # the health series stay complete: each family has its own budget
     # every watched source (22, the 7 pod sources included) and queue_positions polled
-    assert len([s for s in samples if s.name == "gangscope_source_up"]) == len(collector.sources.sources) + 1 == 23
+    assert len([s for s in samples if s.name == "gangscope_source_up"]) == len(collector.sources.sources) + 1 == 25

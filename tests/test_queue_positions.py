@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 
 from collectors import started_collector
-from exporter.kube.resources import LOCAL_QUEUES, QUEUE_POSITIONS, WORKLOADS
+from exporter.kube.resources import LOCAL_QUEUES, QUEUE_POSITIONS, QUEUE_POSITIONS_LOCAL, WORKLOADS
 from exporter.sim.apiserver import SimApiServer
 from kueue_objects import admitted_conditions, cond, local_queue, sample, series, workload
 from waiting import eventually
@@ -109,5 +109,45 @@ async def test_not_served_then_forbidden_leaves_the_rest_working(kube_sim: SimAp
         assert s[sample("gangscope_source_errors_total", source="queue_positions")] >= 1
         assert positions(s) == {}, "positions of a source that is down are not kept"
         assert s[sample("gangscope_source_up", source="workloads")] == 1
+    finally:
+        await collector.stop()
+
+
+async def test_positions_page_past_the_first_page(kube_sim: SimApiServer, kube_sim_kubeconfig: str) -> None:
+    """Kueue answers at most ``limit`` Workloads per request (pending_workloads_cq.go:69-90): the
+    poller pages with ``offset`` until a short page, so no Workload past the first page is lost."""
+    serve_cluster(kube_sim)
+    for i in range(4):
+        kube_sim.create(pending(f"late-{i}", 1, f"2026-08-20T10:0{i}:00Z"))
+    collector = await started_collector(kube_sim_kubeconfig, "--queue-position-interval", "0.1")
+    collector.positions.page_size = 2
+    try:
+        await eventually(lambda: len(collector.store.queue_positions) == 7)
+        got = positions(await scrape(collector.port))
+        assert got["late-3"] == ("gpu-cq", 6) and got["urgent"] == ("gpu-cq", 0)
+        assert collector.store.queue_positions[("team", "late-3")].complete is True
+        asked = [(q.get("limit"), q.get("offset")) for m, p, q in kube_sim.request_log if p.endswith("/pendingworkloads")]
+        assert asked[-4:] == [("2", "0"), ("2", "2"), ("2", "4"), ("2", "6")]
+    finally:
+        await collector.stop()
+
+
+async def test_a_namespaced_collector_asks_its_local_queues(kube_sim: SimApiServer, kube_sim_kubeconfig: str) -> None:
+    """With --namespaces the collector has Roles, not the ClusterRole the ClusterQueue endpoint
+    needs: it asks namespaces/<ns>/localqueues/<lq>/pendingworkloads (pending_workloads_lq.go),
+    whose items carry the same positions."""
+    serve_cluster(kube_sim)
+    kube_sim.serve(QUEUE_POSITIONS_LOCAL)
+    kube_sim.forbid(QUEUE_POSITIONS)  # the namespaced install grants no cluster-wide visibility
+    collector = await started_collector(kube_sim_kubeconfig, "--queue-position-interval", "0.1", "--namespaces", "team")
+    try:
+        await eventually(lambda: collector.positions.health.synced)
+        assert positions(await scrape(collector.port)) == {"urgent": ("gpu-cq", 0), "older": ("gpu-cq", 1),
+                                                            "newer": ("gpu-cq", 2)}
+        asked = {p for m, p, _ in kube_sim.request_log if p.endswith("/pendingworkloads")}
+        assert asked == {"/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/team/localqueues/q/pendingworkloads",
+                         "/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/team/localqueues/other/pendingworkloads"}
+        p = collector.store.queue_positions[("team", "newer")]
+        assert (p.local_queue, p.local_position, p.listed, p.complete) == ("q", 1, 3, False)
     finally:
         await collector.stop()

@@ -289,7 +289,7 @@ def test_snapshot_exports_what_the_object_says(name: str, capfdbinary: pytest.Ca
         assert times == w.check_times
         evictions = {(dict(k)["reason"], dict(k)["underlying_cause"]): v for k, v in of(s, "gangscope_workload_evictions_total", ns, wl).items()}
         assert evictions == w.evictions
-        requeue = (of(s, "gangscope_workload_requeue_count", ns, wl), of(s, "gangscope_workload_requeue_at_timestamp_seconds", ns, wl))
+        requeue = (of(s, "gangscope_workload_requeues", ns, wl), of(s, "gangscope_workload_requeue_at_timestamp_seconds", ns, wl))
         assert requeue == (({frozenset(): w.requeue[0]}, {frozenset(): w.requeue[1]}) if w.requeue else ({}, {}))
         pods = {(dict(k)["podset"], tuple((a, v) for a, v in sorted(k) if a != "podset")): v
                 for k, v in of(s, "gangscope_workload_topology_pods", ns, wl).items()}

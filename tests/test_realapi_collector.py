@@ -35,7 +35,7 @@ from realapi import ApiStatusError, RealCluster, Relay, Writer, load_yaml
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # Kueue's visibility API (queue positions) is an aggregated API that Kueue's own server provides;
 # the test server has none, so that source is not served here (its tests use the simulator).
-SERVED = [r for r in COLLECTOR_RESOURCES if r is not QUEUE_POSITIONS]
+SERVED = [r for r in COLLECTOR_RESOURCES if r.source != QUEUE_POSITIONS.source]
 # Per-object families that a snapshot of the same objects must reproduce exactly. Left out: source
 # health, and what depends on when the collector saw something (eviction counters, phase times).
 COMPARED = ("gangscope_workload", "gangscope_podgroup_pods", "gangscope_podgroup_min_member", "gangscope_gang_info",

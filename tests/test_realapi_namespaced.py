@@ -34,8 +34,8 @@ from test_realapi_collector import scrape
 from test_realapi_kinds import placed, real
 from waiting import eventually
 
-NAMESPACED = {r.source for r in COLLECTOR_RESOURCES if r.namespaced}
-CLUSTER_SCOPED = {r.source for r in COLLECTOR_RESOURCES if not r.namespaced and r is not QUEUE_POSITIONS}
+NAMESPACED = {r.source for r in COLLECTOR_RESOURCES if r.namespaced and r.source != QUEUE_POSITIONS.source}
+CLUSTER_SCOPED = {r.source for r in COLLECTOR_RESOURCES if not r.namespaced and r.source != QUEUE_POSITIONS.source}
 
 
 @pytest.fixture(autouse=True)

@@ -235,6 +235,12 @@ def test_admission_check_retry_names_the_check_and_its_next_retry() -> None:
     ("Pending", "resources validation failed: x", ("inadmissible", "configuration")),
     ("Inadmissible", "ClusterQueue cq is inactive", ("held", "policy")),
     ("Inadmissible", "ClusterQueue cq is terminating or missing", ("inadmissible", "configuration")),
+    # statefulset_reconciler.go:279-288: clearOnHold falls back to Pending without the gate
+    ("Pending", "Workload no longer on hold; waiting for quota reservation", ("queued", "evaluation")),
+    # scheduler.go:444-449: preemption needed, the preemption gate closed (typed: AdmissionGated)
+    ("Pending", "Workload requires preemption, but it's gated", ("held", "policy")),
+    # scheduler.go:407-412: a ConcurrentAdmission variant skipped (typed: PendingEvaluation)
+    ("Pending", "A more favorable variant is already admitted", ("queued", "evaluation")),
 ])
 def test_legacy_messages(reason: str, message: str, expected: tuple[str, str]) -> None:
     assert quota_reason_meaning(reason, message) == expected

@@ -8,7 +8,16 @@ apis/visibility/v1beta2/types.go:66-80, PendingWorkload; pkg/visibility/storage/
 pending_workloads_cq.go:64-91 walks ``PendingWorkloadsInfo``, the queue's heap and inadmissible
 Workloads in order, and answers 404 for a ClusterQueue Kueue does not know (:73); the default
 limit is 1000, pkg/constants/constants.go:43). It is a GET, not a watch, so a :class:`QueuePositionPoller` asks
-every ``interval`` seconds, only for the ClusterQueues that hold Workloads waiting for quota.
+every ``interval`` seconds, only for the ClusterQueues that hold Workloads waiting for quota, in
+pages of up to 1000 with ``offset`` (pending_workloads_cq.go:69-90, ``boundedLimitOffset``), up
+to ``limit`` Workloads per queue.
+
+A collector limited to namespaces (``--namespaces``, a Role per namespace) asks the namespaced
+``namespaces/<ns>/localqueues/<lq>/pendingworkloads`` instead, for each LocalQueue of its
+namespaces that holds a waiting Workload: it answers the same items, only that LocalQueue's, with
+their positions in the ClusterQueue and in the LocalQueue (pkg/visibility/storage/
+pending_workloads_lq.go:65-95; 404 for a LocalQueue Kueue does not know). The ClusterQueue's
+length is then unknown: the positions say "of at least" the last one seen.
 
 Where the API is not served (``v1beta2``, else ``v1beta1``) or forbidden, the source
 ``queue_positions`` is down and everything else works; discovery is retried every
@@ -21,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -30,16 +38,17 @@ from ..exposition import Exposition, Family
 from ..health import SourceHealth
 from ..kube.client import ApiError, Forbidden, KubeClient, NotFound
 from ..kube.discovery import served_version
-from ..kube.resources import QUEUE_POSITIONS
+from ..kube.resources import QUEUE_POSITIONS, QUEUE_POSITIONS_LOCAL
+from ..kube.scope import Scope
+from .clusterqueues import QueuePosition
 from .store import ClusterStore, WorkloadKey
+from .workload_state import in_queue
 
 log = structlog.get_logger(__name__)
 
 DEFAULT_INTERVAL = 30.0
-DEFAULT_LIMIT = 1000  # Kueue's own default (pkg/constants/constants.go:43)
-# Stages of Workloads that wait in a ClusterQueue's queue (the others are admitted, held by
-# quota already, deactivated or finished, and Kueue does not list them).
-QUEUED_STAGES = frozenset({"queued", "inadmissible", "preempting", "held", "backoff"})
+DEFAULT_LIMIT = 10_000  # Workloads asked for per queue and poll, in pages of PAGE_SIZE
+PAGE_SIZE = 1000  # Kueue's own default limit (pkg/constants/constants.go:43)
 
 QUEUE_POSITION = Family(
     "gangscope_workload_queue_position", "gauge",
@@ -55,48 +64,83 @@ LOCAL_QUEUE_POSITION = Family(
 FAMILIES = (QUEUE_POSITION, LOCAL_QUEUE_POSITION)
 
 
-@dataclass(frozen=True, slots=True)
-class QueuePosition:
-    """Where a Workload stands in its ClusterQueue (positions from 0, as Kueue counts them)."""
-
-    cluster_queue: str
-    position: int
-    listed: int  # Workloads in the answer: all of the queue when ``complete``
-    complete: bool  # False when the answer stopped at the limit
-    local_queue: str
-    local_position: int
-    polled_at: float
-
-
 def pending_path(version: str, cluster_queue: str) -> str:
     return f"/apis/{QUEUE_POSITIONS.group}/{version}/clusterqueues/{cluster_queue}/pendingworkloads"
 
 
-async def fetch_positions(client: KubeClient, version: str, cluster_queue: str, limit: int,
-                          now: float) -> tuple[dict[WorkloadKey, QueuePosition], int] | None:
-    """The positions Kueue lists for one ClusterQueue and the number of unusable items; None
-    when Kueue does not know the ClusterQueue (404). Other errors are raised."""
-    try:
-        body: Any = await client.get_json(pending_path(version, cluster_queue), {"limit": str(limit)})
-    except NotFound:
-        return None
+def local_pending_path(version: str, namespace: str, local_queue: str) -> str:
+    return f"/apis/{QUEUE_POSITIONS_LOCAL.group}/{version}/namespaces/{namespace}/localqueues/{local_queue}/pendingworkloads"
+
+
+def _items(body: Any, what: str) -> list[Any]:
     items = body.get("items") if isinstance(body, dict) else None
     if not isinstance(items, list):
-        raise ApiError(200, "BadResponse", f"pendingworkloads of {cluster_queue}: no items list")
+        raise ApiError(200, "BadResponse", f"pendingworkloads of {what}: no items list")
+    return items
+
+
+async def _pages(client: KubeClient, path: str, what: str, limit: int, page_size: int) -> tuple[list[Any], bool] | None:
+    """Every item of a pendingworkloads answer, page by page with ``offset``, up to ``limit``;
+    and whether the list ended before the limit (complete). None on 404."""
+    out: list[Any] = []
+    while len(out) < limit:
+        size = min(page_size, limit - len(out))
+        try:
+            body: Any = await client.get_json(path, {"limit": str(size), "offset": str(len(out))})
+        except NotFound:
+            return None
+        items = _items(body, what)
+        out += items
+        if len(items) < size:
+            return out, True
+    return out, False
+
+
+def _position(item: Any) -> tuple[WorkloadKey, int, int, str] | None:
+    meta = item.get("metadata") if isinstance(item, dict) else None
+    ns, name = (meta.get("namespace"), meta.get("name")) if isinstance(meta, dict) else (None, None)
+    pos, lpos, lq = (item.get("positionInClusterQueue"), item.get("positionInLocalQueue"),
+                     item.get("localQueueName")) if isinstance(item, dict) else (None, None, None)
+    if not (isinstance(ns, str) and isinstance(name, str) and type(pos) is int and type(lpos) is int and isinstance(lq, str)):
+        return None
+    return (ns, name), pos, lpos, lq
+
+
+async def fetch_positions(client: KubeClient, version: str, cluster_queue: str, limit: int,
+                          now: float, page_size: int = PAGE_SIZE) -> tuple[dict[WorkloadKey, QueuePosition], int] | None:
+    """The positions Kueue lists for one ClusterQueue and the number of unusable items; None
+    when Kueue does not know the ClusterQueue (404). Other errors are raised."""
+    found = await _pages(client, pending_path(version, cluster_queue), cluster_queue, limit, page_size)
+    if found is None:
+        return None
+    items, complete = found
     out: dict[WorkloadKey, QueuePosition] = {}
     bad = 0
-    complete = len(items) < limit
     for item in items:
-        meta = item.get("metadata") if isinstance(item, dict) else None
-        ns, name = (meta.get("namespace"), meta.get("name")) if isinstance(meta, dict) else (None, None)
-        pos, lpos, lq = (item.get("positionInClusterQueue"), item.get("positionInLocalQueue"),
-                         item.get("localQueueName")) if isinstance(item, dict) else (None, None, None)
-        if not (isinstance(ns, str) and isinstance(name, str) and type(pos) is int and type(lpos) is int
-                and isinstance(lq, str)):
+        p = _position(item)
+        if p is None:
             bad += 1
             continue
-        out[(ns, name)] = QueuePosition(cluster_queue, pos, len(items), complete, lq, lpos, now)
+        key, pos, lpos, lq = p
+        out[key] = QueuePosition(cluster_queue, pos, len(items), complete, lq, lpos, now)
     return out, bad
+
+
+async def fetch_local_positions(client: KubeClient, version: str, namespace: str, local_queue: str, cluster_queue: str,
+                                limit: int, now: float, page_size: int = PAGE_SIZE,
+                                ) -> tuple[dict[WorkloadKey, QueuePosition], int] | None:
+    """The positions Kueue lists for one LocalQueue (the namespaced endpoint): the ClusterQueue's
+    length is not known, so ``listed`` is the last position seen plus one, never complete."""
+    found = await _pages(client, local_pending_path(version, namespace, local_queue), f"{namespace}/{local_queue}",
+                         limit, page_size)
+    if found is None:
+        return None
+    items, _ = found
+    parsed = [_position(item) for item in items]
+    good = [p for p in parsed if p is not None]
+    at_least = max((pos for _, pos, _, _ in good), default=-1) + 1
+    return ({key: QueuePosition(cluster_queue, pos, at_least, False, lq, lpos, now) for key, pos, lpos, lq in good},
+            len(parsed) - len(good))
 
 
 class QueuePositionPoller:
@@ -104,9 +148,13 @@ class QueuePositionPoller:
 
     def __init__(self, client: KubeClient, store: ClusterStore, exposition: Exposition, *,
                  interval: float = DEFAULT_INTERVAL, limit: int = DEFAULT_LIMIT, discovery_interval: float = 60.0,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, scope: Scope | None = None, page_size: int = PAGE_SIZE) -> None:
         self.client, self.store, self.exposition = client, store, exposition
         self.interval, self.limit, self.discovery_interval, self.clock = interval, limit, discovery_interval, clock
+        self.page_size = page_size
+        self.scope = scope or Scope()
+        # --namespaces: the namespaced LocalQueue endpoint, which a Role in each namespace grants
+        self.resource = QUEUE_POSITIONS_LOCAL if self.scope.namespaces else QUEUE_POSITIONS
         exposition.register(*FAMILIES)
         self.health = SourceHealth(QUEUE_POSITIONS.source, exposition)
         self.version: str | None = None
@@ -116,22 +164,28 @@ class QueuePositionPoller:
     def pending_cluster_queues(self) -> set[str]:
         """ClusterQueues that hold a Workload waiting for quota."""
         return {wl.cluster_queue for wl in self.store.workloads.values()
-                if wl.cluster_queue and wl.state is not None and wl.state.stage in QUEUED_STAGES}
+                if wl.cluster_queue and in_queue(wl.state)}
+
+    def pending_local_queues(self) -> set[tuple[str, str, str]]:
+        """(namespace, LocalQueue, its ClusterQueue) of the waiting Workloads (the store holds
+        only those of the collector's namespaces)."""
+        return {(wl.namespace, wl.queue_name, wl.cluster_queue) for wl in self.store.workloads.values()
+                if wl.cluster_queue and wl.queue_name and in_queue(wl.state)}
 
     async def run(self) -> None:
         """Discover, poll every ``interval``, mark the source down when it is not served or
         forbidden; never returns (cancel it)."""
+        r = self.resource
         while True:
             try:
-                self.version = await served_version(self.client, QUEUE_POSITIONS)
+                self.version = await served_version(self.client, r)
             except ApiError as e:
                 self.health.down(f"discovery: {e}")
                 await asyncio.sleep(self.discovery_interval)
                 continue
             if self.version is None:
                 self._set({})
-                self.health.down(f"not served (looked for {QUEUE_POSITIONS.plural}.{QUEUE_POSITIONS.group} "
-                                 f"{'/'.join(QUEUE_POSITIONS.versions)})", error=False)
+                self.health.down(f"not served (looked for {r.plural}.{r.group} {'/'.join(r.versions)})", error=False)
                 await asyncio.sleep(self.discovery_interval)
                 continue
             try:
@@ -148,16 +202,23 @@ class QueuePositionPoller:
             await asyncio.sleep(self.interval)
 
     async def poll_once(self) -> None:
-        """One round over the pending ClusterQueues (``self.version`` must be set)."""
+        """One round over the pending ClusterQueues, or LocalQueues (``self.version`` must be set)."""
         assert self.version is not None
         positions: dict[WorkloadKey, QueuePosition] = {}
         bad = 0
         now = self.clock()
-        for cq in sorted(self.pending_cluster_queues()):
-            found = await fetch_positions(self.client, self.version, cq, self.limit, now)
-            if found is not None:
-                positions.update(found[0])
-                bad += found[1]
+        if self.resource is QUEUE_POSITIONS_LOCAL:
+            for ns, lq, cq in sorted(self.pending_local_queues()):
+                found = await fetch_local_positions(self.client, self.version, ns, lq, cq, self.limit, now, self.page_size)
+                if found is not None:
+                    positions.update(found[0])
+                    bad += found[1]
+        else:
+            for cq in sorted(self.pending_cluster_queues()):
+                found = await fetch_positions(self.client, self.version, cq, self.limit, now, self.page_size)
+                if found is not None:
+                    positions.update(found[0])
+                    bad += found[1]
         if bad:
             self.health.parse_error(bad)
         # A Workload admitted while the round ran is no longer waiting: drop what Kueue listed before.
@@ -166,7 +227,7 @@ class QueuePositionPoller:
 
     def _waiting(self, key: WorkloadKey) -> bool:
         wl = self.store.workloads.get(key)
-        return wl is not None and wl.state is not None and wl.state.stage in QUEUED_STAGES
+        return wl is not None and in_queue(wl.state)
 
     def _set(self, positions: dict[WorkloadKey, QueuePosition]) -> None:
         self.store.queue_positions = positions

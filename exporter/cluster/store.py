@@ -12,7 +12,7 @@ API (for the gang join, explain and the collector main)::
                          clock=time.time)
     handlers = store.handlers()                    # {source name: ResourceHandler}, sources as in
                                                    # exporter.kube.resources (workloads, localqueues,
-                                                   # topologies, resourceflavors, nodes)
+                                                   # topologies, resourceflavors, clusterqueues, cohorts, nodes)
     handlers["workloads"].replace(objects)         # a full LIST (objects not in it are deleted)
     handlers["workloads"].apply("MODIFIED", obj)   # one watch event: ADDED | MODIFIED | DELETED
     handlers["workloads"].health = SourceHealth(...)   # where parse errors are counted (optional)
@@ -25,11 +25,13 @@ API (for the gang join, explain and the collector main)::
     store.workloads_by_owner_uid(uid) -> list[Workload]        # controller owner uid or label kueue.x-k8s.io/job-uid
     store.workloads_by_owner_name(namespace, name) -> list[Workload]
     store.local_queues / store.topologies / store.flavors / store.nodes   # dicts of records
+    store.cluster_queues: dict[str, ClusterQueue]  # exporter.cluster.clusterqueues (spec order of flavors,
+                                                   # quotas, Active condition); store.cohorts likewise
     store.levels -> TopologyLevels; store.node_path(node_name) -> Path; store.fragment(path) -> LabelPairs
     store.queue_positions                          # (namespace, name) -> QueuePosition (the visibility poller's)
     store.on_workload_change: list[Callable[[tuple[str, str]], None]]   # after a Workload is set,
         # re-rendered or deleted (then store.workload() returns None); key = (namespace, name)
-    store.on_topology_change: list[Callable[[], None]]   # after levels or a Node's topology labels change
+    store.on_topology_change: list[Callable[[], None]]   # after the topology levels (or a flavor's Topology) change
     store.pods_assembling: list[PodsAssembling]     # gang (or pod) signals for admitted Workloads
         # without PodsReady; store.refresh(key) after a signal changes
 
@@ -43,7 +45,7 @@ exception of any other type is a bug, counted in ``gangscope_internal_errors_tot
 Two things outlive the objects Kueue shows: the last topology assignment of each Workload
 (Kueue clears ``status.admission`` when it evicts), and ``gangscope_topology_evictions_total``,
 which attributes each eviction (a ``status.schedulingStats.evictions`` count going up) once to
-each domain, at ``eviction_level``, of that last assignment. A domain that no Node has any more
+each domain, at ``eviction_level``, where it happened (:mod:`exporter.cluster.evictions`). A domain that no Node has any more
 is dropped ``eviction_grace`` seconds later, so the counter's series do not outlive the cluster.
 """
 
@@ -52,7 +54,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import structlog
 
@@ -64,16 +66,16 @@ from ..topologies import (
 )
 from ..topology import HOSTNAME_LABEL, DomainPaths, TopologyError, TopologyLevels
 from .capacity import DEFAULT_PLACEMENT_SIZES, Capacity
+from .clusterqueues import FAMILIES as CLUSTER_QUEUE_FAMILIES
+from .clusterqueues import ClusterQueue, Cohort, QueuePosition, parse_cluster_queue, parse_cohort, render_cluster_queue
+from .evictions import NODE_FAILURES, eviction_domains, failed_nodes, new_evictions
 from .localqueues import LocalQueue, parse_local_queue
 from .nodes import Node, parse_node
 from .object_labels import WORKLOAD_LABELS, LabelsAllowlist
 from .workload_state import PodsAssembling, workload_state
 from .workloads import (
-    FAMILIES, TOPOLOGY_EVICTIONS, Assignment, Path, Workload, parse_workload, render_workload,
+    FAMILIES, RETIRED_STAGES, TOPOLOGY_EVICTIONS, Assignment, Path, Workload, parse_workload, render_workload,
 )
-
-if TYPE_CHECKING:
-    from .queue_positions import QueuePosition
 
 log = structlog.get_logger(__name__)
 
@@ -83,6 +85,7 @@ JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 TOPOLOGY_EVICTIONS_OWNER = ("topology_evictions",)
 TOPOLOGY_UNRESOLVED_OWNER = ("topology_unresolved",)
 DEFAULT_EVICTION_GRACE = 3600.0
+DEFAULT_FINISHED_DETAIL = 0.0  # seconds a finished Workload keeps its detail series (0: none)
 
 TOPOLOGY_UNRESOLVED = Family(
     "gangscope_topology_unresolved_workloads", "gauge",
@@ -202,9 +205,11 @@ class ClusterStore:
                  level_keys: Sequence[str] = (), alias_overrides: Mapping[str, str] | None = None,
                  eviction_level: str | None = None, eviction_grace: float = DEFAULT_EVICTION_GRACE,
                  placement_sizes: Sequence[int] = DEFAULT_PLACEMENT_SIZES, shard: int = 0, total_shards: int = 1,
-                 clock: Callable[[], float] = time.time, labels_allowlist: LabelsAllowlist | None = None) -> None:
+                 clock: Callable[[], float] = time.time, labels_allowlist: LabelsAllowlist | None = None,
+                 finished_detail: float = DEFAULT_FINISHED_DETAIL) -> None:
         self.exposition = exposition
-        exposition.register(*FAMILIES, TOPOLOGY_UNRESOLVED)
+        self.finished_detail = finished_detail
+        exposition.register(*FAMILIES, TOPOLOGY_UNRESOLVED, *CLUSTER_QUEUE_FAMILIES)
         # --metric-labels-allowlist: Workload labels here, PodGroup labels in the gang index
         self.labels_allowlist = labels_allowlist
         if labels_allowlist is not None:
@@ -219,6 +224,8 @@ class ClusterStore:
         self.topologies: dict[str, Topology] = {}
         self.flavors: dict[str, ResourceFlavor] = {}
         self.nodes: dict[str, Node] = {}
+        self.cluster_queues: dict[str, ClusterQueue] = {}
+        self.cohorts: dict[str, Cohort] = {}
         self.queue_positions: dict[WorkloadKey, QueuePosition] = {}
         self.on_workload_change: list[Callable[[WorkloadKey], None]] = []
         self.on_topology_change: list[Callable[[], None]] = []
@@ -250,6 +257,7 @@ class ClusterStore:
         # Timers (collector only): backoff ends, domain pruning
         self._loop: asyncio.AbstractEventLoop | None = None
         self._backoff_timers: dict[WorkloadKey, asyncio.TimerHandle] = {}
+        self._detail_timers: dict[WorkloadKey, asyncio.TimerHandle] = {}
         self._prune_timer: asyncio.TimerHandle | None = None
         self.levels = TopologyLevels.build(self._fixed_levels, self._overrides)
         self._paths = DomainPaths(self.levels, self._host_labels)
@@ -257,9 +265,16 @@ class ClusterStore:
         self._level_names: dict[str, str] = {}
         self.capacity = Capacity(exposition, lambda: self.levels, self.fragment, gpu_resources=self.gpu_resources,
                                  sizes=placement_sizes, flavors=self.flavors, topologies=self.topologies,
-                                 shard=shard, total_shards=total_shards)
+                                 shard=shard, total_shards=total_shards, queue_flavors=self.queue_flavors, clock=clock)
         self.on_workload_change.append(lambda key: self.capacity.workload_changed(key, self.workloads.get(key)))
         self.on_topology_change.append(self.capacity.levels_changed)
+
+    def queue_flavors(self, cluster_queue: str) -> tuple[str, ...] | None:
+        """The flavors of a ClusterQueue in spec order, None while it is not known (the fit is then
+        unknown, never a guess). The ClusterQueue watch keeps ``cluster_queues``; a dump without
+        ClusterQueues knows no queue."""
+        queue = self.cluster_queues.get(cluster_queue)
+        return tuple(queue.flavor_names) if queue is not None else None
 
     # ---- handlers -------------------------------------------------------------------------
 
@@ -278,6 +293,11 @@ class ClusterStore:
             "resourceflavors": ResourceHandler("resourceflavors", parse_resource_flavor, lambda f: f.name,
                                                self._put_flavor, self._delete_flavor, self.flavors,
                                                finish=self._flavors_changed),
+            "clusterqueues": ResourceHandler("clusterqueues", parse_cluster_queue, lambda q: q.name,
+                                             self._put_cluster_queue, self._delete_cluster_queue, self.cluster_queues,
+                                             finish=settle),
+            "cohorts": ResourceHandler("cohorts", parse_cohort, lambda c: c.name, self._put_cohort,
+                                       self._delete_cohort, self.cohorts),
             "nodes": _NodeHandler("nodes", lambda o: parse_node(o, self.gpu_resources), lambda n: n.name,
                                   self._put_node, self._delete_node, self.nodes, store=self, finish=settle),
         }
@@ -290,14 +310,17 @@ class ClusterStore:
         self._loop = asyncio.get_running_loop()
         for wl in self.workloads.values():
             self._arm_backoff(wl)
+            if wl.detail and wl.state is not None and wl.state.stage in RETIRED_STAGES:
+                self.refresh(wl.key)  # arms its --finished-detail timer
         self._arm_prune()
         self.capacity.start(self._loop)
 
     def stop_timers(self) -> None:
         self.capacity.stop()
-        for handle in self._backoff_timers.values():
-            handle.cancel()
-        self._backoff_timers.clear()
+        for timers in (self._backoff_timers, self._detail_timers):
+            for handle in timers.values():
+                handle.cancel()
+            timers.clear()
         if self._prune_timer is not None:
             self._prune_timer.cancel()
             self._prune_timer = None
@@ -311,6 +334,28 @@ class ClusterStore:
         until = wl.state.backoff_until if wl.state is not None else None
         if self._loop is not None and until is not None:
             self._backoff_timers[key] = self._loop.call_later(max(0.0, until - self.clock()), self.refresh, key)
+
+    def _detail(self, wl: Workload) -> bool:
+        """Whether the Workload's detail series (placement, gang, PodGroup) are exported: until it
+        finishes or is deactivated, then for ``--finished-detail`` seconds from that moment (the
+        Finished condition's, else the Evicted condition's lastTransitionTime), with a timer to
+        drop them at the end; offline, from the clock at the one instant evaluated."""
+        key = wl.key
+        handle = self._detail_timers.pop(key, None)
+        if handle is not None:
+            handle.cancel()
+        if wl.state is None or wl.state.stage not in RETIRED_STAGES:
+            return True
+        if self.finished_detail <= 0:
+            return False
+        since = next((c.last_transition_seconds for t in ("Finished", "Evicted")
+                      if (c := wl.conditions.get(t)) is not None and c.status == "True"), None)
+        left = (since if since is not None else self.clock()) + self.finished_detail - self.clock()
+        if left <= 0:
+            return False
+        if self._loop is not None:
+            self._detail_timers[key] = self._loop.call_later(left, self.refresh, key)
+        return True
 
     # ---- lookups --------------------------------------------------------------------------
 
@@ -383,6 +428,8 @@ class ClusterStore:
             wl.last_assignments = wl.assignments
         elif prev is not None:
             wl.last_assignments = prev.last_assignments
+        if prev is not None:
+            wl.failed_nodes = prev.failed_nodes  # replaced by _count_evictions on a new NodeFailures eviction
         for a in wl.last_assignments:
             if not a.placed and a.domains:
                 a.placed = self.place(a)
@@ -402,9 +449,10 @@ class ClusterStore:
         if prev is None:
             return
         self._unindex(prev)
-        handle = self._backoff_timers.pop(key, None)
-        if handle is not None:
-            handle.cancel()
+        for timers in (self._backoff_timers, self._detail_timers):
+            handle = timers.pop(key, None)
+            if handle is not None:
+                handle.cancel()
         self._set_unresolved(key, frozenset())
         self.exposition.delete(("workload", *key))
         for cb in self.on_workload_change:
@@ -437,9 +485,11 @@ class ClusterStore:
             lq = self.local_queues.get((wl.namespace, wl.queue_name))
             wl.cluster_queue = lq.cluster_queue if lq is not None else ""
         wl.unhealthy_paths = [self.node_path(n) for n in wl.unhealthy_nodes]
-        wl.state = workload_state(wl, self.clock(), self._assembling(wl.key) if self.pods_assembling else None)
+        wl.state = workload_state(wl, self.clock(), self._assembling(wl.key) if self.pods_assembling else None,
+                                  self.cluster_queues.get(wl.cluster_queue))
         self._arm_backoff(wl)
-        chunks = render_workload(wl, self.fragment, self.level_name)
+        wl.detail = self._detail(wl)
+        chunks = render_workload(wl, self.fragment, self.level_name, wl.detail)
         if self.labels_allowlist is not None:
             line = "".join(self.labels_allowlist.lines("workloads", WORKLOAD_LABELS, wl.key, wl.labels)).encode()
             chunks.append((WORKLOAD_LABELS, line, line.count(b"\n")))
@@ -574,33 +624,28 @@ class ClusterStore:
 
     def _count_evictions(self, prev: Workload, wl: Workload) -> None:
         """Count each eviction Kueue records in ``status.schedulingStats.evictions`` (object
-        state, so two collectors agree), once per domain of the last assignment.
-
-        Kueue increments the count of (reason, underlyingCause) in the same patch that sets the
-        Evicted condition (kueue pkg/workload/evict/evict.go:178-185). A deactivation writes the
-        condition's reason as ``DeactivatedDueTo<Cause>`` but the count as ``Deactivated`` with
-        the cause apart (evict.go:181-182, 185), so counting the stats alone counts it once.
-        """
-        found: dict[tuple[str, str], int] = {}
-        before = prev.evictions
-        for key, n in wl.evictions.items():
-            delta = n - before.get(key, 0)
-            if delta > 0:
-                found[key] = delta
+        state, so two collectors agree) once per domain it happened in
+        (:func:`exporter.cluster.evictions.eviction_domains`: the placement seen before this
+        event; for node failures, the failed nodes' domains only)."""
+        found = new_evictions(prev, wl)
         if not found:
             return
         depth = self.eviction_depth
-        domains = {path[:depth] for a in wl.last_assignments for path, _ in a.placed}
-        if not domains:
-            return
         counters = self._topology_evictions
+        counted: set[Path] = set()
         for (reason, cause), n in found.items():
+            domains, _ = eviction_domains(reason, prev, wl, depth, self._node_domain.get)
+            if reason == NODE_FAILURES:
+                wl.failed_nodes = failed_nodes(prev, wl)
             for domain in domains:
                 k = (reason, cause, domain)
                 counters[k] = counters.get(k, 0) + n
+            counted |= domains
+        if not counted:
+            return
         if self.nodes:
             now = self.clock()
-            for domain in domains:
+            for domain in counted:
                 if not self._domain_nodes.get(domain):
                     self._gone_since.setdefault(domain, now)
             self._arm_prune()
@@ -688,6 +733,37 @@ class ClusterStore:
         pending = [k for k in self._by_queue.get(key, ()) if not self.workloads[k].admission_cluster_queue]
         self._rerender(pending, replace_paths=False)
 
+    # ---- cluster queues, cohorts ----------------------------------------------------------
+
+    def _put_cluster_queue(self, cq: ClusterQueue) -> None:
+        prev = self.cluster_queues.get(cq.name)
+        self.cluster_queues[cq.name] = cq
+        self._render_cluster_queue(cq)
+        if prev is None or (prev.active, prev.active_reason, prev.stop_policy) != (cq.active, cq.active_reason, cq.stop_policy):
+            self._rerender_cluster_queue_workloads(cq.name)
+
+    def _delete_cluster_queue(self, name: str) -> None:
+        if self.cluster_queues.pop(name, None) is not None:
+            self.exposition.delete(("clusterqueue", name))
+            self._rerender_cluster_queue_workloads(name)
+
+    def _render_cluster_queue(self, cq: ClusterQueue) -> None:
+        flavors = self.flavors
+        self.exposition.set(("clusterqueue", cq.name), render_cluster_queue(
+            cq, lambda f: rf.topology_name if (rf := flavors.get(f)) is not None else ""))
+
+    def _rerender_cluster_queue_workloads(self, name: str) -> None:
+        """The queue's activity changed: what its waiting Workloads' Kueue messages mean may have
+        (see :func:`exporter.cluster.workload_state.workload_state`)."""
+        self._rerender([k for k, wl in self.workloads.items() if wl.cluster_queue == name and not wl.admitted],
+                       replace_paths=False)
+
+    def _put_cohort(self, cohort: Cohort) -> None:
+        self.cohorts[cohort.name] = cohort
+
+    def _delete_cohort(self, name: str) -> None:
+        self.cohorts.pop(name, None)
+
     # ---- topologies, flavors --------------------------------------------------------------
 
     def _put_topology(self, topo: Topology) -> None:
@@ -731,6 +807,8 @@ class ClusterStore:
     def _flavors_changed(self) -> None:
         try:
             self._update_flavor_topologies()
+            for cq in self.cluster_queues.values():  # their series carry each flavor's Topology
+                self._render_cluster_queue(cq)
         finally:
             self.capacity.flavors_changed()
             self.capacity.settle()
@@ -750,13 +828,19 @@ class ClusterStore:
         if affected:
             self._invalidate_paths(affected)
 
-    def _invalidate_paths(self, keys: Iterable[WorkloadKey]) -> None:
+    def _invalidate_paths(self, keys: Iterable[WorkloadKey], levels: bool = True) -> None:
+        """Place ``keys`` again and re-render them; ``levels``: the topology levels changed, so
+        the listeners read every host's path again. A Node's own change (``levels=False``)
+        reaches the capacity through ``capacity.node_changed``, which reads that host's path:
+        telling it that every host may have moved made each Node event cost O(Nodes), and a
+        dump of N Nodes fed one by one (snapshot, explain) O(N^2)."""
         self._place_cache.clear()
         self._fragments.clear()
         self._eviction_prefixes.clear()
         self._rerender(keys, replace_paths=True)
-        for cb in self.on_topology_change:
-            cb()
+        if levels:
+            for cb in self.on_topology_change:
+                cb()
 
     # ---- nodes ----------------------------------------------------------------------------
 
@@ -795,7 +879,7 @@ class ClusterStore:
             self._pending_nodes.update(affected)
             self._pending_nodes.add(("", ""))  # marks "paths changed" even with nothing affected
             return
-        self._invalidate_paths(affected)
+        self._invalidate_paths(affected, levels=False)
 
     def begin_node_batch(self) -> None:
         """A Node LIST starts. Its pages interleave with the Workloads' (both lists start
@@ -812,7 +896,7 @@ class ClusterStore:
             # Placed meanwhile, the deferred Workloads may hold paths cached before a Node's
             # labels arrived: they are placed again, with what the Nodes now say.
             pending.discard(("", ""))
-            self._invalidate_paths([*deferred, *(k for k in pending if k not in deferred)])
+            self._invalidate_paths([*deferred, *(k for k in pending if k not in deferred)], levels=False)
         elif deferred:
             self._rerender(deferred, replace_paths=False)
 

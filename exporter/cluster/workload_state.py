@@ -28,21 +28,27 @@ a tag is named. Kueue 0.14 and later are covered:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .workloads import AdmissionCheck, Condition, Workload
+# The judgement's vocabulary and result types live with the Workload record they describe (the
+# record holds its state), so this module reads exporter.cluster.workloads and not the reverse.
+from .workloads import CHECK_STATES, STAGES, AdmissionCheck, Condition, PendingReason, Workload, WorkloadState
 
-# Highest precedence first: the first stage whose rule holds is the Workload's stage.
-STAGES = (
-    "finished", "deactivated", "evicting", "recovering", "running", "assembling", "admission_checks",
-    "preempting", "backoff", "held", "inadmissible", "queued",
-)
+if TYPE_CHECKING:
+    from .clusterqueues import ClusterQueue
+
+__all__ = ["CATEGORIES", "CHECK_STATES", "STAGES", "WAITING_STAGES", "PendingReason", "WorkloadState", "in_queue",
+           "holds_quota", "quota_reason_meaning", "workload_state"]
 
 # Stages of a Workload that waits for admission without holding quota: where the admission layer
 # holds it, and the Workloads whose fit in the free capacity gangscope_workload_fit reports.
 WAITING_STAGES = ("queued", "inadmissible", "preempting", "held", "backoff")
+
+# A plain pod group whose failed pods are not replaced yet: Kueue does not queue it
+# (pkg/workload/workload.go:1283-1285, IsAdmissible; the condition is set by
+# pkg/controller/jobs/pod/pod_controller.go:1467-1510 while pods are absent), so it has no queue
+# position and no fit, though its stage is held.
+REPLACEMENT_REASON = "WaitingForReplacementPods"
 
 # Why a Workload that is not admitted waits, by what it means for the user (the ``category``
 # label of gangscope_workload_pending_reason).
@@ -51,35 +57,6 @@ CATEGORIES = ("capacity", "configuration", "preemption", "policy", "backoff", "e
 # A joined gang's (or, later, the pods') word on whether an admitted Workload's pods are still
 # assembling: True (some are), False (all are placed), None (nothing joined, or nothing known).
 PodsAssembling = Callable[[tuple[str, str]], "bool | None"]
-
-
-@dataclass(frozen=True, slots=True)
-class PendingReason:
-    """Why a Workload is not admitted: Kueue's reason token, its category and Kueue's message.
-
-    ``reason`` is the token Kueue wrote (``QuotaReserved``'s reason, ``Admitted``'s while checks
-    are pending, the ``Requeued`` reason during a backoff); an absent ``QuotaReserved`` counts as
-    ``PendingEvaluation`` and an absent ``Admitted`` with quota reserved as
-    ``UnsatisfiedAdmissionChecks``, as Kueue's own unadmitted-workloads metric counts them
-    (KEP-10852, "Handling of Missing or Unset Status Conditions"); a backoff without a
-    ``Requeued=False`` condition (an admission check's retry delay) says ``Backoff``.
-    """
-
-    reason: str
-    category: str
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class WorkloadState:
-    """The meaning of one Workload's status at one instant (see :func:`workload_state`)."""
-
-    stage: str
-    pending: PendingReason | None  # None once admitted (or finished)
-    backoff_until: float | None  # requeueState.requeueAt while it is in the future
-    blocking_check: AdmissionCheck | None  # the admission check that holds admission, if any
-    pods_assembling: bool | None  # the gang signal this state was computed with
-    uses_pods_signal: bool = False  # whether the stage depends on it (admitted, no PodsReady)
 
 
 # --- QuotaReserved=False: typed reasons (UnadmittedWorkloadsObservability) ----------------------
@@ -128,12 +105,20 @@ _PENDING_EXACT: dict[str, tuple[str, str]] = {
     "The workload has failed admission checks": ("queued", "evaluation"),
     # workload_controller.go:1093 (AdmissionGatedBy annotation removed)
     "AdmissionGatedBy cleared, waiting for quota reservation": ("queued", "evaluation"),
+    # statefulset_reconciler.go:279-288: OnHold cleared, fallback reason Pending without the gate
+    "Workload no longer on hold; waiting for quota reservation": ("queued", "evaluation"),
+    # scheduler.go:444-449: preemption needed but the Workload's preemption gate is closed
+    # (typed reason AdmissionGated)
+    "Workload requires preemption, but it's gated": ("held", "policy"),
+    # scheduler.go:407-412: a ConcurrentAdmission variant skipped while a more favorable sibling is
+    # admitted (typed reason PendingEvaluation)
+    "A more favorable variant is already admitted": ("queued", "evaluation"),
     # scheduler.go:456 (DeferredFit)
     "Workload has overlapping preemption targets with another workload, but will fit after these preemptions "
     "complete": ("preempting", "preemption"),
 }
 _PENDING_PREFIXES: tuple[tuple[str, tuple[str, str]], ...] = (
-    ("ClusterQueue ", ("held", "policy")),  # "... is inactive" (scheduler.go:680); "... not found" below
+    ("ClusterQueue ", ("held", "policy")),  # "... is inactive" (scheduler.go:680, see _inactive_queue); "... not found" below
     ("Workload namespace doesn't match ClusterQueue selector", ("inadmissible", "configuration")),  # v0.14.0:436
     ("Could not obtain workload namespace", ("inadmissible", "configuration")),  # v0.14.0:434
     ("resources validation failed", ("inadmissible", "configuration")),  # v0.14.0:scheduler.go:62,439
@@ -182,12 +167,37 @@ def _legacy_inadmissible(message: str) -> tuple[str, str]:
     return "inadmissible", "configuration"  # missing/terminating queue, DRA claims: Misconfigured
 
 
-def quota_reason_meaning(reason: str, message: str, evicted_message: str | None = None) -> tuple[str, str]:
-    """(stage, category) for a ``QuotaReserved=False`` reason (either generation) and its message.
+def _inactive_queue(message: str, queue: ClusterQueue | None) -> tuple[str, str] | None:
+    """(stage, category) of "ClusterQueue X is inactive", or None for another message.
+
+    Kueue writes it for every reason a ClusterQueue is inactive (scheduler.go:680 with reason
+    ``Pending``; workload_controller.go:2035-2036 with ``Suspended``, ``Inadmissible`` before
+    the gate): stopped on purpose, or a missing flavor, Topology or admission check
+    (pkg/cache/scheduler/clusterqueue.go:251-262, 311-350). Only a queue whose Active condition
+    says ``Stopped`` is held by policy; every other inactive queue waits for someone to fix its
+    configuration. Without the ClusterQueue (not watched, not listed yet, or another queue than
+    the message names) whether it is stopped is unknown, and the Workload counts as held: a
+    stopped queue must not page as misconfigured.
+    """
+    if not (message.startswith("ClusterQueue ") and message.endswith(" is inactive")):
+        return None
+    if queue is None or message != f"ClusterQueue {queue.name} is inactive" or queue.stopped:
+        return "held", "policy"
+    return "inadmissible", "configuration"
+
+
+def quota_reason_meaning(reason: str, message: str, evicted_message: str | None = None,
+                         queue: ClusterQueue | None = None) -> tuple[str, str]:
+    """(stage, category) for a ``QuotaReserved=False`` reason (either generation) and its message;
+    ``queue`` is the Workload's ClusterQueue, where known (it says what "inactive" means).
 
     A reason gangscope does not know (a newer Kueue) counts as waiting for capacity: it says the
     Workload did not fit, and waiting is the conservative reading for alerts.
     """
+    if reason in ("Pending", "Inadmissible", "Suspended"):
+        inactive = _inactive_queue(message, queue)
+        if inactive is not None:
+            return inactive
     meaning = TYPED_REASONS.get(reason)
     if meaning is not None:
         return meaning
@@ -198,8 +208,7 @@ def quota_reason_meaning(reason: str, message: str, evicted_message: str | None 
     return "inadmissible", "capacity"
 
 
-# Check states (workload_types.go:803-805: Pending, Ready, Retry, Rejected), worst first.
-CHECK_STATES = ("Pending", "Ready", "Retry", "Rejected")
+# Check states (workload_types.go:803-805, CHECK_STATES), worst first.
 _CHECK_RANK = {"Rejected": 0, "Retry": 1, "Pending": 2}
 
 
@@ -231,9 +240,11 @@ def _podsready_stage(wl: Workload, pods_assembling: bool | None) -> str:
     return "assembling"
 
 
-def workload_state(wl: Workload, now: float, pods_assembling: bool | None = None) -> WorkloadState:
+def workload_state(wl: Workload, now: float, pods_assembling: bool | None = None,
+                   queue: ClusterQueue | None = None) -> WorkloadState:
     """The stage (first of :data:`STAGES` whose rule holds), the pending reason and the blocking
-    admission check of ``wl`` at ``now`` (Unix seconds; only the backoff depends on it)."""
+    admission check of ``wl`` at ``now`` (Unix seconds; only the backoff depends on it);
+    ``queue`` is its ClusterQueue where known (see :func:`_inactive_queue`)."""
     conds = wl.conditions
     check = blocking_check(wl)
     finished = conds.get("Finished")
@@ -264,6 +275,12 @@ def workload_state(wl: Workload, now: float, pods_assembling: bool | None = None
         message = check.message if check is not None and check.message else _message(admitted)
         return WorkloadState("admission_checks", PendingReason(reason, "admission_check", message), None, check,
                              pods_assembling)
+    replacement = conds.get(REPLACEMENT_REASON)
+    if replacement is not None and replacement.status == "True":
+        # Not admissible until the failed pods of the group are replaced (see REPLACEMENT_REASON);
+        # the condition's message is the eviction's, or "Some Failed pods need replacement".
+        return WorkloadState("held", PendingReason(REPLACEMENT_REASON, "policy", replacement.message), None, check,
+                             pods_assembling)
     requeue_at = wl.requeue_at_seconds
     if requeue_at is not None and requeue_at > now:
         # Backoff after a PodsReadyTimeout or AdmissionCheck eviction, or an admission check's
@@ -276,8 +293,16 @@ def workload_state(wl: Workload, now: float, pods_assembling: bool | None = None
     if quota is None:
         return WorkloadState("queued", PendingReason("PendingEvaluation", "evaluation", ""), None, check, pods_assembling)
     evicted_message = evicted.message if evicted is not None and evicted.status == "True" else None
-    stage, category = quota_reason_meaning(quota.reason, quota.message, evicted_message)
+    stage, category = quota_reason_meaning(quota.reason, quota.message, evicted_message, queue)
     return WorkloadState(stage, PendingReason(quota.reason, category, quota.message), None, check, pods_assembling)
+
+
+def in_queue(state: WorkloadState | None) -> bool:
+    """Whether Kueue keeps the Workload in its ClusterQueue's queue, waiting for quota: a
+    waiting stage, but not a pod group waiting for replacement pods (see REPLACEMENT_REASON).
+    Only these have a queue position and a fit."""
+    return state is not None and state.stage in WAITING_STAGES and (
+        state.pending is None or state.pending.reason != REPLACEMENT_REASON)
 
 
 def holds_quota(wl: Workload) -> bool:

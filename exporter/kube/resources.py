@@ -33,6 +33,12 @@ WORKLOADS = Resource("workloads", "kueue.x-k8s.io", ("v1beta2", "v1beta1"), "wor
 LOCAL_QUEUES = Resource("localqueues", "kueue.x-k8s.io", ("v1beta2", "v1beta1"), "localqueues", "LocalQueue", True)
 TOPOLOGIES = Resource("topologies", "kueue.x-k8s.io", ("v1beta2", "v1beta1", "v1alpha1"), "topologies", "Topology", False)
 RESOURCE_FLAVORS = Resource("resourceflavors", "kueue.x-k8s.io", ("v1beta2", "v1beta1"), "resourceflavors", "ResourceFlavor", False)
+# ClusterQueues (the flavors Kueue tries for a Workload, its quotas, whether it is active and why
+# not) and Cohorts (the tree ClusterQueues borrow in): kueue apis/kueue/v1beta2/clusterqueue_types.go,
+# cohort_types.go at ff69552e; read by exporter.cluster.clusterqueues. Cohort objects are optional
+# in Kueue (a cohort named by a ClusterQueue needs none), so a cluster without them is normal.
+CLUSTER_QUEUES = Resource("clusterqueues", "kueue.x-k8s.io", ("v1beta2", "v1beta1"), "clusterqueues", "ClusterQueue", False)
+COHORTS = Resource("cohorts", "kueue.x-k8s.io", ("v1beta2", "v1beta1"), "cohorts", "Cohort", False)
 # Whole Nodes: the capacity per domain reads status.allocatable, the Ready condition, spec.unschedulable
 # and spec.taints (exporter.cluster.nodes keeps only those and the labels).
 NODES = Resource("nodes", "", ("v1",), "nodes", "Node", False)
@@ -82,11 +88,15 @@ POD_RESOURCES = (PODS_KUEUE, PODS_COSCHEDULING, PODS_COSCHEDULING_LEGACY, PODS_V
 # Kueue's visibility API: a subresource GET, polled by exporter.cluster.queue_positions.
 QUEUE_POSITIONS = Resource("queue_positions", "visibility.kueue.x-k8s.io", ("v1beta2", "v1beta1"),
                            "clusterqueues/pendingworkloads", "PendingWorkloadsSummary", False, verbs=("get",))
+# The same per LocalQueue, namespaced (a collector limited to --namespaces asks this one): one
+# source with the above (its health is queue_positions), kueue pkg/visibility/storage/pending_workloads_lq.go.
+QUEUE_POSITIONS_LOCAL = Resource("queue_positions", "visibility.kueue.x-k8s.io", ("v1beta2", "v1beta1"),
+                                 "localqueues/pendingworkloads", "PendingWorkloadsSummary", True, verbs=("get",))
 
 COLLECTOR_RESOURCES = (
-    WORKLOADS, LOCAL_QUEUES, TOPOLOGIES, RESOURCE_FLAVORS, NODES,
+    WORKLOADS, LOCAL_QUEUES, TOPOLOGIES, RESOURCE_FLAVORS, NODES, CLUSTER_QUEUES, COHORTS,
     COSCHEDULING_PODGROUPS, COSCHEDULING_LEGACY_PODGROUPS, VOLCANO_PODGROUPS, NATIVE_PODGROUPS, NATIVE_WORKLOADS,
-    QUEUE_POSITIONS, NATIVE_COMPOSITE_PODGROUPS, KAI_PODGROUPS, JOBSETS, TRAINJOBS, LEADERWORKERSETS, *POD_RESOURCES,
+    QUEUE_POSITIONS, QUEUE_POSITIONS_LOCAL, NATIVE_COMPOSITE_PODGROUPS, KAI_PODGROUPS, JOBSETS, TRAINJOBS, LEADERWORKERSETS, *POD_RESOURCES,
 )
 
 # Automatic sharding of the collector (--pod/--pod-namespace, exporter.kube.sharding): its own Pod
@@ -94,6 +104,11 @@ COLLECTOR_RESOURCES = (
 SHARDING_POD = Resource("shard_pod", "", ("v1",), "pods", "Pod", True, verbs=("get",))
 STATEFULSETS = Resource("statefulset", "apps", ("v1",), "statefulsets", "StatefulSet", True)
 SHARDING_RESOURCES = (SHARDING_POD, STATEFULSETS)
+# The namespace list every shard cuts the hash space by (--shard-ranges balanced,
+# exporter.kube.sharding.balanced_bounds): names and creation times, cluster-scoped (a ClusterRole).
+NAMESPACES = Resource("namespaces", "", ("v1",), "namespaces", "Namespace", False, metadata_only=True,
+                      verbs=("list", "watch"))
+COLLECTOR_READS = (*COLLECTOR_RESOURCES, NAMESPACES)  # what the collector's ClusterRole grants
 
 # The node agent: its own Node (get + watch by name), the pods bound to it, and the Kueue Topologies
 # (a few cluster-scoped objects) its topology levels come from when --topology-levels is not given.

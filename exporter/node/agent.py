@@ -46,8 +46,9 @@ def nvml_factory(spec: str, profile: str | None = None) -> Callable[[], Any]:
         import importlib.util
 
         if importlib.util.find_spec("exporter.sim") is None:
-            raise ValueError("--nvml sim needs the simulators, which the runtime image does not ship: "
-                             "pip install 'gangscope[sim]'")
+            from .. import SIMULATORS_INSTALL
+
+            raise ValueError(f"--nvml sim needs the simulators, which the runtime image does not ship: {SIMULATORS_INSTALL}")
         from ..sim.nvml import SimNvml, parse_spec
 
         scenarios = parse_spec(spec)
@@ -75,7 +76,7 @@ class Agent:
             return NvmlSampler(
                 lambda: self.lifecycle.watched(library()), self.exposition, self.nvml_health,
                 self.node.base_labels, interval=args.sample_interval, timeout=args.nvml_timeout,
-                pcie_interval=args.pcie_interval, on_inventory=self.render_pods,
+                pcie_interval=args.pcie_interval, on_inventory=self.render_pods, node=args.node_name,
             )
 
         self.lifecycle = NvmlLifecycle(make_sampler, self.exposition, self.nvml_health, self.node.base_labels,

@@ -41,14 +41,14 @@ GPU_POD_INFO = Family(
 
 NVLINK_TX = Family(
     "gangscope_nvlink_transmit_bytes_total", "counter",
-    "NVLink data bytes transmitted on the link: NVML field 138 (KiB converted to bytes), or on NVLink5 GPUs "
-    "without it field 202 (bytes).",
+    "NVLink data bytes transmitted on the link: NVML field 202 (bytes) on NVLink5 GPUs, else field 138 (KiB "
+    "converted to bytes).",
     ("gpu", "link", "node"), topology=True,
 )
 NVLINK_RX = Family(
     "gangscope_nvlink_receive_bytes_total", "counter",
-    "NVLink data bytes received on the link: NVML field 139 (KiB converted to bytes), or on NVLink5 GPUs "
-    "without it field 204 (bytes).",
+    "NVLink data bytes received on the link: NVML field 204 (bytes) on NVLink5 GPUs, else field 139 (KiB "
+    "converted to bytes).",
     ("gpu", "link", "node"), topology=True,
 )
 NVLINK_RAW_TX = Family(
@@ -102,8 +102,16 @@ PCIE_READ_INTERVAL = Family(
 )
 PCIE_GAPS = Family(
     "gangscope_pcie_read_gaps_total", "counter",
-    "PCIe counter reads further apart than one wrap at the link's maximum rate (a stalled reader, a slow "
-    "driver, or --pcie-interval set too long): the bytes counted across each are a lower bound.",
+    "PCIe counter reads too far apart to count every wrap (further apart than one wrap at the link's maximum "
+    "rate, a step beyond 3/4 of the range, or the first read after the GPU was lost): the wraps across each are "
+    "estimated from NVML's 20 ms throughput, so the byte totals hold an estimate there.",
+    ("gpu", "node"), topology=True,
+)
+NVLINK_GAPS = Family(
+    "gangscope_nvlink_read_gaps_total", "counter",
+    "Reads of the GPU's NVLink byte counters, over all links, too far apart to count every wrap, on a GPU whose "
+    "driver reports them 32-bit (absent where they are 64-bit): no wrap is added across them, so the NVLink byte "
+    "totals are a lower bound. One series per GPU.",
     ("gpu", "node"), topology=True,
 )
 PCIE_THROUGHPUT = Family(
@@ -204,7 +212,7 @@ NIC_RX = Family(
 GPU_FAMILIES = (
     GPU_INFO, GPU_UP, GPU_ERRORS, MIG_INFO, GPU_POD_INFO, FIELD_SUPPORTED, FABRIC_INFO, FABRIC_HEALTH, PLATFORM_INFO,
     NVLINK_TX, NVLINK_RX, NVLINK_RAW_TX, NVLINK_RAW_RX, NVLINK_UP, NVLINK_VERSION, NVLINK_ERRORS,
-    PCIE_TX, PCIE_RX, PCIE_READ_INTERVAL, PCIE_GAPS, PCIE_THROUGHPUT, PCIE_GENERATION, PCIE_WIDTH,
+    PCIE_TX, PCIE_RX, PCIE_READ_INTERVAL, PCIE_GAPS, NVLINK_GAPS, PCIE_THROUGHPUT, PCIE_GENERATION, PCIE_WIDTH,
 )
 # NVML field id -> the byte counter family its link series belong to
 NVLINK_BYTE_FAMILIES = {

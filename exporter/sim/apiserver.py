@@ -631,7 +631,7 @@ class SimApiServer:
         if rest[0] == "namespaces" and len(rest) >= 3:
             namespace, rest = rest[1], rest[2:]
         if len(rest) == 3 and (group, f"{rest[0]}/{rest[2]}") in self._stores:
-            return self._subresource(request, self._stores[(group, f"{rest[0]}/{rest[2]}")], version, rest[1])
+            return self._subresource(request, self._stores[(group, f"{rest[0]}/{rest[2]}")], version, rest[1], namespace)
         if len(rest) not in (1, 2):
             return _page_not_found()
         store = self._stores.get((group, rest[0]))
@@ -662,20 +662,39 @@ class SimApiServer:
             return await self._watch(request, store, version, namespace, fields, labels, partial)
         return self._list(request, store, version, namespace, fields, labels, partial, shard_info=shard)
 
-    def _subresource(self, request: web.Request, store: _Store, version: str, name: str) -> web.Response:
-        """GET of a served subresource; only Kueue's ``clusterqueues/pendingworkloads`` exists."""
-        if version not in store.versions:
+    def _subresource(self, request: web.Request, store: _Store, version: str, name: str,
+                     namespace: str | None = None) -> web.Response:
+        """GET of a served subresource: Kueue's ``clusterqueues/<cq>/pendingworkloads`` and the
+        namespaced ``localqueues/<lq>/pendingworkloads`` (pending_workloads_cq.go, _lq.go)."""
+        if version not in store.versions or (namespace is not None) != store.namespaced:
             return _error(404, "the server could not find the requested resource")
-        if store.forbidden:
+        allowed = self.namespace_rbac.get((store.group, store.plural))
+        if store.forbidden or (allowed is not None and namespace not in allowed):
             return _error(403, f'{store.plural}.{store.group} is forbidden: User "sim" cannot get resource '
                                f'"{store.plural}" in API group "{store.group}"')
-        items = self.pending_workloads(name)
+        if namespace is not None:
+            items = self.local_pending_workloads(namespace, name)
+            kind = "localqueue"
+        else:
+            items = self.pending_workloads(name)
+            kind = "clusterqueue"
         if items is None:
-            return _error(404, f'clusterqueue.{store.group} "{name}" not found')
+            return _error(404, f'{kind}.{store.group} "{name}" not found')
         limit = int(request.query.get("limit", "1000") or 1000)
         offset = int(request.query.get("offset", "0") or 0)
         return _json({"kind": "PendingWorkloadsSummary", "apiVersion": store.api_version(version), "metadata": {},
                       "items": items[offset:offset + limit]})
+
+    def local_pending_workloads(self, namespace: str, local_queue: str) -> list[dict[str, Any]] | None:
+        """The namespaced visibility answer for one LocalQueue: its Workloads of the ClusterQueue's
+        answer, positions in the ClusterQueue and in the LocalQueue (kueue
+        pkg/visibility/storage/pending_workloads_lq.go:65-95); None for an unknown LocalQueue."""
+        lqs = self._stores.get(("kueue.x-k8s.io", "localqueues"))
+        entry = lqs.objects.get((namespace, local_queue)) if lqs else None
+        if entry is None:
+            return None
+        items = self.pending_workloads((entry.obj.get("spec") or {}).get("clusterQueue", "")) or []
+        return [i for i in items if i["metadata"]["namespace"] == namespace and i["localQueueName"] == local_queue]
 
     def pending_workloads(self, cluster_queue: str) -> list[dict[str, Any]] | None:
         """The visibility answer for a ClusterQueue: its Workloads without quota, in Kueue's
@@ -817,11 +836,17 @@ class SimApiServer:
                         w.queue.put_nowait(event)
         resp = web.StreamResponse(headers={"Content-Type": "application/json"})
         resp.enable_chunked_encoding()
-        await resp.prepare(request)
-        if too_old:
-            status = status_body(410, "Expired", f"too old resource version: {rv_text} ({store.compacted_rv})")
-            await resp.write(orjson.dumps({"type": "ERROR", "object": status}) + b"\n")
-            await resp.write_eof()
+        # A client may go away at any point, even before the headers are out (a one-shot explain
+        # that stops its informers as soon as the lists are in): that ends the watch, quietly, as
+        # the real API server does, rather than a traceback from aiohttp's request handler.
+        try:
+            await resp.prepare(request)
+            if too_old:
+                status = status_body(410, "Expired", f"too old resource version: {rv_text} ({store.compacted_rv})")
+                await resp.write(orjson.dumps({"type": "ERROR", "object": status}) + b"\n")
+                await resp.write_eof()
+                return resp
+        except ConnectionError:
             return resp
         store.watchers.add(w)
         deadline = time.monotonic() + timeout

@@ -64,6 +64,8 @@ GPU_RESOURCE = "nvidia.com/gpu"
 GPUS_PER_NODE = 8
 
 
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
 def _ts(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -396,7 +398,10 @@ def build_default(now: datetime | None = None, blocks: int = 2, racks: int = 2, 
             "apiVersion": "kueue.x-k8s.io/v1beta2",
             "kind": "ResourceFlavor",
             "metadata": {"name": "h100-tas", "uid": _uid("rf")},
-            "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, "topologyName": "gpu-topology"},
+            # The GPU operator's taint is on every GPU node; Kueue's placement tolerates only what the
+            # flavor and the pod template tolerate (kueue tas_flavor_snapshot.go:961), as real setups say.
+            "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, "topologyName": "gpu-topology",
+                     "tolerations": [GPU_TOLERATION]},
         }
     )
     for ns, lq, cq in (("ml-team", "ml-team-queue", "gpu-cluster-queue"), ("research", "research-queue", "research-cq")):
@@ -576,7 +581,8 @@ def _nvl72_rack(sc: Scenario, now: datetime, block: int) -> None:
             "1821224099871" if odd else "1821224012345", slot=(3 if odd else 10 + i), tray=(0 if odd else i))
     sc.resource_flavors.append({
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "gb200-tas", "uid": _uid("rf-gb200")},
-        "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-GB200"}, "topologyName": "gpu-topology"},
+        "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-GB200"}, "topologyName": "gpu-topology",
+                 "tolerations": [GPU_TOLERATION]},
     })
     created = now - timedelta(hours=2)
     wl = _workload("llama-gb200", "ml-team", "ml-team-queue", 4, gpus, created, podgroup="llama-gb200")
@@ -713,7 +719,22 @@ def _stalled_trainjob(sc: Scenario, now: datetime, node: str, gpus: int) -> None
 
 
 def _node_failure_timeline(sc: Scenario, wl: Obj, failed_node: str, now: datetime) -> None:
-    """At +20 s a node of ``wl`` fails (unhealthyNodes); at +40 s Kueue evicts it with NodeFailures and clears admission."""
+    """At +20 s a node of ``wl`` fails: the node lifecycle controller marks its Ready condition
+    Unknown and taints it unreachable (kubernetes pkg/controller/nodelifecycle/
+    node_lifecycle_controller.go: NodeStatusUnknown, "Kubelet stopped posting node status.";
+    taints node.kubernetes.io/unreachable NoSchedule and NoExecute), and Kueue's TAS node
+    controller lists it in the Workload's unhealthyNodes; at +40 s Kueue evicts the Workload with
+    NodeFailures, clearing unhealthyNodes and admission (kueue pkg/workload/evict/evict.go:205-209).
+    The node stays failed, so capacity, fit and the fragmentation alert see it unavailable throughout."""
+    node = copy.deepcopy(next(n for n in sc.nodes if n["metadata"]["name"] == failed_node))
+    at = _ts(now + timedelta(seconds=20))
+    for c in node["status"]["conditions"]:
+        c.update(status="Unknown", reason="NodeStatusUnknown", message="Kubelet stopped posting node status.",
+                 lastTransitionTime=at)
+    node["spec"]["taints"] = [*node["spec"].get("taints", []),
+                              {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule", "timeAdded": at},
+                              {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": at}]
+    sc.timeline.append((20.0, "MODIFIED", node))
     step1 = copy.deepcopy(wl)
     step1["status"]["unhealthyNodes"] = [{"name": failed_node}]
     _set_cond(step1, _cond("PodsReady", "False", "WaitForRecovery", "At least one pod has failed, waiting for recovery", now))
