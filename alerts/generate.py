@@ -448,11 +448,12 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
         ),
         rule(
             "GangscopeGPUCounterReadGaps",
-            f"increase(gangscope_pcie_read_gaps_total[{gaps['window']}]) > 0",
-            "A GPU's PCIe byte counter was read too late to be exact.",
-            "The agent read the 32-bit PCIe counters of GPU {{ $labels.gpu }} on node {{ $labels.node }} too far apart "
-            f"{{{{ $value | humanize }}}} times in the last {gaps['window']}: the bytes across each gap are estimated from "
-            "the 20 ms throughput, not counted.",
+            f"increase(gangscope_pcie_read_gaps_total[{gaps['window']}]) > 0\n"
+            f"or increase(gangscope_nvlink_read_gaps_total[{gaps['window']}]) > 0",
+            "A GPU's PCIe or NVLink byte counters were read too late to be exact.",
+            "The agent read the 32-bit byte counters of GPU {{ $labels.gpu }} on node {{ $labels.node }} too far apart "
+            f"{{{{ $value | humanize }}}} times in the last {gaps['window']}: their totals hold an estimate (PCIe, from the "
+            "20 ms throughput) or a lower bound (NVLink) across each gap.",
         ),
     ]
     selfmon = [

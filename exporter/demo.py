@@ -358,10 +358,11 @@ class Demo:
         if self.prometheus is not None:
             page = await self.prometheus_alerts_page()
             lines.append(f"  prometheus  {page or self.prometheus_url}   (alerts are printed below as they fire)")
+        me = own_command()
         lines.append(f"  kubeconfig  {self.kubeconfig}")
-        lines.append(f"              gangscope explain NS/NAME --kubeconfig {self.kubeconfig}")
+        lines.append(f"              {me} explain NS/NAME --kubeconfig {self.kubeconfig}")
         if self.prometheus is not None:
-            lines.append(f"              gangscope explain ml-team/llama-train --kubeconfig {self.kubeconfig} "
+            lines.append(f"              {me} explain ml-team/llama-train --kubeconfig {self.kubeconfig} "
                          f"--prometheus {self.prometheus_url}   (its interconnect, after a minute of samples)")
         lines += ["", "  workloads by stage:"]
         for stage, count in sorted(self.stages().items()):
@@ -411,6 +412,17 @@ class Demo:
         if getattr(self, "sim", None) is not None:  # stop() also cleans up after a start() that failed early
             await self.sim.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def own_command() -> str:
+    """How to run gangscope again as this process was run, so that a printed command works in
+    the user's shell: ``gangscope`` when that is the one on PATH, else the script's own path
+    (``.venv/bin/gangscope`` from scripts/demo), else ``python -m exporter``."""
+    script = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if script is not None and script.name == "gangscope":
+        on_path = shutil.which("gangscope")
+        return "gangscope" if on_path and Path(on_path).resolve() == script.resolve() else str(script)
+    return f"{sys.executable} -m exporter"
 
 
 def print_alert(at: float, name: str, subject: tuple[tuple[str, str], ...]) -> None:

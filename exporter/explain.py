@@ -609,7 +609,8 @@ async def interconnect_layer(wl: Workload | None, prometheus: str | None, now: f
         return _layer("interconnect", "unknown",
                       "not checked: run with --prometheus URL, or run the queries below in Prometheus", evidence)
     try:
-        status, summary, found = await interconnect.assess(prometheus, wl.namespace, wl.name, start, now)
+        gpus = round(sum(ps.count * ps.gpus_per_pod for ps in wl.podsets)) or None
+        status, summary, found = await interconnect.assess(prometheus, wl.namespace, wl.name, start, now, gpus=gpus)
     except interconnect.PrometheusError as exc:  # say so, keep the rest of the diagnosis
         evidence.update(error=str(exc), failed_query=exc.query)
         return _layer("interconnect", "unknown", f"Prometheus query failed: {exc}", evidence)

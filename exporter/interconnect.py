@@ -221,14 +221,18 @@ def verdict_text(verdicts: list[KindVerdict], baseline: Baseline, start: float |
 
 
 async def assess(url: str, namespace: str, workload: str, start: float | None, now: float,
-                 session: Any = None) -> tuple[str, str, dict[str, Any]]:
+                 session: Any = None, gpus: int | None = None) -> tuple[str, str, dict[str, Any]]:
     """(status, summary, evidence) of the interconnect layer for the Workload ``namespace/workload``
-    that runs since ``start``; raises :class:`PrometheusError`."""
+    that runs since ``start`` on ``gpus`` GPUs (None: not known); raises :class:`PrometheusError`.
+
+    Fewer GPUs reporting than the job holds (an agent not scraped, a node lost) cannot rule out a
+    straggler or a drop among the others: an "ok" from them becomes "unknown", saying how many
+    report; a problem found among those that do report stands."""
     import aiohttp
 
     if session is None:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as own:
-            return await assess(url, namespace, workload, start, now, own)
+            return await assess(url, namespace, workload, start, now, own, gpus)
     prom = Prometheus(session, url)
     lookback = int(min(MAX_LOOKBACK, max(BASELINE_WINDOW, now - start if start is not None else 0)))
     queries = {"history": history_query(namespace, workload, lookback)}
@@ -247,14 +251,17 @@ async def assess(url: str, namespace: str, workload: str, start: float | None, n
     window_now = int(min(NOW_WINDOW, now - held))
     window_base = max(MIN_WINDOW, int(base.end - base.start))
     verdicts = []
+    reporting: dict[str, int] = {}
     for kind in FAMILIES:
         queries[f"{kind}_now"] = gpu_rate_query(kind, namespace, workload, window_now)
         queries[f"{kind}_baseline"] = gpu_rate_query(kind, namespace, workload, window_base, int(base.end))
         cur = _rates(await prom.query(queries[f"{kind}_now"], now))
         if not cur:
             continue
+        reporting[kind] = len(cur)
         verdicts.append(judge(kind, cur, _rates(await prom.query(queries[f"{kind}_baseline"], now))))
     evidence["baseline"] = {"from": _ts(base.start), "to": _ts(base.end), "first_hour": base.first_hour}
+    evidence["gpus"] = {"held": gpus, "reporting": reporting}
     evidence["values_bytes_per_second"] = {f"{v.kind}_{w}": x for v in verdicts
                                            for w, x in (("now", v.now), ("baseline", v.baseline))}
     evidence["ratio_now_to_baseline"] = {v.kind: v.ratio for v in verdicts if v.ratio is not None}
@@ -265,10 +272,15 @@ async def assess(url: str, namespace: str, workload: str, start: float | None, n
         return "unknown", (f"no NVLink/PCIe counters for the GPUs of {namespace}/{workload} (the agent reads none, "
                            "or the job's GPUs moved no data)"), evidence
     text = verdict_text(verdicts, base, start)
+    missing = {k: n for k, n in reporting.items() if gpus is not None and n < gpus}
+    if missing:
+        text += "; " + ", ".join(f"{k}: {n} of the job's {gpus} GPUs report" for k, n in missing.items())
     if any(v.degraded for v in verdicts):
         return "blocking", "degraded: " + text, evidence
     if any(v.stragglers for v in verdicts):
         return "blocking", "straggler: " + text, evidence
+    if missing:  # the silent GPUs may be the slow ones
+        return "unknown", "incomplete: " + text, evidence
     return "ok", text, evidence
 
 

@@ -255,11 +255,12 @@ def scrape(port: int) -> dict[tuple[str, str, str], float]:
 
 
 def settled(port: int, metric: str, gpu: str) -> float:
-    """A GPU's total of ``metric`` over its links once two samples in a row agree (the copies ended)."""
+    """A GPU's total of ``metric`` over its links once two samples in a row agree to within 1 MiB
+    (the copies ended; an idle GPU's own background traffic is far below that)."""
     last = None
     for _ in range(30):
         now = sum(v for (m, g, _), v in scrape(port).items() if m == metric and g == gpu)
-        if now == last:
+        if last is not None and abs(now - last) <= 2**20:
             return now
         last = now
         time.sleep(1.1)

@@ -108,6 +108,7 @@ GANGSCOPE = frozenset(
         "gangscope_gpu_platform_info",
         "gangscope_pcie_read_interval_seconds",
         "gangscope_pcie_read_gaps_total",
+        "gangscope_nvlink_read_gaps_total",
         "gangscope_pcie_throughput_bytes_per_second",
     }
 )

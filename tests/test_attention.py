@@ -39,6 +39,7 @@ def test_the_worst_first_and_no_healthy_job(loaded: Any) -> None:
     assert [(f.namespace, f.name, f.why) for f in flagged] == [
         ("research", "t5-pretrain", "gang partially bound, 16 GPUs idle"),
         ("ml-team", "mixtral-sft", "gang stuck assembling"),
+        ("vision", "sam-finetune", "gang stuck assembling"),
         ("ml-team", "gemma-sft", "TrainJob progress stale at 62%"),
         ("ml-team", "gpt-pretrain", "inadmissible"),
         ("ml-team", "llama-70b-sft", "inadmissible"),

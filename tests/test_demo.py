@@ -78,14 +78,15 @@ def test_demo_command_reports_and_exits_clean() -> None:
     stages = {line.split()[0]: int(line.split()[1]) for line in table.group(1).splitlines()}
     assert stages == {"admission_checks": 1, "assembling": 2, "backoff": 1, "deactivated": 1, "finished": 1,
                       "inadmissible": 2, "preempting": 1, "queued": 1, "running": 8}
-    # block-4's free GPUs are scattered: Kueue found no rack for llama-70b-sft. gangscope's own fit
-    # needs the Workload's ClusterQueue, which the demo does not serve: it says it cannot tell.
+    # block-4's free GPUs are scattered: Kueue found no rack for llama-70b-sft, and gangscope's fit for
+    # the flavors of its ClusterQueue finds the same: 2 of 3 pods in one rack, all 3 with the level dropped.
     llama = " ".join(out.split("$ gangscope explain ml-team/llama-70b-sft\n", 1)[1].split())
     assert llama.startswith("ml-team/llama-70b-sft (Workload job-llama-70b-sft-"), llama[:200]
     assert ("verdict: held at PLACEMENT admission ok quota available in gpu-cluster-queue (queue ml-team-queue), but no "
             "topology domain fits: see placement placement BLOCKING Kueue: no topology placement: couldn't assign flavors "
-            "to pod set main: topology \"gpu-topology\" allows to fit only 2 out of 3 pod(s). fit unknown: its ClusterQueue "
-            "is not known") in llama, llama[:600]
+            "to pod set main: topology \"gpu-topology\" allows to fit only 2 out of 3 pod(s). no single domain fits (main: "
+            "topology \"gpu-topology\" allows to fit only 2 out of 3 pod(s). Total nodes: 22; excluded: resource "
+            "\"memory\": 19), but the flavor h100-tas would hold it with the level dropped: fragmented") in llama, llama[:600]
     # a job as Kueue shows it without waitForPodsReady, one waiting for preemptions, one held by a check
     gemma = out.split("$ gangscope explain research/gemma-eval\n", 1)[1]
     assert gemma.splitlines()[1] == "verdict: running", gemma[:300]
@@ -117,6 +118,12 @@ def test_demo_command_reports_and_exits_clean() -> None:
     # Its temporary folder (kubeconfig, kubelet sockets) is gone.
     kubeconfig = re.search(r"^  kubeconfig  (\S+)", out, re.M)
     assert kubeconfig and not Path(kubeconfig.group(1)).parent.exists()
+    # The explain command it prints runs in the user's shell as printed (its path, not a bare
+    # "gangscope" that only an activated venv has).
+    printed = re.search(r"^ {14}(.+) explain NS/NAME --kubeconfig (\S+)$", out, re.M)
+    assert printed and printed.group(2) == kubeconfig.group(1), out
+    again = subprocess.run([*printed.group(1).split(), "--version"], capture_output=True, text=True, timeout=60, cwd="/")
+    assert again.returncode == 0 and again.stdout.startswith("gangscope "), again
     assert time.monotonic() - started < 30
 
 

@@ -298,12 +298,14 @@ async def test_live_against_the_simulated_api_server(scenario: Any, tmp_path: Pa
         await sim.stop()
     assert results == {"ml-team/gpt-pretrain": "admission", "ml-team/mixtral-sft": "assembly", "research/t5-pretrain": "assembly",
                        "ml-team/llama-70b-sft": "placement"}
-    # live, Kueue's word first; the fit needs the Workload's ClusterQueue, which explain does not
-    # list: gangscope says it cannot tell rather than guess
+    # live, Kueue's word first, then the fit against the Workload's own ClusterQueue (the
+    # scenario serves its ClusterQueues, which explain lists with the cluster's Nodes)
     placement = next(layer for layer in docs["ml-team/llama-70b-sft"]["layers"] if layer["name"] == "placement")
     assert placement["summary"] == ("Kueue: no topology placement: couldn't assign flavors to pod set main: topology "
-                                    "\"gpu-topology\" allows to fit only 2 out of 3 pod(s). fit unknown: its ClusterQueue "
-                                    "is not known"), placement["summary"]
+                                    "\"gpu-topology\" allows to fit only 2 out of 3 pod(s). no single domain fits (main: "
+                                    "topology \"gpu-topology\" allows to fit only 2 out of 3 pod(s). Total nodes: 22; "
+                                    "excluded: resource \"memory\": 19), but the flavor h100-tas would hold it with the "
+                                    "level dropped: fragmented"), placement["summary"]
     assert rc == 0 and "workloads not readable cluster-wide" in err, err
     assert limited["verdict"]["layer"] == "placement"
     assert not next(layer for layer in limited["layers"] if layer["name"] == "placement")["evidence"]["fit"]

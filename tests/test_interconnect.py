@@ -153,3 +153,15 @@ def test_judge_needs_a_busy_median_to_name_a_straggler() -> None:
     v = interconnect.judge("nvlink", busy, None)
     assert [(g.gpu, share) for g, share in v.stragglers] == [("0", pytest.approx(0.49))]
     assert v.ratio is None and not v.degraded
+
+
+async def test_gpus_that_do_not_report_make_an_ok_unknown_but_keep_a_problem(prometheus: str) -> None:
+    """A job on 9 GPUs of which 8 report: the straggler among them stands; a steady job with a
+    silent GPU is not called healthy."""
+    status, summary, ev = await interconnect.assess(prometheus, "ml-team", "job-llama-1", S, T0, gpus=9)
+    assert status == "blocking" and summary.endswith("; nvlink: 8 of the job's 9 GPUs report, pcie: 8 of the job's 9 GPUs report")
+    assert ev["gpus"] == {"held": 9, "reporting": {"nvlink": 8, "pcie": 8}}
+    status, summary, _ = await interconnect.assess(prometheus, "ml-team", "job-fresh-1", T0 - 10800, T0, gpus=3)
+    assert status == "unknown" and summary.startswith("incomplete: nvlink 40.00 GB/s now vs 40.00 GB/s baseline (100%)")
+    status, _, _ = await interconnect.assess(prometheus, "ml-team", "job-fresh-1", T0 - 10800, T0, gpus=2)
+    assert status == "ok"

@@ -519,6 +519,9 @@ class NvmlReader:
             wall = (wall_us - dev.pcie_wall[direction]) / 1e6
             if wall_us and abs(wall - mid) > 0.5 + (t1 - t0):  # NVML's clock stepped (NTP), or its timestamps are stale
                 dev.clock_steps += 1
+                if dev.clock_steps == 1:  # said once per GPU: the counters do not depend on it
+                    log.info("nvml_timestamps_disagree", gpu=dev.index, nvml_seconds=round(wall, 3),
+                             monotonic_seconds=round(mid, 3))
         dev.pcie_ts[direction] = (t0, t1)
         dev.pcie_wall[direction] = wall_us
 

@@ -21,8 +21,9 @@
  *                           whose counters stay where they start.
  *   GANGSCOPE_STUB_CALL_US  microseconds each call spends on the CPU (the benchmark's driver cost)
  *   GANGSCOPE_STUB_MIG      1: GPU 0 is in MIG mode with two MIG devices
- *   GANGSCOPE_STUB_PCIE_GEN the PCIe generation reported (default: the profile's); a slower
- *                           link gives a reader on a busy test machine more time between reads
+ *   GANGSCOPE_STUB_PCIE_GEN, GANGSCOPE_STUB_PCIE_WIDTH  the PCIe link reported (default: the
+ *                           profile's); a slower link gives a reader on a busy test machine more
+ *                           time between reads
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -228,7 +229,7 @@ struct nvmlDevice_st {
 static const profile_t *P = &PROFILES[2];
 static struct nvmlDevice_st devices[STUB_MAX_GPUS];
 static struct nvmlDevice_st migs[STUB_MAX_GPUS][2];
-static int ngpus, refcount, mig_on, pcie_gen;
+static int ngpus, refcount, mig_on, pcie_gen, pcie_width;
 static long call_us;
 static struct stub_state private_state;
 static struct stub_state *S = &private_state;
@@ -285,6 +286,8 @@ static void load_config(void) {
     call_us = us ? atol(us) : 0;
     const char *gen = getenv("GANGSCOPE_STUB_PCIE_GEN");
     pcie_gen = gen && atoi(gen) > 0 ? atoi(gen) : P->pcie_gen;
+    const char *width = getenv("GANGSCOPE_STUB_PCIE_WIDTH");
+    pcie_width = width && atoi(width) > 0 ? atoi(width) : P->pcie_width;
     const char *mig = getenv("GANGSCOPE_STUB_MIG");
     mig_on = mig && strcmp(mig, "1") == 0;
     const char *path = getenv("GANGSCOPE_STUB_STATE");
@@ -456,7 +459,7 @@ nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigned in
 }
 nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned int *maxLinkWidth) {
     CHECK(device, i);
-    return out_uint(__func__, maxLinkWidth, P->pcie_width);
+    return out_uint(__func__, maxLinkWidth, pcie_width);
 }
 nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned int *currLinkGen) {
     CHECK(device, i);
@@ -464,7 +467,7 @@ nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned i
 }
 nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned int *currLinkWidth) {
     CHECK(device, i);
-    return out_uint(__func__, currLinkWidth, P->pcie_width);
+    return out_uint(__func__, currLinkWidth, pcie_width);
 }
 
 /* nvml.h 5590: KB/s over the driver's 20 ms window; the state's rate in bytes/s. */
