@@ -142,3 +142,55 @@ async def _terminating(real_api: RealCluster, ns: str, name: str) -> bool:
 
 async def _gone(agent: Agent, ns: str) -> bool:
     return (ns, "train-0") not in agent.pods.pods
+
+
+async def test_agent_releases_nvml_while_the_real_node_is_labelled_for_a_driver_upgrade(
+        real_api: RealCluster, tmp_path: Path, kubelet_socket: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU operator's labels set on a real Node (as k8s-driver-manager and the upgrade
+    controller write them) reach the agent through its in-cluster watch under the project's RBAC:
+    NVML released (nvmlShutdown called, no GPU series), then initialised again."""
+    here = f"gpu-{uuid.uuid4().hex[:6]}"
+    w = Writer(real_api)
+    w.create(node(here, "r2"))
+    real_api.service_account("gangscope", "gangscope-agent")
+    token = tmp_path / "token"
+    token.write_text(real_api.token("gangscope", "gangscope-agent") + "\n")
+    monkeypatch.setattr(credentials, "SA_TOKEN", str(token))
+    monkeypatch.setattr(credentials, "SA_CA", real_api.pki.ca_cert)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(real_api.port))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    nvml = SimNvml()
+    p = argparse.ArgumentParser()
+    agent_main.add_arguments(p)
+    args = p.parse_args(["--listen", "127.0.0.1:0", "--node-name", here, "--sysfs", FIXTURE_SYSFS,
+                         "--topology-levels", f"{BLOCK},{RACK}", "--sample-interval", "0.1",
+                         "--discovery-interval", "0.5", "--pod-resources-socket", kubelet_socket])
+    agent = Agent(args, topology_from_args(args)[0], nvml=lambda: nvml)
+    await agent.start()
+
+    def state(text: str) -> tuple[int, list[tuple[str, float]]]:
+        rows = series(text)
+        return (sum(1 for s in rows if s[0] == "gangscope_gpu_up"),
+                [(s[1]["reason"], s[2]) for s in rows if s[0] == "gangscope_nvml_released"])
+
+    async def reaches(want: tuple[int, list[tuple[str, float]]]) -> bool:
+        return state(await scrape(agent.port)) == want
+
+    try:
+        await until(lambda: reaches((8, [("", 0)])), timeout=15)
+        upgrading = node(here, "r2")
+        upgrading["metadata"]["labels"].update({"nvidia.com/gpu-driver-upgrade-state": "pod-restart-required",
+                                                "nvidia.com/gpu.deploy.device-plugin": "paused-for-driver-upgrade"})
+        w.update(upgrading)
+        await until(lambda: reaches((0, [("driver_upgrade", 1)])), timeout=15)
+        assert not nvml.initialized
+        done = node(here, "r2")
+        done["metadata"]["labels"].update({"nvidia.com/gpu-driver-upgrade-state": "upgrade-done",
+                                           "nvidia.com/gpu.deploy.device-plugin": "true"})
+        w.update(done)
+        await until(lambda: reaches((8, [("", 0)])), timeout=15)
+        assert nvml.initialized and agent.lifecycle.releases == 1
+    finally:
+        await agent.stop()
+        w.cleanup()
