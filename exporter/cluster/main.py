@@ -35,9 +35,10 @@ log = structlog.get_logger(__name__)
 
 DEFAULT_LISTEN = "0.0.0.0:9400"
 # Listed before the others: the records every Workload's placement and lines depend on, Nodes and
-# the Topologies, and the LocalQueues its ClusterQueue label comes from (their
+# the Topologies, the LocalQueues its ClusterQueue label comes from, and the ClusterQueues and
+# Cohorts whose flavors its fit and whose Active condition its pending reason read (their
 # first LISTs done, the Workloads are rendered once rather than again when the Nodes arrive).
-FIRST_SOURCES = ("topologies", "resourceflavors", "nodes", "localqueues")
+FIRST_SOURCES = ("topologies", "resourceflavors", "nodes", "localqueues", "clusterqueues", "cohorts")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
