@@ -100,4 +100,4 @@ def test_every_source_of_resources_is_listed() -> None:
 
     row = next(line for line in _section("Flags").splitlines() if line.startswith("| `--resources` |"))
     listed = re.findall(r"`([a-z_]+)`", row.split("|")[4])
-    assert listed == [r.source for r in COLLECTOR_RESOURCES]
+    assert listed == list(dict.fromkeys(r.source for r in COLLECTOR_RESOURCES))  # one name per source
