@@ -222,6 +222,9 @@ class ClusterStore:
         self.flavors: dict[str, ResourceFlavor] = {}
         self.nodes: dict[str, Node] = {}
         self.cluster_queues: dict[str, ClusterQueue] = {}
+        # ClusterQueues are cluster-scoped, so every shard reads them all: only shard 0 exports
+        # their series, as it alone exports the Nodes' capacity (exporter.cluster.capacity, "Sharding").
+        self.cluster_queue_owner = shard == 0
         self.cohorts: dict[str, Cohort] = {}
         self.queue_positions: dict[WorkloadKey, QueuePosition] = {}
         self.on_workload_change: list[Callable[[WorkloadKey], None]] = []
@@ -709,7 +712,20 @@ class ClusterStore:
             self.exposition.delete(("clusterqueue", name))
             self._rerender_cluster_queue_workloads(name)
 
+    def set_cluster_queue_owner(self, owner: bool) -> None:
+        """Export the ClusterQueues' series (shard 0) or not (the other shards), from now on."""
+        if owner == self.cluster_queue_owner:
+            return
+        self.cluster_queue_owner = owner
+        for cq in self.cluster_queues.values():
+            if owner:
+                self._render_cluster_queue(cq)
+            else:
+                self.exposition.delete(("clusterqueue", cq.name))
+
     def _render_cluster_queue(self, cq: ClusterQueue) -> None:
+        if not self.cluster_queue_owner:
+            return
         flavors = self.flavors
         self.exposition.set(("clusterqueue", cq.name), render_cluster_queue(
             cq, lambda f: rf.topology_name if (rf := flavors.get(f)) is not None else ""))
