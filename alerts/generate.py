@@ -203,6 +203,11 @@ def _desc_domain(domain: tuple[str, ...]) -> str:
 # --- Alerts -----------------------------------------------------------------------------------
 
 
+# A gang's idle GPUs: the same series of two replicas (max), its reasons added up (sum).
+IDLE_PER_GANG = ("sum by (namespace, workload, podgroup) "
+                 "(max by (namespace, workload, podgroup, reason) (gangscope_gang_idle_gpus))")
+
+
 def alert_rules(cfg: Config) -> list[dict[str, Any]]:
     """The alert groups, in the order the runbook lists them."""
     a = cfg.alerts
@@ -235,6 +240,7 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
     drop = a["GangscopeWorkloadNVLinkThroughputDrop"]
     nverr = a["GangscopeNVLinkErrorsRising"]
     gen = a["GangscopePCIeLinkGenerationDegraded"]
+    gaps = a["GangscopeGPUCounterReadGaps"]
     src = a["GangscopeSourceDown"]
     parse = a["GangscopeParseErrors"]
     rw = cfg.rate_window
@@ -368,11 +374,24 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
         ),
         rule(
             "GangscopeGangIdleGPUs",
-            workload_cq(f"max by (namespace, workload, podgroup) (gangscope_gang_idle_gpus) >= {idle['min_gpus']}"),
+            # Not while the gang is starting (placed, containers not up: its own alert below) or
+            # scaling (running; only its new members wait): a long image pull is not a partial gang.
+            workload_cq(f"{IDLE_PER_GANG} >= {idle['min_gpus']}\n"
+                        "unless on (namespace, workload, podgroup)\n"
+                        '  max by (namespace, workload, podgroup) (gangscope_gang_stage{stage=~"starting|scaling"}) == 1'),
             "A partial gang holds GPUs it cannot use.",
             f"Workload {wl} (ClusterQueue {{{{ $labels.cluster_queue }}}}, PodGroup {{{{ $labels.podgroup }}}}) holds "
-            f"{{{{ $value }}}} GPUs in running pods while its gang is below minMember, so no training runs on them. "
+            f"{{{{ $value }}}} GPUs in placed pods while its gang is below minMember, so no training runs on them. "
             f"Run {explain}.",
+        ),
+        rule(
+            "GangscopeGangStartingTooLong",
+            workload_cq('max by (namespace, workload, podgroup) (gangscope_gang_stage{stage="starting"}) == 1'),
+            "A placed gang's containers have not started for a long time.",
+            f"Workload {wl} (ClusterQueue {{{{ $labels.cluster_queue }}}}): every member of PodGroup "
+            f"{{{{ $labels.podgroup }}}} is bound to a node, but some containers have not started for more than "
+            f"{a['GangscopeGangStartingTooLong']['for']} (image pull, init containers, volumes): a node or image "
+            f"matter, not the gang scheduler's. Run {explain}.",
         ),
     ]
     offset = duration(seconds(rw) + seconds(drop["for"]))
@@ -397,7 +416,9 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
         ),
         rule(
             "GangscopeNVLinkDown",
-            "gangscope_nvlink_link_up == 0",
+            # Only links seen up while their series existed (NVLINK_TRAINED): a link never trained
+            # (no NVLink bridge or peer) reads inactive forever and is not a failure.
+            f"gangscope_nvlink_link_up == 0\nand {NVLINK_TRAINED}",
             "An NVLink link is down.",
             "NVLink link {{ $labels.link }} of GPU {{ $labels.gpu }} on node {{ $labels.node }} "
             f"({_desc_domain(dom)}) is down.",
@@ -424,6 +445,15 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
             "A GPU in use never reached its maximum PCIe generation.",
             "The PCIe link of GPU {{ $labels.gpu }} on node {{ $labels.node }}, allocated to a pod, has not run above "
             f"generation {{{{ $value }}}} in the last {gen['window']}, below its maximum.",
+        ),
+        rule(
+            "GangscopeGPUCounterReadGaps",
+            f"increase(gangscope_pcie_read_gaps_total[{gaps['window']}]) > 0\n"
+            f"or increase(gangscope_nvlink_read_gaps_total[{gaps['window']}]) > 0",
+            "A GPU's PCIe or NVLink byte counters were read too late to be exact.",
+            "The agent read the 32-bit byte counters of GPU {{ $labels.gpu }} on node {{ $labels.node }} too far apart "
+            f"{{{{ $value | humanize }}}} times in the last {gaps['window']}: their totals hold an estimate (PCIe, from the "
+            "20 ms throughput) or a lower bound (NVLink) across each gap.",
         ),
     ]
     selfmon = [
@@ -572,11 +602,11 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
         rule(
             "GangscopeFragmentationBlocked",
             "max by (cluster_queue, level) (gangscope_fragmentation_blocked_workloads) > 0",
-            "Waiting workloads fit in the cluster's free GPUs but in no single topology domain.",
+            "Waiting workloads that Kueue could not place fit in the cluster's free capacity but in no single topology domain.",
             "{{ $value }} workloads of ClusterQueue {{ $labels.cluster_queue }} that require one {{ $labels.level }} "
-            f"have waited more than {frag['for']} while the cluster's free GPUs could hold them but no single "
-            "{{ $labels.level }} can: the free capacity is fragmented. `gangscope explain` on one of them names the "
-            "largest free {{ $labels.level }} and what it holds.",
+            f"have waited more than {frag['for']} with Kueue's topology placement failing, while the cluster's free "
+            "capacity could hold them with the level dropped but no single {{ $labels.level }} can: the free capacity "
+            "is fragmented. `gangscope explain` on one of them prints Kueue's message and gangscope's beside it.",
         ),
     ]
     stall = a["GangscopeJobProgressStalled"]
@@ -676,7 +706,7 @@ def recording_rules(cfg: Config) -> list[dict[str, Any]]:
             "record": "cluster_queue:gangscope_gang_idle_gpus:sum",
             "expr": (
                 "sum by (cluster_queue) (\n"
-                "  max by (namespace, workload, podgroup) (gangscope_gang_idle_gpus)\n"
+                f"  {IDLE_PER_GANG}\n"
                 "  * on (namespace, workload) group_left (cluster_queue)\n"
                 "  topk by (namespace, workload) (1, gangscope_workload_info)\n"
                 ")"
@@ -741,12 +771,60 @@ def recording_rules(cfg: Config) -> list[dict[str, Any]]:
             }
         )
     return [
-        {"name": "gangscope-interconnect.rules", "rules": throughput},
+        {"name": "gangscope-interconnect.rules", "rules": throughput + nvlink_link_rules(cfg)},
         {"name": "gangscope-gangs.rules", "rules": gangs},
+        {"name": "gangscope-states.rules", "rules": state_rules()},
         {"name": "gangscope-hardware.rules", "rules": hardware_rules(cfg)},
         {"name": "gangscope-stragglers.rules", "rules": straggler_rules(cfg)},
         {"name": "gangscope-dcgm.rules", "rules": dcgm_rules(cfg)},
         {"name": "gangscope-capacity.rules", "rules": capacity_rules(cfg)},
+    ]
+
+
+NVLINK_TRAINED = "link:gangscope_nvlink_link_up:trained"
+
+
+def nvlink_link_rules(cfg: Config) -> list[dict[str, Any]]:
+    """A latch: 1 for each link that has been up at least once while its series existed.
+
+    A link that the device has but that never trained (a PCIe card without its NVLink bridge, a
+    board whose peer is absent) reports inactive from the first sample on, for as long as the
+    agent runs; a failure is a link that was up and went down. The rule reads its own previous
+    result: the link up now, or trained before and with a sample within ``gap``
+    (``last_over_time`` skips the staleness markers of a failed scrape or an agent restart, which
+    would otherwise end the latch and silence a real failure). A longer absence (NVML released for
+    a driver upgrade, the node gone) ends it. Links the device reports not present (NVLink state
+    NOT_SUPPORTED) have no series at all."""
+    gap = cfg.alerts["GangscopeNVLinkDown"]["gap"]
+    return [
+        {
+            "record": NVLINK_TRAINED,
+            "expr": f"gangscope_nvlink_link_up == 1\nor ({NVLINK_TRAINED} and last_over_time(gangscope_nvlink_link_up[{gap}]))",
+        },
+    ]
+
+
+def state_rules() -> list[dict[str, Any]]:
+    """How many Workloads, gangs and PodGroups are in each state.
+
+    The state families carry the current state only (one series, value 1, per object), so a
+    count by the state label is the number in each state; states no object is in are absent
+    rather than 0 (``or vector(0)`` in a panel). topk keeps one info series per Workload, as in
+    :func:`workload_cq`.
+    """
+    return [
+        {
+            "record": "cluster_queue:gangscope_workload_stage:count",
+            "expr": (
+                "count by (cluster_queue, stage) (\n"
+                "  (gangscope_workload_stage == 1)\n"
+                "  * on (namespace, workload) group_left (cluster_queue)\n"
+                "  topk by (namespace, workload) (1, gangscope_workload_info)\n"
+                ")"
+            ),
+        },
+        {"record": "cluster:gangscope_gang_stage:count", "expr": "count by (stage) (gangscope_gang_stage == 1)"},
+        {"record": "cluster:gangscope_podgroup_phase:count", "expr": "count by (api, phase) (gangscope_podgroup_phase == 1)"},
     ]
 
 
@@ -938,33 +1016,60 @@ def straggler_rules(cfg: Config) -> list[dict[str, Any]]:
 def dcgm_rules(cfg: Config) -> list[dict[str, Any]]:
     """dcgm-exporter's series with gangscope's workload and topology labels.
 
-    Most GPU clusters already run dcgm-exporter; its series carry UUID (and namespace/pod where
-    its pod mapping works) but no topology (rendermetrics/render_metrics.go). The join goes by
-    UUID (GPU UUIDs, MIG instances share their parent's), else by namespace and pod, which
-    Prometheus renames exported_namespace/exported_pod when the ServiceMonitor does not honour
-    labels (dcgm-exporter#85): the UUID path does not depend on them; the pod path only adds the
-    series the UUID path could not join (``ignoring`` the labels the join adds). topk keeps one
-    info series per UUID, so a relabelled node (two series for a moment) cannot make the join fail.
+    Most GPU clusters already run dcgm-exporter; its series carry the GPU's UUID (and
+    namespace/pod where its pod mapping works) but no topology. What every release prints
+    (NVIDIA/dcgm-exporter, the GPU template of internal/pkg/rendermetrics/render_metrics.go 47;
+    pkg/dcgmexporter/pipeline.go 299 in 3.x): ``gpu``, ``UUID`` (``uuid`` with
+    ``--use-old-namespace``, internal/pkg/collector/gpu_collector.go 316-319), ``pci_bus_id``,
+    ``device``, ``modelName``, on a MIG instance also ``GPU_I_PROFILE`` and ``GPU_I_ID`` (the NVML
+    GPU instance id, gpu_collector.go 351-352) with ``UUID`` still the parent GPU's (340), and the
+    host as ``Hostname`` up to 4.5.3-4.8.2 or ``hostname`` after it (#655, d5e5f51). Pods as
+    ``namespace``/``pod`` (``pod_namespace``/``pod_name`` with the old namespace,
+    internal/pkg/transformation/const.go), which Prometheus renames exported_namespace/exported_pod
+    when the ServiceMonitor does not honour labels (dcgm-exporter#85). The fields joined by default
+    kept their names and units in every tag from 3.3.9-3.6.1 to 4.5.3-4.8.2 and at d5e5f51
+    (etc/default-counters.csv 23-24, 29, 51, 72).
+
+    The join goes by UUID (``uuid`` copied into ``UUID`` first, so both namespaces join), and on
+    a MIG instance by (parent UUID, GPU_I_ID) to the workload holding that instance; else by
+    namespace and pod, for the series the UUID path could not join (``ignoring`` the labels the
+    join adds). topk keeps one info series per key, so a relabelled node (two series for a
+    moment) or two workloads time-slicing one GPU cannot make the join fail. The host label is
+    never a key: both spellings pass through unchanged.
     """
     levels = _by(cfg.levels)
     hw = cfg.hardware_labels()
+    mig_pods = (
+        'label_replace(gangscope_gpu_pod_info{workload!=""}, "mig_uuid", "$1", "uuid", "(MIG-.+)")\n'
+        "    * on (node, mig_uuid) group_left (UUID, GPU_I_ID)\n"
+        "    max by (node, mig_uuid, UUID, GPU_I_ID) (\n"
+        '      label_replace(label_replace(gangscope_gpu_mig_device_info, "UUID", "$1", "uuid", "(.+)"), '
+        '"GPU_I_ID", "$1", "gpu_instance", "(.+)")\n'
+        "    )"
+    )
     out: list[dict[str, Any]] = [
         {
             "record": "uuid:gangscope_gpu_topology:info",
             "expr": f'label_replace(topk by (uuid) (1, max by (uuid, node, {levels}) (gangscope_gpu_info)), "UUID", "$1", "uuid", "(.+)")',
         },
         {
+            # Whole GPUs by UUID (no GPU_I_ID), MIG instances by (parent UUID, GPU_I_ID).
             "record": "uuid:gangscope_gpu_workload:info",
             "expr": (
                 "label_replace(\n"
-                '  topk by (uuid) (1, max by (uuid, namespace, workload) (gangscope_gpu_pod_info{workload!=""})),\n'
+                '  topk by (uuid) (1, max by (uuid, namespace, workload) (gangscope_gpu_pod_info{workload!="", uuid!~"MIG-.+"})),\n'
                 '  "UUID", "$1", "uuid", "(.+)"\n'
-                ")"
+                ")\n"
+                "or\n"
+                "topk by (UUID, GPU_I_ID) (1, max by (UUID, GPU_I_ID, namespace, workload) (\n"
+                f"    {mig_pods}\n"
+                "))"
             ),
         },
     ]
     for family, agg in cfg.dcgm_join.items():
-        topo = f"{family} * on (UUID) group_left (node, {levels}) uuid:gangscope_gpu_topology:info"
+        src = f'label_replace({family}, "UUID", "$1", "uuid", "(.+)")'
+        topo = f"{src} * on (UUID) group_left (node, {levels}) uuid:gangscope_gpu_topology:info"
         joined = f"uuid:{family}:join"
         out += [
             {
@@ -972,11 +1077,11 @@ def dcgm_rules(cfg: Config) -> list[dict[str, Any]]:
                 "expr": (
                     "(\n"
                     f"  ({topo})\n"
-                    "  * on (UUID) group_left (namespace, workload) uuid:gangscope_gpu_workload:info\n"
-                    f"  or on (UUID)\n  {topo}\n"
+                    "  * on (UUID, GPU_I_ID) group_left (namespace, workload) uuid:gangscope_gpu_workload:info\n"
+                    f"  or on (UUID, GPU_I_ID)\n  {topo}\n"
                     ")\n"
                     f"or ignoring (node, {levels}, namespace, workload)\n"
-                    f'{family} * on (namespace, pod) group_left (workload) max by (namespace, pod, workload) (gangscope_gpu_pod_info{{workload!=""}})'
+                    f'{src} * on (namespace, pod) group_left (workload) max by (namespace, pod, workload) (gangscope_gpu_pod_info{{workload!=""}})'
                 ),
             },
             {"record": f"namespace_workload:{family}:{agg}", "expr": f'{agg} by (namespace, workload) ({joined}{{workload!=""}})'},

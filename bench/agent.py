@@ -16,7 +16,11 @@ NVML calls are not free, so the agent runs once per cost model (``--costs``): ``
 simulator answers in microseconds: gangscope's own cost), ``idle`` (``--nvml sim:latency-idle``:
 every call takes the time a real one takes, spent waiting), ``spin`` (``sim:latency``: the
 same time spent on the CPU, as a driver polling for the GPU's reply would; the upper bound) and
-``spin-slow-pcie`` (``spin`` with ``--pcie-interval 0``: what the fast PCIe reads cost).
+``spin-slow-pcie`` (``spin`` with ``--pcie-interval 0``: what the fast PCIe reads cost), and
+``c-abi``: ``--nvml real``, the real nvidia-ml-py wrappers (ctypes, the structs they build, the
+``nvmlFieldValue_t`` arrays) over the C stand-in ``libnvidia-ml.so.1`` (exporter/sim/libnvml,
+built with gcc here) whose every call spins ``--call-us`` (default 30) microseconds on the CPU:
+what the simulator at the pynvml boundary cannot charge, the wrapper's own cost, included.
 The per-call times and their source are ``exporter.sim.nvml.CALL_COSTS``. The h100 profile reads
 its 32-bit PCIe counters every 50 ms, so the CPU includes the fast PCIe reads. Measured:
 
@@ -26,7 +30,7 @@ its 32-bit PCIe counters every 50 ms, so the CPU includes the fast PCIe reads. M
   the process's CPU times over ``--idle`` seconds without scrapes;
 - RSS after warm-up and after all scrapes.
 
-Targets (issue 12): scrape p99 < 10 ms, sampler CPU < 2% of a core at 8 GPUs x 18 links including
+Targets: scrape p99 < 10 ms, sampler CPU < 2% of a core at 8 GPUs x 18 links including
 the fast PCIe reads, RSS < 64 MiB.
 """
 
@@ -54,6 +58,7 @@ sys.path.insert(0, str(ROOT))
 from exporter.kube.resources import AGENT_NODE, AGENT_PODS, TOPOLOGIES  # noqa: E402
 from exporter.sim.apiserver import SimApiServer, make_object  # noqa: E402
 from exporter.sim.kubelet import SimContainer, SimKubelet, SimPod  # noqa: E402
+from exporter.sim import libnvml  # noqa: E402
 from exporter.sim.nvml import SimNvml  # noqa: E402
 
 NODE = "bench-node"
@@ -117,6 +122,7 @@ COST_MODELS = {
     "idle": ("sim:latency-idle", ()),
     "spin": ("sim:latency", ()),
     "spin-slow-pcie": ("sim:latency", ("--pcie-interval", "0")),
+    "c-abi": ("real", ()),
 }
 
 
@@ -125,17 +131,23 @@ async def run_agent(args: argparse.Namespace, nvml: str, extra: tuple[str, ...],
     sim = SimNvml(profile=args.profile)
     tmp = tempfile.mkdtemp(prefix="gsb-", dir="/tmp")
     sock = os.path.join(tmp, "kubelet.sock")
-    kubelet = SimKubelet(sock, [SimPod("team-a", f"train-{i}", [SimContainer("trainer", [("nvidia.com/gpu", [g.uuid])])])
-                                for i, g in enumerate(sim.gpus)])
+    uuids = [g.uuid for g in sim.gpus] if nvml != "real" else [libnvml.gpu_uuid(args.profile, i) for i in range(len(sim.gpus))]
+    kubelet = SimKubelet(sock, [SimPod("team-a", f"train-{i}", [SimContainer("trainer", [("nvidia.com/gpu", [u])])])
+                                for i, u in enumerate(uuids)])
     await kubelet.start()
     api = None if args.kube == "none" else await start_apiserver(tmp, tls=args.kube == "in-cluster")
     port = free_port()
     entry = ["exporter", "agent"] if args.entry == "cli" else ["exporter.node.main"]
-    agent_args = ["--nvml", nvml, "--sim-profile", args.profile, "--listen", f"127.0.0.1:{port}", "--sample-interval", "1",
+    profile_args = ["--sim-profile", args.profile] if nvml != "real" else []
+    agent_args = ["--nvml", nvml, *profile_args, "--listen", f"127.0.0.1:{port}", "--sample-interval", "1",
                   "--pod-resources-socket", sock, "--sysfs", str(ROOT / "tests/fixtures/sysfs"), "--node-name", NODE,
                   "--log-level", "error", *extra]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("KUBERNETES_SERVICE_HOST", None)
+    if nvml == "real":  # the C stand-in under the real nvidia-ml-py, each call costing --call-us on the CPU
+        libdir = libnvml.build(Path(tempfile.gettempdir()) / "gangscope-bench-libnvml")
+        state = libnvml.StubState(Path(tmp) / "nvml-state")
+        env = libnvml.environment(libdir, args.profile, state.path, call_us=args.call_us, base=env)
     if args.kube == "in-cluster":
         assert api is not None
         with open(os.path.join(tmp, "token"), "w") as f:
@@ -193,7 +205,7 @@ async def main(args: argparse.Namespace) -> None:
     sim = SimNvml(profile=args.profile)
     rows = [
         ("node", f"{len(sim.gpus)} {args.profile} GPUs x {sim.gpus[0].links} NVLink links (simulated NVML), "
-                 f"{len(sim.gpus)} pods, 3 IB ports + 1 NIC", ""),
+                 f"{len(sim.gpus)} pods, 3 IB ports + 1 NIC; c-abi: the same answers from the C stand-in", ""),
         ("Kubernetes access, entry", f"{args.kube}, {'gangscope agent' if args.entry == 'cli' else 'exporter.node.main'}", ""),
         ("series per scrape", f"{lines} lines", ""),
         ("scrape p50 / p99, text", f"{pct(text_times, 50):.2f} / {pct(text_times, 99):.2f} ms  ({text_size / 1024:.0f} KiB)",
@@ -202,7 +214,8 @@ async def main(args: argparse.Namespace) -> None:
          "p99 < 10 ms"),
     ]
     labels = {"free": "NVML calls free", "idle": "NVML call times spent waiting", "spin": "NVML call times spent on the CPU",
-              "spin-slow-pcie": "the same, --pcie-interval 0"}
+              "spin-slow-pcie": "the same, --pcie-interval 0",
+              "c-abi": f"real pynvml + C libnvidia-ml, {args.call_us} us/call on the CPU"}
     for cost in costs:
         rows.append((f"agent CPU, {labels[cost]}", f"{runs[cost]['cpu'] * 100:.2f}% of one core", "< 2%"))
     rows.append(("RSS after warm-up / after scrapes",
@@ -224,7 +237,9 @@ if __name__ == "__main__":
     parser.add_argument("--kube", choices=("in-cluster", "kubeconfig", "none"), default="in-cluster")
     parser.add_argument("--entry", choices=("cli", "module"), default="cli")
     parser.add_argument("--profile", default="h100", help="GPU generation of the simulated NVML (default h100)")
-    parser.add_argument("--costs", default="free,idle,spin-slow-pcie,spin",
+    parser.add_argument("--costs", default="free,idle,spin-slow-pcie,spin,c-abi",
                         help="NVML cost models to run, comma-separated: free, idle, spin, spin-slow-pcie "
-                             "(spin with --pcie-interval 0) (default all four; scrapes and RSS from the last)")
+                             "(spin with --pcie-interval 0), c-abi (the real pynvml over the C stand-in) "
+                             "(default all five; scrapes and RSS from the last)")
+    parser.add_argument("--call-us", type=int, default=30, help="microseconds each call of the C stand-in spends on the CPU")
     asyncio.run(main(parser.parse_args()))

@@ -302,6 +302,59 @@ def _with_workloads(n: int, n_workloads: int, n_waiting: int, events: int) -> di
     return out
 
 
+def _fit_cost(n: int, n_workloads: int, n_waiting: int, repeat: int) -> dict[str, float]:  # runs in a child process
+    """The fit's cost: a full recompute (a Node cordoned: every waiting Workload's fit asked again)
+    and a single Workload's change (one waiting Workload's request changed), each the flush that
+    renders it, the best of ``repeat``. The waiting Workloads' ClusterQueue is known (a LocalQueue
+    and a ClusterQueue record) and their flavor tolerates the Nodes' GPU taint."""
+    from types import SimpleNamespace
+
+    from exporter.cluster.main import tune_gc
+    from exporter.cluster.store import ClusterStore
+    from exporter.exposition import Exposition
+
+    tune_gc()
+    expo = Exposition()
+    store = ClusterStore(expo)
+    store.cluster_queues = {"gpu-cq": SimpleNamespace(flavor_names=("h100-tas",))}  # the ClusterQueue watch's record
+    h = store.handlers()
+    h["topologies"].replace([{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Topology", "metadata": {"name": "t"},
+                              "spec": {"levels": [{"nodeLabel": k} for k in (BLOCK, RACK, HOST)]}}])
+    h["resourceflavors"].replace([{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+                                   "metadata": {"name": "h100-tas"},
+                                   "spec": {"topologyName": "t", "tolerations": [
+                                       {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}}])
+    h["localqueues"].replace([{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+                               "metadata": {"name": "queue", "namespace": f"team-{t}"}, "spec": {"clusterQueue": "gpu-cq"}}
+                              for t in range(20)])
+    _feed_list(h["nodes"], _pages([gpu_node(i) for i in range(n)]))
+    h["workloads"].replace([workload(i, n) for i in range(n_workloads)]
+                           + [workload(n_workloads + i, n, waiting=True) for i in range(n_waiting)])
+    cap = store.capacity
+    full, single, relabel = [], [], []
+    for r in range(repeat):
+        moved = gpu_node(r)
+        moved["metadata"]["labels"][RACK] = f"rack-moved-{r}"
+        with cap.deferred():  # capacity itself changed: candidate nodes rebuilt
+            h["nodes"].apply("MODIFIED", moved)
+            t = time.perf_counter()
+        relabel.append(time.perf_counter() - t)
+        obj = gpu_node(r)
+        obj["spec"]["unschedulable"] = r % 2 == 0
+        with cap.deferred():  # the flush held back, as the collector's timer holds it; it runs as the block ends
+            h["nodes"].apply("MODIFIED", obj)
+            t = time.perf_counter()
+        full.append(time.perf_counter() - t)
+        wl = workload(n_workloads + r, n, waiting=True)
+        wl["spec"]["podSets"][0]["count"] = 3 + r % 3
+        with cap.deferred():
+            h["workloads"].apply("MODIFIED", wl)
+            t = time.perf_counter()
+        single.append(time.perf_counter() - t)
+    return {"full": min(full), "single": min(single), "relabel": min(relabel),
+            "fits": expo.series_count("gangscope_workload_fit") // 2}
+
+
 def _in_child(target: Any, *args: Any) -> Any:
     """``target(*args)`` in a fresh (spawned) process: its RSS is that run's alone."""
     with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
@@ -315,7 +368,17 @@ def main() -> None:
     p.add_argument("--waiting", type=int, default=2_000)
     p.add_argument("--events", type=int, default=5_000)
     p.add_argument("--nodes-only", action="store_true", help="only the Node rows (for a checkout without the capacity module)")
+    p.add_argument("--fit-only", action="store_true", help="only the fit's cost (a full recompute, a single Workload's change)")
     a = p.parse_args()
+    if a.fit_only:
+        fit = _in_child(_fit_cost, a.nodes, a.workloads, a.waiting, 5)
+        print_table([
+            ("cluster", f"{a.nodes} Nodes, {a.workloads} admitted Workloads, {a.waiting} waiting ({fit['fits']} with a fit series)"),
+            ("flush after a Node cordoned (every fit asked again)", f"{fit['full'] * 1e3:.2f} ms"),
+            ("flush after a Node moved to another rack", f"{fit['relabel'] * 1e3:.2f} ms"),
+            ("flush after a single waiting Workload's change", f"{fit['single'] * 1e3:.2f} ms"),
+        ])
+        return
     with tempfile.TemporaryDirectory() as tmp:
         nodes = [gpu_node(i) for i in range(a.nodes)]
         files = {}

@@ -221,6 +221,14 @@ async def run(args: argparse.Namespace) -> None:
               f"{pct(gz, .99) / pct(ident, .99):>9.2f} {rss / 2**20:>7.0f}")
         print(f"{'':>6} ({len(gz)} + {len(ident)} scrapes in {args.seconds:.0f} s; mix: "
               + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ")")
+    print("targets: 1,000 changes/s sustained on one core (events/s/core at least 1,000), event-to-exposition p99 "
+          "under 1,000 ms, gzip scrape p99 under 1,000 ms, RSS under 450 MiB at 200 changes/s")
+    for rate, sent, cpu, lat, times, counts, rss in rows:
+        checks = [("events/s/core", sent / cpu >= 1000 if cpu else False) if rate >= 1000 else None,
+                  ("e2e p99", pct(lat, .99) < 1000), ("gzip p99", pct(times["gzip"], .99) < 1000),
+                  ("RSS", rss < 450 * 2**20) if rate <= 200 else None]
+        print(f"{rate:>6}/s: " + ", ".join(f"{name} {'met' if ok else 'NOT MET'}" for name, ok in filter(None, checks)))
+    print(f"load average (1 min) at the end: {os.getloadavg()[0]:.1f} (a shared machine: latencies move with it)")
     g, c = statistics.median(gen), statistics.median(changed)
     samples = sum(len(f.samples) for f in families)
     print(f"changed page, {samples:,} samples: gangscope complete gzip response {c:.0f} ms (median of 5); "

@@ -10,7 +10,13 @@ reports: the namespaces and Workloads it kept, its sync time (process start to `
 so imports and credentials included), its RSS after the sync, and the series it serves. The
 server honours ``shardSelector`` (as a 1.36+ API server with ShardedListAndWatch does), so each
 shard receives only its namespaces; ``--client-side`` makes it ignore the selector, and each
-shard then receives, decodes and drops the others' objects too.
+shard then receives, decodes and drops the others' objects too. The server serves the cluster's
+Namespaces, so the shards cut the hash space at their quantiles (``--shard-ranges balanced``).
+
+First, without starting anything: how the cluster's namespaces and Workloads fall over the
+shards with equal ranges and with the balanced cuts (exporter.kube.sharding.balanced_bounds),
+against the target (the largest shard within 1.2x of an even share of Workloads).
+``--balance-only`` stops there.
 """
 
 from __future__ import annotations
@@ -37,7 +43,11 @@ sys.path.insert(0, str(ROOT))
 
 from load import free_port  # noqa: E402
 
-from exporter.kube.resources import COLLECTOR_RESOURCES  # noqa: E402
+from exporter.kube.resources import COLLECTOR_RESOURCES, NAMESPACES  # noqa: E402
+from exporter.kube.scope import Scope  # noqa: E402
+from exporter.kube.sharding import balanced_bounds  # noqa: E402
+
+BALANCE_TARGET = 1.2  # the largest shard's Workloads over an even share
 
 
 def serve_sim(n: int, nodes: int, server_side: bool, conn: Any) -> None:  # child process
@@ -51,7 +61,9 @@ def serve_sim(n: int, nodes: int, server_side: bool, conn: Any) -> None:  # chil
         for r in COLLECTOR_RESOURCES:
             sim.serve(r)
         cluster = build_cluster(n, nodes)
-        sim.bulk_load(cluster.objects())
+        sim.serve(NAMESPACES)
+        sim.bulk_load(cluster.objects() + [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+                                           for ns in sorted({j.namespace for j in cluster.jobs})])
         await sim.start()
         conn.send((sim.url, sim.kubeconfig(), sorted({j.namespace for j in cluster.jobs}), cluster.hosts_per_workload()))
         await asyncio.Event().wait()
@@ -94,7 +106,30 @@ async def shard(kubeconfig: str, i: int, total: int) -> dict[str, float]:
             "page": len(page)}
 
 
+def balance(n: int, nodes: int, total: int) -> None:
+    """Namespaces and Workloads per shard with equal and with balanced ranges (no process)."""
+    from collections import Counter
+
+    from cluster import build_cluster
+
+    per_ns = Counter(j.namespace for j in build_cluster(n, nodes).jobs)
+    print(f"{n:,} Workloads in {len(per_ns)} namespaces over {total} shards")
+    print(f"{'ranges':>8} {'namespaces per shard':>24} {'Workloads per shard':>32} {'largest / even':>15}  target")
+    for name, bounds in (("equal", ()), ("balanced", balanced_bounds([(ns, None) for ns in per_ns], total))):
+        scopes = [Scope(shard=i, total_shards=total, bounds=bounds) for i in range(total)]
+        spaces = [[ns for ns in per_ns if sc.keeps(ns)] for sc in scopes]
+        assert sorted(ns for sp in spaces for ns in sp) == sorted(per_ns), "every namespace on exactly one shard"
+        wls = [sum(per_ns[ns] for ns in sp) for sp in spaces]
+        ratio = max(wls) / (n / total)
+        print(f"{name:>8} {'/'.join(str(len(sp)) for sp in spaces):>24} {'/'.join(f'{w:,}' for w in wls):>32} "
+              f"{ratio:>14.2f}x  at most {BALANCE_TARGET}x: {'met' if ratio <= BALANCE_TARGET else 'NOT MET'}")
+    print()
+
+
 async def main(args: argparse.Namespace) -> None:
+    balance(args.workloads, args.nodes, args.shards)
+    if args.balance_only:
+        return
     parent, child = mp.Pipe()
     sim = mp.get_context("fork").Process(target=serve_sim, args=(args.workloads, args.nodes, not args.client_side, child),
                                          daemon=True)
@@ -130,4 +165,5 @@ if __name__ == "__main__":
     ap.add_argument("--nodes", type=int, default=16_384)
     ap.add_argument("--shards", type=int, default=4)
     ap.add_argument("--client-side", action="store_true", help="the server ignores shardSelector")
+    ap.add_argument("--balance-only", action="store_true", help="print the split of the namespaces and stop")
     asyncio.run(main(ap.parse_args()))

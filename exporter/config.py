@@ -12,9 +12,12 @@ from .exposition import Exposition
 from .topology import TopologyLevels, parse_alias_overrides
 
 
-def add_logging(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--log-level", default=os.environ.get("GANGSCOPE_LOG_LEVEL", "info"),
-                   choices=["debug", "info", "warning", "error"], help="log verbosity (default info)")
+def add_logging(p: argparse.ArgumentParser, default: str = "info") -> None:
+    """``--log-level``: ``default`` is info for the servers, warning for the one-shot commands
+    (snapshot, explain, demo), whose output is their answer; $GANGSCOPE_LOG_LEVEL overrides it."""
+    default = os.environ.get("GANGSCOPE_LOG_LEVEL", default)
+    p.add_argument("--log-level", default=default, choices=["debug", "info", "warning", "error"],
+                   help=f"log verbosity (default {default})")
 
 
 def add_kube(p: argparse.ArgumentParser) -> None:

@@ -13,8 +13,9 @@ project's own rules, shortened for the demo (``alerts/generate.py`` writes them 
 alert when it first fires: within two minutes, the inadmissible Workload, the stuck gang, the
 partial gang's idle GPUs, the stalled TrainJob, the NVLink link down and the NodeFailures eviction.
 
-The simulators are a separate distribution (``gangscope-sim``, the ``gangscope[sim]`` extra), not
-part of the runtime image: without them the demo says how to install them and exits 2.
+The simulators are a separate distribution (``gangscope-sim``, exporter/sim/pyproject.toml), not
+part of the runtime wheel or image: without them the demo says how to install them
+(``exporter.SIMULATORS_INSTALL``) and exits 2.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import Any
 import structlog
 import yaml
 
+from . import SIMULATORS_INSTALL
 from .config import add_logging
 from .logs import start_logging
 from .node.main import SIM_PROFILES
@@ -44,11 +46,10 @@ from .node.main import SIM_PROFILES
 log = structlog.get_logger(__name__)
 
 SCENARIOS = ("default", "static")
-SIM_MISSING = ("gangscope demo needs the simulators, which the runtime image does not ship: "
-               "pip install 'gangscope[sim]' (from a checkout: pip install . ./exporter/sim, or scripts/setup-env "
-               "for an editable install with them)")
+SIM_MISSING = f"gangscope demo needs the simulators, which the runtime image does not ship: {SIMULATORS_INSTALL}"
 # Labels that identify what an alert is about, in the order the demo prints them.
 ALERT_SUBJECT = ("namespace", "workload", "kind", "name", "podgroup", "cluster_queue", "block", "rack", "node", "gpu", "link")
+LINK_DROP_AFTER = 3.0  # seconds of the demo before its down links can fail (they are seen up first)
 
 
 def simulators_installed() -> bool:
@@ -82,7 +83,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prometheus", action="store_true",
                    help="also start Debian's prometheus scraping the demo with the project's rules, shortened so that they "
                         "fire within two minutes, and print each alert as it fires (needs /usr/bin/prometheus)")
-    add_logging(p)
+    add_logging(p, "warning")
 
 
 @dataclass
@@ -107,6 +108,7 @@ class Demo:
     prometheus: subprocess.Popen | None = None
     prometheus_port: int = 0
     started_at: float = 0.0
+    _dropped: list[tuple[str, int, set[int]]] = field(default_factory=list)  # (node, gpu, links) to take down
     sim_profile: str = "h100"  # the GPU generation of the nodes the scenario does not give one
 
     async def start(self) -> None:
@@ -138,6 +140,7 @@ class Demo:
             await self._start_node(node)
         self.started_at = time.monotonic()
         self._timeline = asyncio.create_task(self._run_timeline())
+        self._drops = asyncio.create_task(self._drop_links())
         if self.with_prometheus:
             self._start_prometheus()
             if self.prometheus is not None:
@@ -156,6 +159,11 @@ class Demo:
         sim = SimNvml(hw.scenarios, profile=hw.profile or self.sim_profile, chassis=chassis)
         for gpu in sim.gpus:
             gpu.uuid = gpu_uuid(node, gpu.index)
+            # A link that never trained does not page (GangscopeNVLinkDown): the scenario's down
+            # links train first and fail once Prometheus has seen them up (_drop_links).
+            if gpu.link_down:
+                self._dropped.append((node, gpu.index, set(gpu.link_down)))
+                gpu.link_down.clear()
         self.nvml[node] = sim
         kubelet = SimKubelet(str(self.workdir / f"kubelet-{node}.sock"), self._kubelet_pods(node))
         await kubelet.start()
@@ -183,6 +191,30 @@ class Demo:
             SimPod(ns, pod, [SimContainer(container, [("nvidia.com/gpu", uuids)])])
             for ns, pod, container, uuids in self.scenario.gpu_pods(node)
         ]
+
+    async def _drop_links(self) -> None:
+        """Take the scenario's down links down: once Prometheus has recorded them trained
+        (link:gangscope_nvlink_link_up:trained), or after a few samples without Prometheus."""
+        import aiohttp
+
+        await asyncio.sleep(LINK_DROP_AFTER)
+        if self.prometheus is not None:
+            url = f"http://{self.host}:{self.prometheus_port}/api/v1/query"
+            want = {(node, str(gpu), str(link)) for node, gpu, links in self._dropped for link in links}
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+                for _ in range(60):
+                    try:
+                        async with session.get(url, params={"query": "link:gangscope_nvlink_link_up:trained"}) as resp:
+                            got = {(m["metric"].get("node"), m["metric"].get("gpu"), m["metric"].get("link"))
+                                   for m in (await resp.json())["data"]["result"]}
+                        if want <= got:
+                            break
+                    except (aiohttp.ClientError, TimeoutError, KeyError, ValueError):
+                        pass  # not up yet
+                    await asyncio.sleep(1.0)
+        for node, index, links in self._dropped:
+            self.nvml[node].fail_links(index, links)
+            log.info("demo_event", node=node, gpu=index, links=sorted(links), change="nvlink down")
 
     async def _run_timeline(self) -> None:
         """Apply the scenario's changes at their times; an evicted Workload's pods go away with it."""
@@ -244,11 +276,40 @@ class Demo:
                 stdout=subprocess.DEVNULL, stderr=log_file,
             )
 
+    @property
+    def prometheus_url(self) -> str:
+        return f"http://{self.host}:{self.prometheus_port}"
+
+    async def prometheus_alerts_page(self, timeout: float = 15.0) -> str | None:
+        """The alerts page of the Prometheus the demo started, once it is ready: ``/alerts``
+        where its web UI is served, ``/classic/alerts`` on Debian's 2.x package, which ships
+        without the React UI's assets (its ``/alerts`` answers 404); None if neither answers."""
+        import aiohttp
+
+        deadline = time.monotonic() + timeout
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+            while time.monotonic() < deadline:
+                try:
+                    async with session.get(f"{self.prometheus_url}/-/ready") as resp:
+                        if resp.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    pass
+                await asyncio.sleep(0.2)
+            for path in ("/alerts", "/classic/alerts"):
+                try:
+                    async with session.get(self.prometheus_url + path, allow_redirects=False) as resp:
+                        if resp.status == 200:
+                            return self.prometheus_url + path
+                except aiohttp.ClientError:
+                    continue
+        return None
+
     async def _watch_alerts(self) -> None:
         """Poll Prometheus's alerts; record (and report) each alert the first time it fires."""
         import aiohttp
 
-        url = f"http://{self.host}:{self.prometheus_port}/api/v1/alerts"
+        url = f"{self.prometheus_url}/api/v1/alerts"
         seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
             while True:
@@ -292,10 +353,17 @@ class Demo:
         lines.append(f"  collector   http://{self.host}:{self.collector.port}/metrics")
         first = next(iter(self.agents))
         lines.append(f"  agents      {len(self.agents)} nodes, e.g. {first}: http://{self.host}:{self.agents[first].port}/metrics")
-        lines.append(f"  explain     http://{self.host}:{self.collector.port}/debug/explain?namespace=ml-team&name=mixtral-sft")
+        lines.append(f"  explain     http://{self.host}:{self.collector.port}/debug/explain?namespace=ml-team&name=mixtral-sft&pretty"
+                     "   (the collector's page / lists the jobs worth a look)")
         if self.prometheus is not None:
-            lines.append(f"  prometheus  http://{self.host}:{self.prometheus_port}/alerts   (alerts are printed below as they fire)")
-        lines.append(f"  kubeconfig  {self.kubeconfig}   (gangscope explain NS/NAME --kubeconfig {self.kubeconfig})")
+            page = await self.prometheus_alerts_page()
+            lines.append(f"  prometheus  {page or self.prometheus_url}   (alerts are printed below as they fire)")
+        me = own_command()
+        lines.append(f"  kubeconfig  {self.kubeconfig}")
+        lines.append(f"              {me} explain NS/NAME --kubeconfig {self.kubeconfig}")
+        if self.prometheus is not None:
+            lines.append(f"              {me} explain ml-team/llama-train --kubeconfig {self.kubeconfig} "
+                         f"--prometheus {self.prometheus_url}   (its interconnect, after a minute of samples)")
         lines += ["", "  workloads by stage:"]
         for stage, count in sorted(self.stages().items()):
             lines.append(f"    {stage:<18} {count}")
@@ -324,7 +392,7 @@ class Demo:
         return "\n".join(lines)
 
     async def stop(self) -> None:
-        for task in (getattr(self, "_timeline", None), getattr(self, "_alerts", None)):
+        for task in (getattr(self, "_timeline", None), getattr(self, "_alerts", None), getattr(self, "_drops", None)):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -344,6 +412,17 @@ class Demo:
         if getattr(self, "sim", None) is not None:  # stop() also cleans up after a start() that failed early
             await self.sim.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def own_command() -> str:
+    """How to run gangscope again as this process was run, so that a printed command works in
+    the user's shell: ``gangscope`` when that is the one on PATH, else the script's own path
+    (``.venv/bin/gangscope`` from scripts/demo), else ``python -m exporter``."""
+    script = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if script is not None and script.name == "gangscope":
+        on_path = shutil.which("gangscope")
+        return "gangscope" if on_path and Path(on_path).resolve() == script.resolve() else str(script)
+    return f"{sys.executable} -m exporter"
 
 
 def print_alert(at: float, name: str, subject: tuple[tuple[str, str], ...]) -> None:
@@ -375,7 +454,7 @@ async def _main(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    start_logging("demo", args, "warning" if args.log_level == "info" else args.log_level)
+    start_logging("demo", args, args.log_level)
     if not simulators_installed():
         print(SIM_MISSING, file=sys.stderr)
         return 2

@@ -29,12 +29,15 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from .cluster.gang_state import workload_members
+from .cluster.workload_fit import is_topological
 from .cluster.workload_state import WAITING_STAGES, in_queue
 from .config import add_kube, add_logging
 
 if TYPE_CHECKING:
-    from .cluster.capacity import PodSetFit
-    from .cluster.gangs import Gang, GangIndex
+    from .cluster.fits import FitReport
+    from .cluster.gang_state import Gang
+    from .cluster.gangs import GangIndex
     from .cluster.jobs import JobIndex, JobView
     from .cluster.clusterqueues import ClusterQueue, QueuePosition
     from .cluster.store import ClusterStore
@@ -42,20 +45,12 @@ if TYPE_CHECKING:
 
 SCHEMA = "gangscope.explain/v1"
 LAYERS = ("admission", "placement", "assembly", "interconnect", "job")
-# Below this fraction of its own first hour, the job's interconnect throughput counts as degraded.
-DEGRADED_RATIO = 0.5
 TOPOLOGY_ANNOTATIONS = (
     ("required", "kueue.x-k8s.io/podset-required-topology"),
     ("preferred", "kueue.x-k8s.io/podset-preferred-topology"),
     ("unconstrained", "kueue.x-k8s.io/podset-unconstrained-topology"),
     ("slice_required", "kueue.x-k8s.io/podset-slice-required-topology"),
 )
-INTERCONNECT_SERIES = {
-    "nvlink": 'gangscope_nvlink_transmit_bytes_total|gangscope_nvlink_receive_bytes_total',
-    "pcie": 'gangscope_pcie_transmit_bytes_total|gangscope_pcie_receive_bytes_total',
-}
-# The placement layer's own QuotaReserved reason.
-PLACEMENT_REASON = "TopologyPlacementFailed"
 DELAYED_TOPOLOGY = "PendingDelayedTopologyRequests"
 
 
@@ -76,7 +71,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="live: seconds to wait for the first list of every served resource (default 30)")
     add_collector_arguments(p)
     add_kube(p)
-    add_logging(p)
+    add_logging(p, "warning")
 
 
 # ---- the diagnosis ---------------------------------------------------------------------------
@@ -156,25 +151,8 @@ def _position_text(p: QueuePosition | None) -> str:
     return f"; position {p.position + 1} of {of} in {p.cluster_queue} ({p.local_position + 1} in queue {p.local_queue})"
 
 
-def _fit(f: PodSetFit) -> dict[str, Any]:
-    from .cluster.capacity import fit_text
-
-    best = f.fit
-    return {
-        "podset": f.podset, "mode": f.mode, "level": f.level or None, "pods": f.pods, "gpus_per_pod": f.gpus_per_pod,
-        "slice_level": f.slice_level if f.slice_size > 1 else None, "slice_size": f.slice_size, "needed": f.needed,
-        "flavor": best.flavor or None if best is not None else None,
-        "largest_domain": {"path": dict(best.best_domain), "fits": best.best} if best is not None else None,
-        "cluster_fits": best.total if best is not None else 0,
-        "free_gpus": best.free_gpus if best is not None else 0,
-        "domains_with_free_gpus": best.domains_with_free if best is not None else 0,
-        "fits_in_one_domain": f.domain_fit, "fits_in_cluster": f.cluster_fit, "fragmented": f.fragmented,
-        "summary": fit_text(f),
-    }
-
-
 def admission_layer(wl: Workload | None, position: QueuePosition | None = None,
-                    fits: Sequence[PodSetFit] = (), queue: ClusterQueue | None = None,
+                    fit: FitReport | None = None, queue: ClusterQueue | None = None,
                     cohorts: Sequence[str] = ()) -> dict[str, Any]:
     if wl is None or wl.state is None:
         return _layer("admission", "unknown", "no Kueue Workload joined to this PodGroup (not admitted by Kueue)")
@@ -210,7 +188,7 @@ def admission_layer(wl: Workload | None, position: QueuePosition | None = None,
         return _layer("admission", "blocking", f"deactivated (spec.active is false){why}: Kueue will not admit it", evidence)
     if stage == "evicting" and not (ev and ev["reason"] == "NodeFailures"):
         return _layer("admission", "blocking", f"being evicted ({ev['reason'] if ev else '?'}): {ev['message'] if ev else ''}".rstrip(": "), evidence)
-    if stage in WAITING_STAGES and pending is not None and pending.reason != PLACEMENT_REASON:
+    if stage in WAITING_STAGES and pending is not None and not is_topological(pending.reason, pending.message):
         summary = f"{stage} in {cq} (queue {wl.queue_name}): {_WAITING[pending.category]}"
         if pending.reason:
             summary += f" ({pending.reason})"
@@ -225,12 +203,10 @@ def admission_layer(wl: Workload | None, position: QueuePosition | None = None,
         summary += _eviction_text(wl, pending.message)
         summary += _queue_text(wl, queue, pending.message)
         summary += _position_text(position)
-        if pending.category == "capacity" and fits:  # would the free GPUs take it, once quota allows?
-            from .cluster.capacity import fit_text
-
-            summary += ". Topology now: " + "; ".join(fit_text(f) for f in fits)
+        if pending.category == "capacity" and fit is not None:  # would the topology take it, once quota allows?
+            summary += ". Topology now: " + fit.text
         return _layer("admission", "blocking", summary, evidence)
-    if pending is not None and pending.reason == PLACEMENT_REASON:
+    if pending is not None and is_topological(pending.reason, pending.message):
         return _layer("admission", "ok", f"quota available in {cq} (queue {wl.queue_name}), but no topology domain fits: "
                       "see placement", evidence)
     if stage == "admission_checks" and not (pending is not None and pending.reason == DELAYED_TOPOLOGY):
@@ -306,7 +282,7 @@ def _by_level(placed: Sequence[tuple[tuple[tuple[str, str], ...], int]]) -> dict
     return out
 
 
-def placement_layer(wl: Workload | None, fits: Sequence[PodSetFit] = ()) -> dict[str, Any]:
+def placement_layer(wl: Workload | None, fit: FitReport | None = None) -> dict[str, Any]:
     if wl is None or wl.state is None:
         return _layer("placement", "unknown", "no Kueue Workload: no topology assignment to show")
     requests = []
@@ -331,14 +307,15 @@ def placement_layer(wl: Workload | None, fits: Sequence[PodSetFit] = ()) -> dict
             unresolved.append(f"{a.name}: flavor {topo.flavor or '?'} {_UNRESOLVED[topo.problem](topo.topology)}")
     unhealthy = [{"node": n, "path": dict(p)} for n, p in zip(wl.unhealthy_nodes, wl.unhealthy_paths)]
     evidence = {"topology_request": requests, "assignment_current": wl.admitted and bool(wl.assignments),
-                "assignments": assignments, "unhealthy_nodes": unhealthy, "fit": [_fit(f) for f in fits]}
+                "assignments": assignments, "unhealthy_nodes": unhealthy,
+                "fit": fit.evidence if fit is not None else None}
     qr, adm, ev = (_cond(wl.conditions.get(t)) for t in ("QuotaReserved", "Admitted", "Evicted"))
-    if qr and qr["status"] == "False" and qr["reason"] == PLACEMENT_REASON:
-        if fits:
-            from .cluster.capacity import fit_text
-
-            return _layer("placement", "blocking", "; ".join(fit_text(f) for f in fits) + f". Kueue: {qr['message']}", evidence)
-        return _layer("placement", "blocking", f"no topology domain fits: {qr['message']}", evidence)
+    if qr and qr["status"] == "False" and is_topological(qr["reason"], qr["message"]):
+        # Kueue's word first; gangscope's model beside it, with why they may differ (fit_text).
+        summary = f"Kueue: no topology placement: {qr['message']}"
+        if fit is not None:
+            summary += f". {fit.text}"
+        return _layer("placement", "blocking", summary, evidence)
     if adm and adm["status"] == "False" and adm["reason"] == DELAYED_TOPOLOGY:
         return _layer("placement", "blocking", f"topology assignment delayed: {adm['message']}", evidence)
     if wl.stage == "evicting" and ev and ev["reason"] == "NodeFailures":
@@ -390,11 +367,35 @@ def _members_text(g: Gang) -> str:
         return ""
     if m is not None and m.evidence == "pods":
         text = f"{(m.running or 0) + (m.succeeded or 0)}/{rec.min_member} running"
-        extra = [f"{v} {k}" for k, v in (("bound", m.bound), ("pending", m.pending), ("failed", m.failed)) if v]
-        return text + f" (live pods{': ' + ', '.join(extra) if extra else ''})"
+        extra = [f"{v} {k}" for k, v in (("bound, not started", m.bound), ("pending", m.pending), ("gated", m.gated),
+                                         ("terminating", m.terminating), ("failed", m.failed), ("unknown", m.unknown))
+                 if v]
+        text += f" (live pods{': ' + ', '.join(extra) if extra else ''})"
+        if m.waiting:
+            text += "; waiting to start: " + ", ".join(f"{n} {reason}" for reason, n in m.waiting)
+        if m.gates:
+            text += "; scheduling gates: " + ", ".join(f"{gate} on {n}" for gate, n in m.gates)
+        if m.disrupted:
+            text += "; DisruptionTarget: " + ", ".join(f"{n} {reason}" for reason, n in m.disrupted)
+        if m.unknown_what:
+            text += "; not understood: " + ", ".join(m.unknown_what)
+        if m.gpus_unknown:
+            text += f"; {m.gpus_unknown} placed pods hold GPUs through DRA claims or KAI gpu-memory: how many is unknown"
+        return text
     if m is not None and m.evidence == "counters":
         return f"{(m.running or 0) + (m.succeeded or 0)}/{rec.min_member} running (PodGroup status)"
     return f"?/{rec.min_member} running"
+
+
+# What the phase that still says "assembled" means, in each API's own words (kubernetes 10b39a39
+# scheduling/v1beta1/types.go:722-750; volcano ed72c7c8 staging/src/volcano.sh/apis/pkg/apis/
+# scheduling/v1beta1/types.go:47; scheduler-plugins 903da7df apis/scheduling/v1alpha1/types.go:94).
+_LAG_NOTE = {
+    "native": "it reflects the first scheduling decision only",
+    "volcano": "Volcano: minMember pods have been in running phase, as of its last scheduling session",
+    "coscheduling": "Coscheduling: the minMember pods of the pod group are in running phase, as of the "
+                    "controller's last reconcile",
+}
 
 
 def _phase_lags(g: Gang) -> str:
@@ -405,11 +406,19 @@ def _phase_lags(g: Gang) -> str:
     if rec.api in ("native", "kai") and rec.phase == "Pending":
         return ""  # no status written at all (a 1.37 CompositePodGroup's stays empty): nothing lags
     said = rec.gang_state
-    if said in ("waiting", "partial") and g.stage in ("assembled", "finished"):
+    if said in ("waiting", "partial") and g.stage in ("assembled", "finished", "starting"):
         return f"; its phase still says {rec.phase}"
     if said == "assembled" and g.stage in ("assembling", "stuck", "partially_bound"):
-        return f"; its status still says {rec.phase} (it reflects the first scheduling decision only)"
+        return f"; its status still says {rec.phase} ({_LAG_NOTE[rec.api]})"
     return ""
+
+
+def _missing(named: list[str], layer: dict[str, Any]) -> dict[str, Any]:
+    """A layer's summary with the PodGroups its pods name that gangscope does not see."""
+    if named:
+        layer["summary"] += (f"; its pods name PodGroup {', '.join(named)}, which gangscope does not see "
+                             "(deleted, or not watched)")
+    return layer
 
 
 def assembly_layer(wl: Workload | None, gangs: Sequence[Gang], now: float, index: GangIndex | None = None) -> dict[str, Any]:
@@ -430,34 +439,36 @@ def assembly_layer(wl: Workload | None, gangs: Sequence[Gang], now: float, index
                     f"{k.podgroup.name} {k.stage}" for k in kids) + ")"
     pods = index.workload_pods(wl) if index is not None and wl is not None else []
     if pods:
-        from .cluster.pods import PodStore
-
-        counts = PodStore.counts(pods)
+        counts = workload_members(pods)
         evidence["pods"] = {"total": counts.members, "bound": counts.bound, "running": counts.running,
-                            "ready": counts.ready, "pending": counts.pending, "succeeded": counts.succeeded,
-                            "failed": counts.failed, "bound_gpus": counts.bound_gpus}
+                            "ready": counts.ready, "pending": counts.pending, "gated": counts.gated,
+                            "terminating": counts.terminating, "succeeded": counts.succeeded,
+                            "failed": counts.failed, "placed_gpus": counts.placed_gpus}
     if not gangs:
+        named = sorted({f"{p.gang[1]} ({p.gang[0]})" for p in pods if p.gang is not None})
+        if named:  # bad input, or a group deleted under its pods: named, never judged
+            evidence["missing_podgroups"] = named
         need = sum(ps.count for ps in wl.podsets) if wl is not None else 0
         if wl is not None and wl.stage == "assembling":
             ready = wl.conditions.get("PodsReady")
             if ready is None and pods:
                 c = evidence["pods"]
-                return _layer("assembly", "blocking", f"admitted, {c['running'] + c['succeeded']}/{need} pods running "
+                return _missing(named, _layer("assembly", "blocking", f"admitted, {c['running'] + c['succeeded']}/{need} pods running "
                               f"(live pods: {c['bound']} bound, {c['pending']} pending), and no PodGroup is joined: "
-                              "check the pending pods' events", evidence)
+                              "check the pending pods' events", evidence))
             since = f" since {_ts(ready.last_transition_seconds)}" if ready is not None and ready.last_transition_seconds else ""
-            return _layer("assembly", "blocking", f"admitted but pods not ready (Kueue's PodsReady is False, "
+            return _missing(named, _layer("assembly", "blocking", f"admitted but pods not ready (Kueue's PodsReady is False, "
                           f"{ready.reason if ready else '?'}{since}), and no PodGroup is joined "
-                          "(no gang scheduler, or its PodGroups are not watched): check the pods' events", evidence)
+                          "(no gang scheduler, or its PodGroups are not watched): check the pods' events", evidence))
         if wl is not None and wl.stage == "running" and "PodsReady" not in wl.conditions:
             seen = f"; its live pods: {evidence['pods']['running']}/{need} running" if pods else \
                 ", so nothing says the pods are not running"
-            return _layer("assembly", "ok", "no PodGroup joined; Kueue writes no PodsReady here (waitForPodsReady "
-                          "is off)" + seen, evidence)
-        return _layer("assembly", "ok" if wl is not None and wl.stage in ("running", "finished") else "unknown",
-                      "no PodGroup joined to this Workload", evidence)
+            return _missing(named, _layer("assembly", "ok", "no PodGroup joined; Kueue writes no PodsReady here (waitForPodsReady "
+                          "is off)" + seen, evidence))
+        return _missing(named, _layer("assembly", "ok" if wl is not None and wl.stage in ("running", "finished") else "unknown",
+                      "no PodGroup joined to this Workload", evidence))
     worst = None
-    order = ("failed", "partially_bound", "stuck", "assembling", "not_admitted")
+    order = ("failed", "partially_bound", "stuck", "unknown", "starting", "assembling", "placing", "queued", "not_admitted")
     for g in gangs:
         if g.stage in order and (worst is None or order.index(g.stage) < order.index(worst.stage)):
             worst = g
@@ -482,7 +493,14 @@ def assembly_layer(wl: Workload | None, gangs: Sequence[Gang], now: float, index
     if rec.parent:
         parts.append(f"in CompositePodGroup {rec.parent}")
     label = {"failed": "gang failed", "partially_bound": "partially bound: some pods hold resources, the rest cannot be placed",
-             "stuck": "stuck assembling", "assembling": "assembling", "not_admitted": "waiting for admission"}[worst.stage]
+             "stuck": "stuck assembling", "assembling": "assembling", "not_admitted": "waiting for admission",
+             "starting": "placed, not started: all members are bound, some containers have not started (a node or "
+                         "image matter, not the gang scheduler's)",
+             "placing": "waiting for placement: Kueue's topology gate holds the pods until TAS assigns them",
+             "queued": f"waiting for its queue {rec.queue or '?'}: Volcano creates the pods once the group is enqueued"
+                       + (" (minResources " + ", ".join(f"{k}={v}" for k, v in rec.min_resources)
+                          + "; the queue's capacity is not watched)" if rec.min_resources else ""),
+             "unknown": "not judged: gangscope does not understand what decides this gang"}[worst.stage]
     summary = f"{label}: " + ", ".join(parts)
     if worst.deadline is not None:
         verb = "passed" if worst.stuck else "ends"
@@ -494,7 +512,7 @@ def assembly_layer(wl: Workload | None, gangs: Sequence[Gang], now: float, index
                                                for u in rec.unschedulable)
     elif rec.message:
         summary += f"; scheduler: {rec.message}"
-    status = "blocking" if worst.stage != "not_admitted" else "unknown"
+    status = "unknown" if worst.stage in ("not_admitted", "unknown") else "blocking"
     return _layer("assembly", status, summary, evidence)
 
 
@@ -567,42 +585,6 @@ def _job_dict(v: JobView) -> dict[str, Any]:
     }
 
 
-def interconnect_queries(namespace: str, workload: str, start: float | None, now: float) -> dict[str, str]:
-    """PromQL for the job's throughput now (5m rate) and over its first hour (or as much as it has run).
-
-    Per-GPU agent series join the job through ``gangscope_gpu_pod_info{namespace, workload}`` on
-    ``(node, gpu)``; the first hour uses the ``@`` modifier at ``start + 1h``.
-    """
-    sel = f'namespace="{namespace}",workload="{workload}"'
-    out = {}
-    for what, names in INTERCONNECT_SERIES.items():
-        join = f'* on (node, gpu) group_left max by (node, gpu) (gangscope_gpu_pod_info{{{sel}}}{{at}})'
-        rate = f'sum by (node, gpu) (rate({{__name__=~"{names}"}}[{{window}}]{{at}}))'
-        out[f"{what}_now"] = f"sum({rate} {join})".replace("{window}", "5m").replace("{at}", "")
-        if start is not None:
-            window = int(min(3600, max(300, now - start)))
-            at = f" @ {int(start + window)}"
-            out[f"{what}_first_hour"] = f"sum({rate} {join})".replace("{window}", f"{window}s").replace("{at}", at)
-    return out
-
-
-async def query_prometheus(url: str, queries: dict[str, str], now: float) -> dict[str, float | None]:
-    """Instant queries over the Prometheus HTTP API; a query without data gives None."""
-    import aiohttp
-
-    out: dict[str, float | None] = {}
-    timeout = aiohttp.ClientTimeout(total=15)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        for key, q in queries.items():
-            async with session.get(url.rstrip("/") + "/api/v1/query", params={"query": q, "time": str(now)}) as resp:
-                body = await resp.json(content_type=None)
-            if resp.status != 200 or body.get("status") != "success":
-                raise RuntimeError(f"Prometheus {resp.status}: {body.get('error') or body}")
-            result = body["data"]["result"]
-            out[key] = float(result[0]["value"][1]) if result else None
-    return out
-
-
 def running_since(wl: Workload) -> float | None:
     """When the job started running: PodsReady turning True, or, where Kueue writes no PodsReady
     (no waitForPodsReady), the admission."""
@@ -614,32 +596,26 @@ def running_since(wl: Workload) -> float | None:
 
 
 async def interconnect_layer(wl: Workload | None, prometheus: str | None, now: float) -> dict[str, Any]:
+    """The job's NVLink/PCIe throughput now against its baseline, and its lagging GPUs
+    (exporter.interconnect); without ``--prometheus``, the queries to run by hand."""
+    from . import interconnect
+
     if wl is None:
         return _layer("interconnect", "unknown", "no Kueue Workload: GPU series are joined by workload name")
     start = running_since(wl)
-    queries = interconnect_queries(wl.namespace, wl.name, start, now)
-    evidence: dict[str, Any] = {"prometheus": prometheus, "running_since": _ts(start), "queries": queries}
+    evidence: dict[str, Any] = {"prometheus": prometheus, "running_since": _ts(start)}
     if prometheus is None:
+        evidence["queries"] = interconnect.printed_queries(wl.namespace, wl.name, start, now)
         return _layer("interconnect", "unknown",
-                      f"not checked: run with --prometheus URL, or query {queries['nvlink_now']}", evidence)
+                      "not checked: run with --prometheus URL, or run the queries below in Prometheus", evidence)
     try:
-        values = await query_prometheus(prometheus, queries, now)
-    except Exception as exc:  # unreachable Prometheus: say so, keep the rest of the diagnosis
-        evidence["error"] = str(exc)
+        gpus = round(sum(ps.count * ps.gpus_per_pod for ps in wl.podsets)) or None
+        status, summary, found = await interconnect.assess(prometheus, wl.namespace, wl.name, start, now, gpus=gpus)
+    except interconnect.PrometheusError as exc:  # say so, keep the rest of the diagnosis
+        evidence.update(error=str(exc), failed_query=exc.query)
         return _layer("interconnect", "unknown", f"Prometheus query failed: {exc}", evidence)
-    evidence["values_bytes_per_second"] = values
-    ratios = {}
-    for what in INTERCONNECT_SERIES:
-        cur, first = values.get(f"{what}_now"), values.get(f"{what}_first_hour")
-        if cur is not None and first:
-            ratios[what] = cur / first
-    evidence["ratio_now_to_first_hour"] = ratios
-    if not ratios:
-        return _layer("interconnect", "unknown", "no NVLink/PCIe series for this job's GPUs (agent not running, or job not started)", evidence)
-    low = {k: r for k, r in ratios.items() if r < DEGRADED_RATIO}
-    text = ", ".join(f"{k} {values[k + '_now'] / 1e9:.2f} GB/s now vs {values[k + '_first_hour'] / 1e9:.2f} GB/s first hour ({r:.0%})"
-                     for k, r in ratios.items())
-    return _layer("interconnect", "blocking" if low else "ok", ("degraded: " if low else "") + text, evidence)
+    evidence.update(found)
+    return _layer("interconnect", status, summary, evidence)
 
 
 async def diagnose(store: ClusterStore, gangs: GangIndex, namespace: str, name: str, *,
@@ -649,7 +625,7 @@ async def diagnose(store: ClusterStore, gangs: GangIndex, namespace: str, name: 
     how, wl, wl_gangs = resolve(store, gangs, namespace, name)
     position = store.queue_positions.get(wl.key) if wl is not None else None
     finished = wl is not None and wl.stage == "finished"
-    fits = store.capacity.workload_fit(wl) if wl is not None and in_queue(wl.state) else []
+    fits = store.capacity.workload_fit(wl) if wl is not None and in_queue(wl.state) else None
     layers: list[dict[str, Any]] = []
     blocked: dict[str, Any] | None = None
     for layer_name in LAYERS:
@@ -724,9 +700,17 @@ def render_text(doc: dict[str, Any], colour: bool, columns: int = 100) -> str:
     for layer in doc["layers"]:
         status = layer["status"].replace("_", " ")
         pad = " " * (swidth - len(status))
-        summary = textwrap.wrap(layer["summary"], wrap, break_on_hyphens=False) or [""]
+        summary = wrap_prose(layer["summary"], wrap)
         lines.append(f"  {layer['name']:<{width}}{paint(status.upper() if layer['status'] == 'blocking' else status, _COLOURS[layer['status']])}{pad}{summary[0]}")
         lines.extend(indent + rest for rest in summary[1:])
+        if layer["name"] == "interconnect":
+            from .interconnect import shown_queries
+
+            queries = shown_queries(layer["evidence"])
+            for what, query in queries:  # one line each, never wrapped: they are pasted (# starts a PromQL comment)
+                lines.extend(["", f"# {what}: bytes/s per GPU" if what != "the refused query" else f"# {what}", query])
+            if queries:
+                lines.append("")
         if layer["status"] == "blocking" and layer["name"] == "placement":
             for a in layer["evidence"].get("assignments", []):
                 for alias, values in a["by_level"].items():
@@ -734,6 +718,12 @@ def render_text(doc: dict[str, Any], colour: bool, columns: int = 100) -> str:
                     more = f" (+{len(values) - 8} more)" if len(values) > 8 else ""
                     lines.append(f"{indent}{a['podset']} {alias}: {shown}{more}")
     return "\n".join(lines) + "\n"
+
+
+def wrap_prose(text: str, width: int) -> list[str]:
+    """``text`` wrapped at spaces only: a word longer than the line (a metric name, a URL, a
+    selector) overflows rather than being cut, so that it can still be copied."""
+    return textwrap.wrap(text, width, break_on_hyphens=False, break_long_words=False) or [""]
 
 
 # ---- the command ---------------------------------------------------------------------------------
@@ -767,6 +757,7 @@ async def _load_live(args: argparse.Namespace, store: ClusterStore, gangs: GangI
     from .kube.resources import NODES, QUEUE_POSITIONS
 
     client = await KubeClient.create(args.kubeconfig, args.context, args.insecure_skip_tls_verify)
+    client.reachability.quiet = True  # an unreachable API server is the command's one error line (run)
     try:
         await _list_once(args, client, source_specs(args, handlers, namespace=namespace, exclude=(NODES.source,)))
         try:
@@ -810,6 +801,9 @@ async def _list_once(args: argparse.Namespace, client: Any, specs: list[Any]) ->
     await sources.start()
     try:
         await sources.wait_ready(timeout=args.sync_timeout)
+    except TimeoutError:  # say why, once: an unreachable API server reads the same for every source
+        raise RuntimeError(client.reachability.failing or
+                           f"not within --sync-timeout {args.sync_timeout:g}s: {sources.ready()[1]}") from None
     finally:
         await sources.stop()
     return sources
@@ -862,29 +856,51 @@ async def _load_nodes(client: Any, wl: Workload, handler: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from .logs import start_logging
 
-    start_logging("explain", args, args.log_level if args.log_level != "info" else "warning")
+    start_logging("explain", args, args.log_level)
     namespace, sep, name = args.target.partition("/")
     if not sep or not namespace or not name:
         print(f"gangscope explain: want NAMESPACE/NAME, got {args.target!r}", file=sys.stderr)
         return 2
     store, gangs, handlers = _build(args)
+    unread = ""
+    # A dump or a namespace holds much besides the job asked about: by default (warning) its
+    # unreadable documents, ignored kinds and objects that do not parse are not this question's
+    # business (a dump's are counted for the case that the job is not found); --log-level info
+    # prints each. What stops the answer (an unreachable API server) is the command's error.
+    quiet = args.log_level in ("warning", "error")
+    from .logs import setup_logging
+
     if args.from_file is not None:
         from .loader import feed, load_reporting
 
-        loaded = load_reporting(args.from_file, "gangscope explain")
+        loaded = load_reporting(args.from_file, "gangscope explain", quiet=quiet)
         if loaded is None:
             return 1
-        feed(store.exposition, handlers, loaded.objects, "gangscope explain")
+        if quiet:
+            setup_logging("error")
+        try:
+            fed = feed(store.exposition, handlers, loaded.objects, "gangscope explain", quiet=quiet)
+        finally:
+            if quiet:
+                setup_logging(args.log_level)
+        skipped = len(loaded.problems) + fed.parse_errors
+        if skipped:
+            unread = f" ({skipped} object(s) of the dump could not be read; --log-level info lists them)"
     else:
+        if quiet:
+            setup_logging("error")
         try:
             asyncio.run(_load_live(args, store, gangs, handlers, namespace, name))
         except Exception as exc:
             print(f"gangscope explain: cannot read the cluster: {exc}", file=sys.stderr)
             return 1
+        finally:
+            if quiet:
+                setup_logging(args.log_level)
     try:
         doc = asyncio.run(diagnose(store, gangs, namespace, name, prometheus=args.prometheus))
     except UnknownTarget as exc:
-        print(f"gangscope explain: {exc}", file=sys.stderr)
+        print(f"gangscope explain: {exc}{unread}", file=sys.stderr)
         return 1
     if args.output == "json":
         sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
@@ -895,11 +911,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-EXPLAIN_EXAMPLE = "/debug/explain?namespace=NAMESPACE&name=NAME"
+EXPLAIN_ROUTE = "/debug/explain?namespace=NAMESPACE&name=NAME"
 
 
 def explain_route(store: ClusterStore, gangs: GangIndex, prometheus: str | None = None) -> Any:
-    """``GET /debug/explain?namespace=&name=`` for the collector: the same JSON as the command.
+    """``GET /debug/explain?namespace=&name=`` for the collector: the same JSON as the command,
+    indented for a browser (``Accept: text/html``) or with ``&pretty``, compact otherwise.
 
     It reveals a namespace's Workloads (Kueue's messages, nodes, queues, owners), so with
     ``--metrics-auth`` the caller must also be allowed to ``get`` Workloads in that namespace
@@ -919,6 +936,8 @@ def explain_route(store: ClusterStore, gangs: GangIndex, prometheus: str | None 
             doc = await diagnose(store, gangs, namespace, name, prometheus=prometheus)
         except UnknownTarget as exc:
             return web.json_response({"error": str(exc)}, status=404)
-        return web.Response(body=orjson.dumps(doc), content_type="application/json")
+        pretty = "pretty" in request.query or "text/html" in request.headers.get("Accept", "")
+        body = orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n" if pretty else orjson.dumps(doc)
+        return web.Response(body=body, content_type="application/json")
 
     return web.get("/debug/explain", handler)

@@ -340,6 +340,8 @@ class _FamilyState:
         block = self.blocks.get(slot >> BLOCK_BITS)
         if block is None:
             block = self.blocks[slot >> BLOCK_BITS] = Block()
+        elif block.chunks.get(slot) == text:
+            return  # the same lines (an event that changed nothing exported): the block's gzip stays valid
         block.chunks[slot] = text
         block.version += 1
 

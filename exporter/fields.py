@@ -32,6 +32,21 @@ def named_metadata(obj: Any) -> dict:
     return meta
 
 
+def require_identity(kind: str, meta: dict) -> tuple[str, str]:
+    """(name, namespace) of a namespaced object; a :class:`ParseError` naming exactly what is
+    missing ("Workload trainjob-x without metadata.namespace"), so that a user can find it."""
+    name, namespace = meta.get("name"), meta.get("namespace")
+    has_name = isinstance(name, str) and bool(name)
+    has_namespace = isinstance(namespace, str) and bool(namespace)
+    if has_name and has_namespace:
+        return name, namespace
+    if has_name:
+        raise ParseError(f"{kind} {name} without metadata.namespace")
+    if has_namespace:
+        raise ParseError(f"{kind} in namespace {namespace} without metadata.name")
+    raise ParseError(f"{kind} without metadata.name and metadata.namespace")
+
+
 def as_dict(value: Any, what: str, problems: Problems) -> dict:
     if isinstance(value, dict):
         return value

@@ -47,15 +47,16 @@ class Loaded:
     problems: list[str] = field(default_factory=list)
 
 
-def load_reporting(path: Path, prog: str) -> Loaded | None:
-    """:func:`load_path` for a command: problems go to stderr prefixed with ``prog``; None when
-    ``path`` does not exist (the caller exits 1)."""
+def load_reporting(path: Path, prog: str, quiet: bool = False) -> Loaded | None:
+    """:func:`load_path` for a command: problems go to stderr prefixed with ``prog`` (unless
+    ``quiet``: the caller reports ``problems`` itself); None when ``path`` does not exist (the
+    caller exits 1)."""
     try:
         loaded = load_path(path)
     except FileNotFoundError:
         print(f"{prog}: {path}: no such file or directory", file=sys.stderr)
         return None
-    for problem in loaded.problems:
+    for problem in [] if quiet else loaded.problems:
         print(f"{prog}: {problem}", file=sys.stderr)
     return loaded
 
@@ -144,12 +145,22 @@ def _name(doc: dict) -> str:
     return ""
 
 
-def feed(exposition: Exposition, handlers: dict[str, Any], objects: list[tuple[str, dict]], prog: str) -> None:
+@dataclass
+class Fed:
+    """What :func:`feed` could not use: objects by ignored kind, and objects that did not parse."""
+
+    ignored: dict[str, int]
+    parse_errors: int
+
+
+def feed(exposition: Exposition, handlers: dict[str, Any], objects: list[tuple[str, dict]], prog: str,
+         quiet: bool = False) -> Fed:
     """Apply dump objects to the collector's handlers as watch events, :data:`FEED_ORDER` first.
 
     An object that appears twice (two snapshots of one Workload) is applied as a MODIFIED event,
     so a transition between the snapshots, such as an eviction, is counted as the collector
-    would count it. Kinds the collector does not read are reported on stderr, prefixed ``prog``.
+    would count it. Kinds the collector does not read are reported on stderr, prefixed ``prog``
+    (unless ``quiet``; they are in the result either way).
     """
     by_type = {(r.group, r.kind): r.source for r in COLLECTOR_RESOURCES if r not in POD_RESOURCES}
     by_type.update(DUMP_SOURCES)
@@ -161,8 +172,9 @@ def feed(exposition: Exposition, handlers: dict[str, Any], objects: list[tuple[s
             skipped[obj["kind"]] = skipped.get(obj["kind"], 0) + 1
             continue
         per_source.setdefault(source, []).append(obj)
-    for kind, n in sorted(skipped.items()):
+    for kind, n in [] if quiet else sorted(skipped.items()):
         print(f"{prog}: {n} object(s) of kind {kind} ignored (not read by the collector)", file=sys.stderr)
+    parse_errors = 0
     rank = {s: i for i, s in enumerate(FEED_ORDER)} | {s: len(FEED_ORDER) + 1 for s in FEED_LAST}
     for source in sorted(per_source, key=lambda s: (rank.get(s, len(FEED_ORDER)), s)):
         handler = handlers[source]
@@ -172,6 +184,14 @@ def feed(exposition: Exposition, handlers: dict[str, Any], objects: list[tuple[s
         for obj in per_source[source]:
             meta = obj.get("metadata")
             key = (str(meta.get("namespace")), str(meta.get("name"))) if isinstance(meta, dict) else None
-            handler.apply("MODIFIED" if key in seen else "ADDED", obj)
+            if source not in FEED_LAST:
+                handler.apply("MODIFIED" if key in seen else "ADDED", obj)
             seen.add(key)
+        if source in FEED_LAST:
+            # A dump's pods are one complete LIST: announced once, and listed at its end, so no
+            # gang is judged on part of its pods (a gang seen "empty" before its first pod would
+            # restart its stuck window at load time).
+            handler.replace(per_source[source])
         health.sync_ok(objects=len(seen))
+        parse_errors += health.parse_errors
+    return Fed(skipped, parse_errors)

@@ -15,6 +15,8 @@ import logging
 import platform
 import re
 import sys
+import time
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -92,3 +94,37 @@ def setup_logging(level: str = "info", stream=None) -> None:
         logger_factory=structlog.PrintLoggerFactory(file=stream),
         cache_logger_on_first_use=False,
     )
+
+
+class Repeats:
+    """Rate-limits identical events: the first of a kind is logged, the same one again within
+    ``interval`` seconds only counted, and the next one after it logged with ``repeated`` (how
+    many were held back since). A source retrying against a broken API server (22 sources, each
+    backing off) then says what is wrong once, and how often, instead of a line per retry."""
+
+    def __init__(self, interval: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval, self.clock = interval, clock
+        self._seen: dict[tuple[Any, ...], tuple[float, int]] = {}
+
+    def should_log(self, key: tuple[Any, ...]) -> int | None:
+        """None to hold this one back; else how many identical ones were held back before it."""
+        now = self.clock()
+        last = self._seen.get(key)
+        if last is not None and now - last[0] < self.interval:
+            self._seen[key] = (last[0], last[1] + 1)
+            return None
+        self._seen[key] = (now, 0)
+        return last[1] if last is not None else 0
+
+    def log(self, logger: Any, level: str, event: str, key: tuple[Any, ...], **fields: Any) -> None:
+        held = self.should_log((event, *key))
+        if held is None:
+            return
+        if held:
+            fields["repeated"] = held
+        getattr(logger, level)(event, **fields)
+
+    def forget(self, *key: Any) -> None:
+        """A success: the next failure of this kind is news again."""
+        for k in [k for k in self._seen if k[1:1 + len(key)] == key]:
+            del self._seen[k]

@@ -200,6 +200,10 @@ class ServerConfig:
     title: str = "gangscope"
     links: list[tuple[str, str]] = field(default_factory=list)
     sources: Callable[[], Iterable[SourceHealth]] = lambda: ()
+    # Routes named with their query's shape (path, what), shown as text: no link to a placeholder.
+    routes: list[tuple[str, str]] = field(default_factory=list)
+    # A section of live links, e.g. the collector's jobs worth a look: (heading, [(href, label, why)]).
+    featured: Callable[[], tuple[str, list[tuple[str, str, str]]]] | None = None
 
 
 GZIP_PAGES = web.AppKey("gzip_pages", GzipPages)
@@ -264,7 +268,8 @@ def build_app(config: ServerConfig) -> web.Application:
 
 
 def landing_page(config: ServerConfig) -> str:
-    """A small HTML page: name, version, links to each endpoint, and every source's health."""
+    """A small HTML page: name, version, links to each endpoint (and a live section, such as the
+    collector's jobs worth a look, each a working link), and every source's health."""
     guarded = config.guard is not None
     endpoints = [("/metrics", "metrics (OpenMetrics or Prometheus text)"), *config.links,
                  ("/healthz", "liveness"), ("/readyz", "readiness: " + config.ready()[1])]
@@ -272,7 +277,13 @@ def landing_page(config: ServerConfig) -> str:
         f'<li><a href="{html.escape(path)}">{html.escape(path)}</a> {html.escape(what)}'
         f"{' (bearer token)' if guarded and path.partition('?')[0] not in OPEN_PATHS else ''}</li>"
         for path, what in endpoints
-    )
+    ) + "".join(f"<li><code>{html.escape(path)}</code> {html.escape(what)}</li>" for path, what in config.routes)
+    featured = ""
+    if config.featured is not None:
+        heading, entries = config.featured()
+        listed = "".join(f'<li><a href="{html.escape(href)}">{html.escape(label)}</a> {html.escape(why)}</li>'
+                         for href, label, why in entries)
+        featured = f"<h2>{html.escape(heading)}</h2>\n" + (f"<ul>{listed}</ul>\n" if listed else "<p>none now</p>\n")
     rows = []
     for h in sorted(config.sources(), key=lambda h: h.name):
         synced = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(h.last_sync)) if h.last_sync else "never"
@@ -285,7 +296,7 @@ def landing_page(config: ServerConfig) -> str:
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" + title + "</title></head><body>\n"
         f"<h1>{title}</h1>\n<p>Kueue admission, topology placement, gang assembly and GPU interconnect, "
         "per job and per topology domain.</p>\n"
-        f"<h2>Endpoints</h2>\n<ul>{items}</ul>\n"
+        f"{featured}<h2>Endpoints</h2>\n<ul>{items}</ul>\n"
         "<h2>Sources</h2>\n<table>\n<tr><th>source</th><th>state</th><th>last sync</th><th>objects</th>"
         "<th>errors</th><th>parse errors</th><th>detail</th></tr>\n" + "\n".join(rows) + "\n</table>\n"
         '<p><a href="https://github.com/gangscope/gangscope">gangscope</a></p>\n</body></html>\n'

@@ -11,6 +11,7 @@ import argparse
 import asyncio
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 
@@ -47,9 +48,13 @@ async def start(
     title: str = "gangscope",
     links: list[tuple[str, str]] | None = None,
     sources: Callable[[], Iterable[SourceHealth]] = lambda: (),
+    routes: list[tuple[str, str]] | None = None,
+    featured: Any = None,
 ) -> Serving:
     """Serve ``exposition``; ``post_json`` (the API client's) is required with ``--metrics-auth``.
-    ``title``, ``links`` (the extra routes, as path and description) and ``sources`` make the landing page."""
+    ``title``, ``links`` (the extra routes, as path and description), ``routes`` (routes shown by
+    the shape of their query, not linked), ``featured`` (a live section of links) and ``sources``
+    make the landing page (exporter.server.ServerConfig)."""
     tls = None
     if args.tls_cert or args.tls_key:
         if not (args.tls_cert and args.tls_key):
@@ -63,7 +68,8 @@ async def start(
         auth = Guard(post_json)
         auth.on_change = lambda: exposition.set(("auth",), {AUTH_REQUESTS: auth.lines()})
     own = SelfMetrics(exposition)
-    config = ServerConfig(exposition, ready, list(extra_routes or []), auth, own.render, title, list(links or []), sources)
+    config = ServerConfig(exposition, ready, list(extra_routes or []), auth, own.render, title, list(links or []), sources,
+                          list(routes or []), featured)
     runner = await start_server(build_app(config), args.listen, tls.context if tls else None)
     serving = Serving(runner, bound_port(runner), tls, auth)
     if tls:

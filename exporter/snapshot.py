@@ -24,7 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("text", "openmetrics"), default="text",
                    help="exposition format (default text, Prometheus 0.0.4)")
     add_collector_arguments(p)
-    add_logging(p)
+    add_logging(p, "warning")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -136,6 +136,8 @@ def parse_alias_overrides(pairs: Sequence[str]) -> dict[str, str]:
         if not sep or not key:
             raise TopologyError(f"--topology-alias wants KEY=NAME, got {pair!r}")
         check_alias(name, key)
+        if key in out:
+            raise TopologyError(f"--topology-alias {key} given twice ({key}={out[key]} and {pair}): give each key once")
         out[key] = name
     return out
 

@@ -95,8 +95,8 @@ def gpu_node(name: str, block: str, rack: str, gpus: int | str = 8, *, ready: st
     return {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": {BLOCK: block, RACK: rack, HOST: name, **(labels or {})}},
             "spec": spec,
-            "status": {"capacity": {"cpu": "208", "nvidia.com/gpu": str(gpus)},
-                       "allocatable": {"cpu": "207", "nvidia.com/gpu": str(gpus)},
+            "status": {"capacity": {"cpu": "208", "nvidia.com/gpu": str(gpus), "pods": "110"},
+                       "allocatable": {"cpu": "207", "nvidia.com/gpu": str(gpus), "pods": "110"},
                        "conditions": [{"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": ready}]}}
 
 

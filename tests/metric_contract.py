@@ -19,6 +19,7 @@ GANGSCOPE = frozenset(
         "gangscope_workload_quota_reserved_timestamp_seconds",
         "gangscope_workload_admitted_timestamp_seconds",
         "gangscope_workload_pods_ready_timestamp_seconds",
+        "gangscope_workload_finished_timestamp_seconds",
         "gangscope_workload_evictions_total",
         "gangscope_workload_requested_gpus",
         "gangscope_workload_topology_pods",
@@ -65,6 +66,7 @@ GANGSCOPE = frozenset(
         "gangscope_podgroup_pods",
         "gangscope_podgroup_phase_timestamp_seconds",
         "gangscope_gang_info",
+        "gangscope_gang_stage",
         "gangscope_gang_assembly_stuck",
         "gangscope_gang_idle_gpus",
         "gangscope_gang_pods",
@@ -86,6 +88,7 @@ GANGSCOPE = frozenset(
         "gangscope_gpu_info",
         "gangscope_gpu_up",
         "gangscope_gpu_pod_info",
+        "gangscope_gpu_mig_device_info",
         "gangscope_nvlink_transmit_bytes_total",
         "gangscope_nvlink_receive_bytes_total",
         "gangscope_nvlink_link_up",
@@ -105,6 +108,7 @@ GANGSCOPE = frozenset(
         "gangscope_gpu_platform_info",
         "gangscope_pcie_read_interval_seconds",
         "gangscope_pcie_read_gaps_total",
+        "gangscope_nvlink_read_gaps_total",
         "gangscope_pcie_throughput_bytes_per_second",
     }
 )

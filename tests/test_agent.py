@@ -363,3 +363,40 @@ async def test_without_kueue_the_labels_are_host_only(tmp_path: Path) -> None:
     finally:
         await agent.stop()
         await api.stop()
+
+
+async def test_dra_devices_join_by_minor_number_and_shared_gpus_count_their_replicas(tmp_path: Path, kubelet_socket: str) -> None:
+    """The driver numbered the GPUs in reverse (minor 7 is NVML index 0): DRA's gpu-<minor> and a MIG
+    device of it join to the right GPU; a time-sliced GPU (nvidia.com/gpu.shared) joins through its
+    replica id, and gangscope_gpu_kubelet_devices says how many replicas the kubelet offers."""
+    sim = SimNvml()
+    for gpu in sim.gpus:
+        gpu.minor = 7 - gpu.index
+    g = [gpu.uuid for gpu in sim.gpus]
+    kubelet = SimKubelet(kubelet_socket, [
+        SimPod("team-a", "dra-0", [SimContainer("main", dra=[("c0", "team-a", "gpu.nvidia.com", "n", "gpu-7"),
+                                                              ("c1", "team-a", "gpu.nvidia.com", "n", "gpu-2-mig-1g10gb-19-0")])]),
+        SimPod("team-a", "shared-0", [SimContainer("main", [("nvidia.com/gpu.shared", [g[3] + "::1"])])]),
+    ])
+    kubelet.allocatable = [("nvidia.com/gpu.shared", [f"{g[3]}::{k}" for k in range(4)]), ("nvidia.com/gpu", [g[4]])]
+    await kubelet.start()
+    args = parse_args("--kubeconfig", str(tmp_path / "missing"), "--pod-resources-socket", kubelet_socket)
+    levels, _ = topology_from_args(args)
+    agent = Agent(args, levels, nvml=lambda: sim)
+    await agent.start()
+    try:
+        async def joined() -> bool:
+            text = await scrape(agent.port)
+            return 'pod="shared-0"' in text and 'pod="dra-0"' in text and "gangscope_gpu_kubelet_devices{" in text
+
+        await until(joined)
+        rows = series(await scrape(agent.port))
+        assert sorted((s[1]["gpu"], s[1]["pod"], s[1]["uuid"]) for s in rows if s[0] == "gangscope_gpu_pod_info") == [
+            ("0", "dra-0", g[0]), ("3", "shared-0", g[3]), ("5", "dra-0", g[5])]
+        assert sorted((s[1]["gpu"], s[1]["resource"], s[2]) for s in rows if s[0] == "gangscope_gpu_kubelet_devices") == [
+            ("3", "nvidia.com/gpu.shared", 4), ("4", "nvidia.com/gpu", 1)]
+        parse_errors = {s[1]["source"]: s[2] for s in rows if s[0] == "gangscope_parse_errors_total"}
+        assert parse_errors["podresources"] == 0
+    finally:
+        await agent.stop()
+        await kubelet.stop()

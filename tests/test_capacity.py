@@ -17,7 +17,8 @@ import yaml
 
 from exporter import snapshot
 from exporter.cluster import capacity as capacity_module
-from exporter.cluster.capacity import fit_text, parse_sizes
+from exporter.cluster.capacity import parse_sizes
+from exporter.cluster.clusterqueues import parse_cluster_queue
 from exporter.cluster.collector import build_collector
 from exporter.cluster.nodes import parse_node
 from exporter.exposition import Exposition
@@ -25,16 +26,28 @@ from exporter.health import SourceHealth
 from exporter.loader import load_path
 from exporter.taints import Taint, Toleration
 from kueue_objects import (
-    BLOCK, HOST, RACK, admitted_conditions, cond, fixture, flavor, gpu_node, local_queue, series, topology, workload,
+    BLOCK, HOST, RACK, admitted_conditions, cluster_queue, cond, fixture, flavor, gpu_node, local_queue, series, topology,
+    workload,
 )
 
 NODES = Path(__file__).resolve().parent / "fixtures" / "nodes" / "gpu-nodes.yaml"
 MAINTENANCE = {"key": "maintenance.example.com/drain", "value": "true", "effect": "NoExecute"}
+# The GPU operator's taint on every gpu_node: Kueue's placement tolerates only what the pod
+# template and the flavor tolerate (tas_flavor_snapshot.go:961), so a pod set must say it.
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+# What the ClusterQueue watch records (its flavors in spec order): the fit's only source of a
+# Workload's flavors.
+QUEUES = {name: parse_cluster_queue(cluster_queue(name)) for name in ("train-cq", "cq")}
+
+
+GANGS: dict[int, Any] = {}  # id(store) -> its gang index (explain's diagnose needs both)
 
 
 def collector(**kwargs: Any) -> tuple[Exposition, Any, dict[str, Any]]:
     expo = Exposition()
-    store, handlers, _ = build_collector(expo, **kwargs)
+    store, handlers, gangs = build_collector(expo, **kwargs)
+    GANGS[id(store)] = gangs
+    store.cluster_queues = dict(QUEUES)
     for name, h in handlers.items():
         h.health = SourceHealth(name, expo)
     return expo, store, handlers
@@ -75,8 +88,18 @@ def blocked(expo: Exposition) -> dict[tuple[str, str], float]:
 
 
 def waiting(name: str, pods: int, gpus_per_pod: int, topology_request: dict[str, Any], **kw: Any) -> dict[str, Any]:
-    """A Workload waiting for its first evaluation (no QuotaReserved yet) in queue q."""
+    """A Workload waiting for its first evaluation (no QuotaReserved yet) in queue q, tolerating the GPU taint."""
+    kw["tolerations"] = [*kw.get("tolerations", []), GPU_TOLERATION]
     return workload(name, hosts=[], count=pods, gpus=str(gpus_per_pod), admitted_cq=None, topology=topology_request, **kw)
+
+
+def no_placement(wl: dict[str, Any], at: str = "2026-12-01T10:00:00Z", legacy: bool = False) -> dict[str, Any]:
+    """``wl`` as Kueue writes it after a topology placement failure (typed reason, or the legacy
+    Pending with the placement's message, tas_flavor_snapshot.go:2006-2011)."""
+    message = 'couldn\'t assign flavors to pod set main: topology "default" doesn\'t allow to fit any of 2 pod(s)'
+    wl["status"] = {"conditions": [cond("QuotaReserved", "False", "Pending" if legacy else "TopologyPlacementFailed",
+                                        at=at, message=message)]}
+    return wl
 
 
 def cluster() -> tuple[Exposition, Any, dict[str, Any]]:
@@ -102,11 +125,12 @@ def cluster() -> tuple[Exposition, Any, dict[str, Any]]:
 
 def test_capacity_unavailable_used_free_per_domain() -> None:
     expo, _, _ = cluster()
-    # hosts: h1, h2 8 GPUs, 4 used, 4 free; h3 cordoned, h4 tainted, h5 NotReady: all 8 unavailable
-    assert gpus(expo, "host", "b1", "r1", "h1") == {"capacity": 8, "unavailable": 0, "used": 4, "free": 4}
-    assert gpus(expo, "host", "b1", "r2", "h3") == {"capacity": 8, "unavailable": 8, "used": 0, "free": 0}
-    assert gpus(expo, "host", "b2", "r3", "h4") == {"capacity": 8, "unavailable": 8, "used": 0, "free": 0}
-    assert gpus(expo, "host", "b2", "r3", "h5") == {"capacity": 8, "unavailable": 8, "used": 8, "free": 0}
+    # hosts (their free GPUs are recorded from these): h1, h2 8 GPUs, 4 used, 4 free; h3 cordoned,
+    # h4 tainted, h5 NotReady: all 8 unavailable
+    assert gpus(expo, "host", "b1", "r1", "h1") == {"capacity": 8, "unavailable": 0, "used": 4}
+    assert gpus(expo, "host", "b1", "r2", "h3") == {"capacity": 8, "unavailable": 8, "used": 0}
+    assert gpus(expo, "host", "b2", "r3", "h4") == {"capacity": 8, "unavailable": 8, "used": 0}
+    assert gpus(expo, "host", "b2", "r3", "h5") == {"capacity": 8, "unavailable": 8, "used": 8}
     assert gpus(expo, "host", "b2", "r3", "c1") == {}  # no GPU resource: not a domain of the GPU accounting
     # r1 = h1 + h2; r3 = h4 + h5; b1 = r1 + r2; b2 = r3
     assert gpus(expo, "rack", "b1", "r1") == {"capacity": 16, "unavailable": 0, "used": 8, "free": 8}
@@ -116,7 +140,7 @@ def test_capacity_unavailable_used_free_per_domain() -> None:
     assert gpus(expo, "block", "b2") == {"capacity": 16, "unavailable": 16, "used": 8, "free": 0}
     # r1 has 8 free GPUs but, 4 on each host, no room for one 8-GPU pod
     assert placeable(expo, "rack", "b1", "r1") == {1: 8, 2: 4, 4: 2, 8: 0}
-    assert placeable(expo, "host", "b1", "r1", "h2") == {1: 4, 2: 2, 4: 1, 8: 0}
+    assert placeable(expo, "host", "b1", "r1", "h2") == {}  # a host's: free // size, recorded by the capacity rules
     assert placeable(expo, "block", "b2") == {1: 0, 2: 0, 4: 0, 8: 0}
     assert domains(expo, "block") == {"free": 0, "partial": 1, "full": 0, "unavailable": 1}
     assert domains(expo, "rack") == {"free": 0, "partial": 1, "full": 0, "unavailable": 2}
@@ -161,7 +185,7 @@ def test_unhealthy_nodes_of_a_workload_are_unavailable() -> None:
     expo, _, h = cluster()
     listing = workload("a", hosts=["h1", "h2"], gpus="4", conditions=admitted_conditions(), unhealthy=["h1"])
     h["workloads"].apply("MODIFIED", listing)
-    assert gpus(expo, "host", "b1", "r1", "h1") == {"capacity": 8, "unavailable": 8, "used": 4, "free": 0}
+    assert gpus(expo, "host", "b1", "r1", "h1") == {"capacity": 8, "unavailable": 8, "used": 4}
     assert gpus(expo, "rack", "b1", "r1") == {"capacity": 16, "unavailable": 8, "used": 8, "free": 4}
     h["workloads"].apply("MODIFIED", workload("a", hosts=["h1", "h2"], gpus="4", conditions=admitted_conditions()))
     assert gpus(expo, "host", "b1", "r1", "h1")["unavailable"] == 0
@@ -173,7 +197,7 @@ def test_flavor_tolerations_make_a_tainted_node_available() -> None:
     expo, _, h = cluster()
     tolerate = [{"key": "maintenance.example.com/drain", "operator": "Exists"}]
     h["resourceflavors"].replace([flavor("tas", tolerations=tolerate)])
-    assert gpus(expo, "host", "b2", "r3", "h4") == {"capacity": 8, "unavailable": 0, "used": 0, "free": 8}
+    assert gpus(expo, "host", "b2", "r3", "h4") == {"capacity": 8, "unavailable": 0, "used": 0}
     # a flavor whose nodeLabels do not select h4 tolerates nothing there
     h["resourceflavors"].replace([flavor("tas"), flavor("other", node_labels={"pool": "x"}, tolerations=tolerate)])
     assert gpus(expo, "host", "b2", "r3", "h4")["unavailable"] == 8
@@ -182,7 +206,8 @@ def test_flavor_tolerations_make_a_tainted_node_available() -> None:
 def test_fit_and_fragmentation_of_waiting_workloads() -> None:
     expo, _, h = cluster()
     h["workloads"].apply("ADDED", waiting("small", 2, 4, {"required": RACK}))
-    h["workloads"].apply("ADDED", waiting("big", 2, 8, {"required": RACK}))
+    h["workloads"].apply("ADDED", no_placement(waiting("big", 2, 8, {"required": RACK})))
+    h["workloads"].apply("ADDED", waiting("quota", 2, 8, {"required": RACK}))  # waits for quota, same request
     # small: r1 takes two 4-GPU pods (h1, h2: 4 free each). big: no rack has an 8-GPU pod's room
     assert fit(expo, "small") == {"domain": 1, "cluster": 1}
     assert fit(expo, "big") == {"domain": 0, "cluster": 0}
@@ -190,17 +215,111 @@ def test_fit_and_fragmentation_of_waiting_workloads() -> None:
     h["nodes"].apply("MODIFIED", gpu_node("h3", "b1", "r2"))  # r2: one 8-GPU pod
     assert fit(expo, "big") == {"domain": 0, "cluster": 0}
     h["resourceflavors"].replace([flavor("tas", tolerations=[{"key": "maintenance.example.com/drain", "operator": "Exists"}])])
-    # r3 now takes one too (h4); two racks with one each: the cluster holds big, no rack does
-    assert fit(expo, "big") == {"domain": 0, "cluster": 1}
+    # r3 now takes one too (h4); two racks with one each: the cluster holds big, no rack does.
+    # Only big counts as blocked: quota's Kueue reason is not topological (it waits for quota).
+    assert fit(expo, "big") == {"domain": 0, "cluster": 1} == fit(expo, "quota")
     assert blocked(expo) == {("train-cq", "rack"): 1}
     h["workloads"].apply("DELETED", workload("a"))  # r1: h1 and h2 empty, two 8-GPU pods
-    assert fit(expo, "big") == {"domain": 1, "cluster": 1}
+    # The model places big now, but Kueue said no and gangscope (offline) saw nothing freed
+    # since: no claim. quota, without a Kueue verdict, fits.
+    assert fit(expo, "big") == {}
+    assert fit(expo, "quota") == {"domain": 1, "cluster": 1}
     assert blocked(expo) == {}
     # admitted: no longer waiting, no fit series
-    h["workloads"].apply("MODIFIED", workload("big", hosts=["h1", "h2"], gpus="8", conditions=admitted_conditions(),
+    h["workloads"].apply("MODIFIED", workload("quota", hosts=["h1", "h2"], gpus="8", conditions=admitted_conditions(),
                                               topology={"required": RACK}))
-    assert fit(expo, "big") == {}
+    assert fit(expo, "quota") == {}
     assert gpus(expo, "rack", "b1", "r1")["free"] == 0
+
+
+def test_legacy_pending_with_a_placement_message_is_topological() -> None:
+    """Without UnadmittedWorkloadsObservability Kueue writes reason Pending with the placement's
+    message: the same fragmentation verdict as the typed reason."""
+    expo, _, h = cluster()
+    h["resourceflavors"].replace([flavor("tas", tolerations=[{"key": "maintenance.example.com/drain", "operator": "Exists"}])])
+    h["nodes"].apply("MODIFIED", gpu_node("h3", "b1", "r2"))
+    h["workloads"].apply("ADDED", no_placement(waiting("big", 2, 8, {"required": RACK}), legacy=True))
+    assert fit(expo, "big") == {"domain": 0, "cluster": 1}
+    assert blocked(expo) == {("train-cq", "rack"): 1}
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["TopologyPlacementFailed", "legacy Pending"])
+async def test_explain_names_placement_for_both_generations_of_the_reason(legacy: bool) -> None:
+    """The legacy Pending with Kueue's placement message gets the typed reason's verdict: the
+    placement layer blocks, Kueue's message first, gangscope's model beside it."""
+    from exporter.explain import diagnose
+
+    _, store, h = cluster()
+    h["workloads"].apply("ADDED", no_placement(waiting("big", 2, 8, {"required": RACK}), legacy=legacy))
+    doc = await diagnose(store, GANGS[id(store)], "team", "big")
+    admission, placement = doc["layers"][0], doc["layers"][1]
+    assert doc["verdict"]["layer"] == "placement"
+    assert admission["status"] == "ok" and placement["status"] == "blocking"
+    assert placement["summary"] == (
+        'Kueue: no topology placement: couldn\'t assign flavors to pod set main: topology "default" doesn\'t allow to fit '
+        'any of 2 pod(s). does not fit now in flavor tas: main: topology "default" doesn\'t allow to fit any of 2 pod(s). '
+        # h1, h2: 4 GPUs free each; h4: tainted for maintenance; h3 (cordoned), h5 (NotReady): not in Kueue's snapshot
+        'Total nodes: 3; excluded: resource "nvidia.com/gpu": 2, taint "maintenance.example.com/drain=true:NoExecute": 1')
+
+
+def test_placeable_pods_count_the_nodes_pods_too() -> None:
+    """A pod takes one of the node's allocatable pods as well as its GPUs (Kueue adds a pods unit to
+    every request, tas_flavor_snapshot.go:896-899): h1 allows 2 pods, one admitted pod holds 2 GPUs."""
+    expo, _, h = collector()
+    h["topologies"].replace([topology()])
+    small = gpu_node("h1", "b1", "r1")
+    small["status"]["allocatable"]["pods"] = "2"
+    h["nodes"].replace([small, gpu_node("h2", "b1", "r1")])
+    h["workloads"].replace([workload("a", hosts=["h1"], gpus="2", conditions=admitted_conditions())])
+    # h1: 6 GPUs free but room for one more pod; h2: 8 GPUs, 110 pods
+    assert placeable(expo, "host", "b1", "r1", "h1") == {1: 1, 2: 1, 4: 1, 8: 0}
+    assert placeable(expo, "host", "b1", "r1", "h2") == {1: 8, 2: 4, 4: 2, 8: 1}
+
+
+def test_an_unknown_cluster_queue_gives_no_fit() -> None:
+    expo, store, h = cluster()
+    h["workloads"].apply("ADDED", waiting("small", 2, 4, {"required": RACK}))
+    assert fit(expo, "small") == {"domain": 1, "cluster": 1}
+    store.cluster_queues = {}
+    h["workloads"].apply("MODIFIED", waiting("small", 3, 4, {"required": RACK}))
+    assert fit(expo, "small") == {}
+    # a queue whose flavors gangscope knows none of: no claim either
+    store.cluster_queues = {"train-cq": parse_cluster_queue(cluster_queue("train-cq", ("other",)))}
+    h["workloads"].apply("MODIFIED", waiting("small", 2, 4, {"required": RACK}))
+    assert fit(expo, "small") == {}
+
+
+async def test_kueue_is_contradicted_only_after_capacity_was_freed() -> None:
+    """Live: Kueue found no rack at 10:00; once a Workload on r1 finishes after that, the model's
+    fit stands and explain says why the two differ."""
+    from exporter.explain import placement_layer
+
+    expo, store, h = cluster()
+    clock = [1e10]
+    store.capacity._clock = lambda: clock[0]
+    store.start_timers()
+    try:
+        h["workloads"].apply("ADDED", no_placement(waiting("big", 2, 8, {"required": RACK})))
+        store.capacity.flush()
+        assert fit(expo, "big") == {"domain": 0, "cluster": 0}
+        h["workloads"].apply("DELETED", workload("a"))  # frees r1, seen live after Kueue's attempt
+        store.capacity.flush()
+        assert fit(expo, "big") == {"domain": 1, "cluster": 1}
+        report = store.capacity.workload_fit(store.workload("team", "big"))
+        layer = placement_layer(store.workload("team", "big"), report)
+        assert layer["summary"] == (
+            "Kueue: no topology placement: couldn't assign flavors to pod set main: topology \"default\" doesn't allow "
+            "to fit any of 2 pod(s). Kueue's last attempt at 2026-12-01T10:00:00Z found no placement; since then capacity "
+            "was freed (last at 2286-11-20T17:46:40Z): it should be admitted on its next attempt. gangscope's model places "
+            "it now in flavor tas: main 2 pods on 2 hostnames")
+        # a Kueue attempt after the change (a newer lastTransitionTime): its word stands again
+        h["workloads"].apply("MODIFIED", no_placement(waiting("big", 2, 8, {"required": RACK}), at="2290-01-01T00:00:00Z"))
+        store.capacity.flush()
+        assert fit(expo, "big") == {}
+        layer = placement_layer(store.workload("team", "big"), store.capacity.workload_fit(store.workload("team", "big")))
+        assert "has seen no capacity freed since" in layer["summary"] and layer["evidence"]["fit"]["kueue_disagrees"]
+    finally:
+        store.stop_timers()
 
 
 def test_fit_honours_the_pod_sets_tolerations_and_node_selector() -> None:
@@ -222,6 +341,8 @@ def test_slices_must_each_fit_in_their_domain() -> None:
     pods (r1: 3, r2: 1) but only one 2-pod slice (r1: 3 // 2, r2: 1 // 2)."""
     expo, _, h = collector()
     h["topologies"].replace([topology()])
+    h["resourceflavors"].replace([flavor("tas")])
+    h["localqueues"].replace([local_queue("q", "team", "train-cq")])
     h["nodes"].replace([gpu_node("h1", "b1", "r1"), gpu_node("h2", "b1", "r2")])
     h["workloads"].replace([workload("busy1", hosts=["h1"], gpus="2", conditions=admitted_conditions()),
                             workload("busy2", hosts=["h2"], gpus="6", conditions=admitted_conditions())])
@@ -229,7 +350,8 @@ def test_slices_must_each_fit_in_their_domain() -> None:
     h["workloads"].apply("ADDED", waiting("sliced", 4, 2, request))
     h["workloads"].apply("ADDED", waiting("unsliced", 4, 2, {"required": BLOCK}))
     assert placeable(expo, "block", "b1")[2] == 4
-    assert fit(expo, "sliced") == {"domain": 0, "cluster": 0}
+    # as requested: Kueue's "allows to fit only 1 out of 2 slice(s)"; with the levels (and slices) dropped, 4 pods fit
+    assert fit(expo, "sliced") == {"domain": 0, "cluster": 1}
     assert fit(expo, "unsliced") == {"domain": 1, "cluster": 1}
     lines = values(expo, "gangscope_workload_topology_request")
     assert {(dict(k)["workload"], dict(k)["mode"], dict(k)["level"]): v for k, v in lines.items()} == {
@@ -377,21 +499,28 @@ async def test_the_collector_flushes_on_a_timer_never_on_a_scrape(monkeypatch: p
 
 
 def test_explain_gives_the_numeric_verdict() -> None:
+    from exporter.explain import placement_layer
+
     _, store, h = cluster()
     h["resourceflavors"].replace([flavor("tas", tolerations=[{"key": "maintenance.example.com/drain", "operator": "Exists"}])])
     h["nodes"].apply("MODIFIED", gpu_node("h3", "b1", "r2"))
     h["workloads"].apply("ADDED", waiting("big", 2, 8, {"required": RACK}))
-    (f,) = store.capacity.workload_fit(store.workload("team", "big"))
-    # free: r1 8 (4 on h1, 4 on h2: no 8-GPU pod), r2 8 (h3: one), r3 8 (h4: one): 24 GPUs across 3
-    # racks, two 8-GPU pods in the cluster, at most one per rack
-    assert (f.needed, f.fit.best, f.fit.total, f.fit.free_gpus, f.fit.domains_with_free) == (2, 1, 2, 24, 3)
-    assert fit_text(f) == ("needs 2 pods x 8 GPUs in one rack (required); the largest free rack, r2, fits 1; "
-                           "24 GPUs are free across 3 racks: fragmented")
+    report = store.capacity.workload_fit(store.workload("team", "big"))
+    # free: r1 8 (4 on h1, 4 on h2: no 8-GPU pod), r2 (h3: one), r3 (h4: one; h5 NotReady is not
+    # in Kueue's snapshot): at most one per rack, exactly Kueue's message for the same cluster
+    assert report.text == ('no single domain fits (main: topology "default" allows to fit only 1 out of 2 pod(s). Total '
+                           'nodes: 4; excluded: resource "nvidia.com/gpu": 2), but the flavor tas would hold it with the '
+                           'level dropped: fragmented')
+    assert report.evidence["podsets"] == [{"podset": "main", "levels": [], "domains": [], "reason": report.verdict.placements[0][1].reason}]
     h["workloads"].apply("ADDED", waiting("huge", 4, 8, {"preferred": BLOCK}))
-    (g,) = store.capacity.workload_fit(store.workload("team", "huge"))
-    # b1: r1 none + r2 one, 16 GPUs free; b2: r3 one, 8 free (the tie goes to the freer block)
-    assert fit_text(g) == ("needs 4 pods x 8 GPUs, preferably in one block (preferred); the largest free block, b1, "
-                           "fits 1; 24 GPUs are free across 2 blocks: not enough free GPUs (2 of 4 pods fit)")
+    report = store.capacity.workload_fit(store.workload("team", "huge"))
+    assert report.text == ('does not fit now in flavor tas: main: topology "default" allows to fit only 2 out of 4 pod(s). '
+                           'Total nodes: 4; excluded: resource "nvidia.com/gpu": 2')
+    h["workloads"].apply("ADDED", waiting("two", 2, 8, {"preferred": BLOCK}))
+    report = store.capacity.workload_fit(store.workload("team", "two"))
+    assert report.text == "gangscope's model places it now in flavor tas: main 2 pods on 2 hostnames"
+    assert report.evidence["podsets"][0]["domains"] == [{"values": ["h3"], "pods": 1}, {"values": ["h4"], "pods": 1}]
+    assert placement_layer(store.workload("team", "two"), report)["evidence"]["fit"]["fits_as_requested"] is True
 
 
 def test_parse_sizes() -> None:
@@ -452,7 +581,7 @@ def test_a_dump_gives_the_same_series(tmp_path: Path, capfdbinary: pytest.Captur
         ("9a7b3c2d", "capacity"): 8, ("9a7b3c2d", "unavailable"): 8, ("9a7b3c2d", "used"): 0, ("9a7b3c2d", "free"): 0}
     # the GB200 node has no GKE labels: only a host-level domain, unavailable under its NoExecute taint
     gb200 = {k[3]: v for k, v in got.items() if k[2] == "ip-10-1-44-17.us-west-2.compute.internal"}
-    assert gb200 == {"capacity": 4, "unavailable": 4, "used": 0, "free": 0}
+    assert gb200 == {"capacity": 4, "unavailable": 4, "used": 0}
     states = {(dict(k)["level"], dict(k)["state"]): v for (name, k), v in s.items() if name == "gangscope_domains"}
     assert states[("block", "full")] == 1 and states[("host", "unavailable")] == 3 and states[("host", "full")] == 1
     assert block in {dict(k).get("block") for (name, k) in s if name == "gangscope_domain_gpus"}
@@ -475,7 +604,9 @@ def test_workload_fit_needs_a_request_and_gpus() -> None:
     h["workloads"].apply("ADDED", waiting("untas", 1, 8, {"podIndexLabel": "batch.kubernetes.io/job-completion-index"}))
     h["workloads"].apply("ADDED", waiting("cpu", 1, 0, {"required": RACK}))
     h["workloads"].apply("ADDED", waiting("anywhere", 2, 4, {"unconstrained": True}))
-    assert fit(expo, "untas") == {} and fit(expo, "cpu") == {}
+    # a request naming no level gets no fit; a CPU-only pod set is placed like any other
+    # (Kueue counts every resource, and one pod: h1 and h2 have room for it)
+    assert fit(expo, "untas") == {} and fit(expo, "cpu") == {"domain": 1, "cluster": 1}
     assert fit(expo, "anywhere") == {"domain": 1, "cluster": 1}
 
 
@@ -552,7 +683,8 @@ async def test_live_collector_serves_what_a_snapshot_of_the_same_objects_says(ku
 
     def snapshot() -> dict[str, dict]:
         e = Exposition()
-        _, handlers, _ = build_collector(e)
+        snap_store, handlers, _ = build_collector(e)
+        snap_store.cluster_queues = dict(QUEUES)
         loader.feed(e, handlers, [("sim", o) for r in served for o in kube_sim.objects(r)], "snapshot")
         return {f: values(e, f) for f in ("gangscope_domain_gpus", "gangscope_domain_placeable_pods", "gangscope_domains",
                                           "gangscope_workload_fit", "gangscope_fragmentation_blocked_workloads")}
@@ -572,6 +704,7 @@ async def test_live_collector_serves_what_a_snapshot_of_the_same_objects_says(ku
         return got
 
     collector = await started_collector(kube_sim_kubeconfig)
+    collector.store.cluster_queues = dict(QUEUES)
     try:
         want = snapshot()
         # big needs two 8-GPU pods in one rack: r1's 8 free GPUs are 4 on h1 and 4 on h2 (no such pod),

@@ -7,7 +7,6 @@ exported; flags come from the real argparse parser.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import pkgutil
 import re
@@ -69,13 +68,36 @@ def test_process_families_are_catalogued_and_vice_versa() -> None:
     assert doc == rendered
 
 
-def test_every_flag_is_in_the_flag_table() -> None:
-    parser = build_parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    flags = set()
-    for sp in sub.choices.values():
+def _flag_rows() -> dict[str, set[str]]:
+    """The flag table: each flag's row and the subcommands its ``commands`` column names."""
+    rows = {}
+    for flag, commands in re.findall(r"^\| `(--[a-z0-9-]+)` \| ([^|]*) \|", _section("Flags"), re.M):
+        rows[flag] = {c.strip() for c in commands.split(",")}
+    return rows
+
+
+def test_every_flag_of_every_subcommand_is_in_the_flag_table() -> None:
+    """Both ways, per subcommand: a flag's row names each subcommand that takes it (``all``:
+    every one), and names no subcommand that does not."""
+    _, subparsers = build_parser()
+    taken: dict[str, set[str]] = {}
+    for name, sp in subparsers.items():
         for action in sp._actions:
-            flags.update(o for o in action.option_strings if o.startswith("--") and o != "--help")
-    table = set(re.findall(r"^\| `(--[a-z0-9-]+)", _section("Flags"), re.M))
-    assert sorted(flags - table) == [], "flags missing from the README flag table"
-    assert sorted(table - flags) == [], "flag table rows for flags that do not exist"
+            for o in action.option_strings:
+                if o.startswith("--") and o != "--help":
+                    taken.setdefault(o, set()).add(name)
+    rows = _flag_rows()
+    assert sorted(set(taken) - set(rows)) == [], "flags missing from the README flag table"
+    assert sorted(set(rows) - set(taken)) == [], "flag table rows for flags that do not exist"
+    every = set(subparsers)
+    wrong = {flag: (sorted(every if rows[flag] == {"all"} else rows[flag]), sorted(names))
+             for flag, names in taken.items() if (every if rows[flag] == {"all"} else rows[flag]) != names}
+    assert wrong == {}, "flag rows whose commands column is not the subcommands that take the flag"
+
+
+def test_every_source_of_resources_is_listed() -> None:
+    from exporter.kube.resources import COLLECTOR_RESOURCES
+
+    row = next(line for line in _section("Flags").splitlines() if line.startswith("| `--resources` |"))
+    listed = re.findall(r"`([a-z_]+)`", row.split("|")[4])
+    assert listed == [r.source for r in COLLECTOR_RESOURCES]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import signal
 import socket
@@ -47,16 +48,17 @@ def test_version_on_every_subcommand(command: str | None) -> None:
 
 def test_snapshot_logs_version_and_configuration_first() -> None:
     dump = FIXTURES / "kueue" / "workload-v1beta2-admitted-tas.yaml"
-    out = subprocess.run(gangscope("snapshot", "--from-file", str(dump), "--topology-alias", "example.com/rack=rack"),
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(gangscope("snapshot", "--from-file", str(dump), "--topology-alias", "example.com/rack=rack",
+                                   "--log-level", "info"), capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     event = starting(out.stderr)
     assert (event["command"], event["version"], event["python"], event["level"]) == (
         "snapshot", __version__, platform.python_version(), "info")
     assert event["config"] == {"assembly_timeout": 600.0, "eviction_domain_grace": 3600.0, "eviction_level": None,
+                               "finished_detail": 0.0,
                                "format": "text", "from_file": str(dump), "gpu_resource": None, "log_level": "info", "metric_labels_allowlist": [], "placement_sizes": [1, 2, 4, 8], "topology_alias": ["example.com/rack=rack"], "topology_levels": "",
                                "no_pods": False, "kai_scheduler_name": "kai-scheduler", "volcano_scheduler_name": "volcano",
-                               "progress_stale_after": 1800.0}
+                               "progress_stale_after": 1800.0, "kai_staleness_grace_period": 60.0}
 
 
 def test_explain_redacts_a_password_in_the_prometheus_url() -> None:
@@ -123,3 +125,40 @@ def test_collector_rejects_bad_scope_flags(flags: list[str], says: str, tmp_path
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2, out.stderr
     assert says in out.stderr
+
+
+def test_an_unknown_flag_prints_the_subcommands_usage() -> None:
+    out = subprocess.run(gangscope("explain", "ml-team/x", "--bogus"), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.startswith("usage: gangscope explain [-h] [--version]")
+    assert out.stderr.rstrip().endswith("gangscope explain: error: unrecognized arguments: --bogus")
+
+
+def test_two_aliases_for_one_key_are_a_usage_error() -> None:
+    dump = FIXTURES / "kueue" / "workload-v1beta2-admitted-tas.yaml"
+    out = subprocess.run(gangscope("snapshot", "--from-file", str(dump), "--topology-alias", "example.com/rack=rack",
+                                   "--topology-alias", "example.com/rack=row"), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith("usage: gangscope snapshot [-h] [--version]")
+    assert out.stderr.rstrip().endswith("gangscope snapshot: error: --topology-alias example.com/rack given twice "
+                                        "(example.com/rack=rack and example.com/rack=row): give each key once")
+
+
+def test_one_shot_commands_say_nothing_but_their_answer_by_default() -> None:
+    """snapshot and explain log warnings and errors only; explain on a folder of dumps says
+    nothing about the objects besides the job asked about, unless that job is not found."""
+    dump = FIXTURES / "kueue" / "workload-v1beta2-admitted-tas.yaml"
+    env = {k: v for k, v in os.environ.items() if k != "GANGSCOPE_LOG_LEVEL"}
+    snap = subprocess.run(gangscope("snapshot", "--from-file", str(dump)), capture_output=True, text=True, timeout=60, env=env)
+    assert snap.returncode == 0 and snap.stderr == "" and "gangscope_workload_info" in snap.stdout
+    real = FIXTURES / "kueue" / "real"  # printed by real clusters, some incomplete (no namespace, no name)
+    found = subprocess.run(gangscope("explain", "default/job-tas-sample-preferredk2854-590e0", "--from-file", str(real)),
+                           capture_output=True, text=True, timeout=60, env=env)
+    assert found.returncode == 0 and found.stderr == "", found.stderr
+    missing = subprocess.run(gangscope("explain", "default/nothing", "--from-file", str(real)),
+                             capture_output=True, text=True, timeout=60, env=env)
+    assert missing.returncode == 1
+    assert missing.stderr.startswith("gangscope explain: default/nothing: no Kueue Workload, owner job of a Workload, "
+                                     "or PodGroup of that name (")
+    assert missing.stderr.endswith(" object(s) of the dump could not be read; --log-level info lists them)\n")
+    assert missing.stderr.count("\n") == 1

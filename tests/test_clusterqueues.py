@@ -254,18 +254,20 @@ def test_waiting_for_replacement_pods_has_no_fit_and_no_queue_position() -> None
     queue: a pod group waiting for replacement pods is not one (workload.go:1283-1285)."""
     from exporter.cluster.collector import build_collector
     from exporter.cluster.queue_positions import QueuePositionPoller
-    from kueue_objects import gpu_node, topology
+    from kueue_objects import cluster_queue, gpu_node, topology
 
     ex = Exposition()
     store, h, _ = build_collector(ex)
+    h["clusterqueues"].replace([cluster_queue("cq")])
     h["topologies"].replace([topology()])
     h["resourceflavors"].replace([flavor("tas")])
     h["localqueues"].replace([local_queue("q", "team", "cq")])
     h["nodes"].replace([gpu_node("h1", "b1", "r1"), gpu_node("h2", "b1", "r1")])
     request = {"required": "cloud.provider.com/topology-rack"}
-    waits = workload("waits", hosts=[], count=2, admitted_cq=None, topology=request,
+    gpu = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]  # the nodes' taint
+    waits = workload("waits", hosts=[], count=2, admitted_cq=None, topology=request, tolerations=gpu,
                      conditions=[cond("QuotaReserved", "False", "Pending", message="waiting")])
-    replacing = workload("replacing", hosts=[], count=2, admitted_cq=None, topology=request, conditions=[
+    replacing = workload("replacing", hosts=[], count=2, admitted_cq=None, topology=request, tolerations=gpu, conditions=[
         cond("QuotaReserved", "False", "Pending", message="waiting"),
         cond("WaitingForReplacementPods", "True", "PodsFailed", message="Some Failed pods need replacement")])
     h["workloads"].replace([waits, replacing])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -26,6 +27,10 @@ NODES = {
 }
 HELD = ("dynamo-workload", "vllm-agg-0-vllmdecodeworker-s65j5")  # the pod dcgm-01 maps to GPU 0
 WORKLOAD = "vllm-agg"
+HOST = "ip-10-0-171-111.ec2.internal"
+# --use-old-namespace: NVIDIA/dcgm-exporter internal/pkg/collector/gpu_collector.go 316-319 (uuid) and
+# internal/pkg/transformation/const.go (pod_name, pod_namespace, container_name) @d5e5f51.
+OLD_NAMESPACE = {"UUID": "uuid", "pod": "pod_name", "namespace": "pod_namespace", "container": "container_name"}
 
 
 def load_dcgm() -> list[tuple[str, dict[str, str], float]]:
@@ -76,11 +81,11 @@ def test_dcgm_series_join_gangscope_workload_and_topology(tmp_path: Path) -> Non
             inputs.append({"series": series("gangscope_gpu_pod_info", {
                 **topo, "gpu": gpu, "uuid": uuid, "namespace": HELD[0], "pod": HELD[1], "container": "main",
                 "workload": WORKLOAD, "podset": "main", "podgroup": ""}), "values": "1x10"})
-    # A dcgm-exporter run with --use-old-namespace names the label `uuid`: the UUID join cannot
-    # match it, the namespace/pod join does.
-    name, labels, value = next((n, l, v) for n, l, v in samples if n == "DCGM_FI_DEV_GPU_UTIL" and l.get("pod"))
-    old = {("uuid" if k == "UUID" else k): v for k, v in labels.items()}
-    inputs.append({"series": series(name, {"job": "dcgm-exporter-old", "instance": "old:9400", **old}), "values": "7x10"})
+    # A dcgm-exporter run with --use-old-namespace names the label `uuid` (and the pod labels
+    # pod_name/pod_namespace/container_name): the rules copy it into UUID, so it joins as the others.
+    name, held_labels, value = next((n, l, v) for n, l, v in samples if n == "DCGM_FI_DEV_GPU_UTIL" and l.get("pod"))
+    old = {OLD_NAMESPACE.get(k, k): v for k, v in held_labels.items()}
+    inputs.append({"series": series(name, {"job": "dcgm-exporter-old", "instance": "old:9400", **old}), "values": "9x10"})
 
     util = [(l, v) for n, l, v in samples if n == "DCGM_FI_DEV_GPU_UTIL"]
     expected_join = []
@@ -91,16 +96,19 @@ def test_dcgm_series_join_gangscope_workload_and_topology(tmp_path: Path) -> Non
         if labels.get("pod"):
             out["workload"] = WORKLOAD
         expected_join.append({"labels": series("uuid:DCGM_FI_DEV_GPU_UTIL:join", out), "value": value})
-    expected_join.append({"labels": series("uuid:DCGM_FI_DEV_GPU_UTIL:join", {"job": "dcgm-exporter-old", "instance": "old:9400",
-                                                                             **old, "workload": WORKLOAD}), "value": 7})
+    host = held_labels["Hostname"]
+    expected_join.append({"labels": series("uuid:DCGM_FI_DEV_GPU_UTIL:join", {
+        "job": "dcgm-exporter-old", "instance": "old:9400", **old, "UUID": held_labels["UUID"], "node": host,
+        "block": NODES[host][0], "rack": NODES[host][1], "host": host, "namespace": HELD[0], "workload": WORKLOAD}), "value": 9})
     racks: dict[tuple[str, str], list[float]] = {}
     for labels, value in util:
         racks.setdefault(NODES[labels["Hostname"]], []).append(value)
+    racks[NODES[host]].append(9)  # the old-namespace series joins its rack too
     tests = [
         {"expr": "uuid:DCGM_FI_DEV_GPU_UTIL:join", "eval_time": "5m", "exp_samples": expected_join},
         {"expr": "namespace_workload:DCGM_FI_DEV_GPU_UTIL:avg", "eval_time": "5m", "exp_samples": [
             {"labels": series("namespace_workload:DCGM_FI_DEV_GPU_UTIL:avg", {"namespace": HELD[0], "workload": WORKLOAD}),
-             "value": (next(v for l, v in util if l.get("pod")) + 7) / 2}]},
+             "value": (next(v for l, v in util if l.get("pod")) + 9) / 2}]},
         {"expr": "rack:DCGM_FI_DEV_GPU_UTIL:avg", "eval_time": "5m", "exp_samples": [
             {"labels": series("rack:DCGM_FI_DEV_GPU_UTIL:avg", {"block": b, "rack": r}), "value": sum(v) / len(v)}
             for (b, r), v in sorted(racks.items())]},
@@ -117,3 +125,91 @@ def test_generator_joins_every_configured_family() -> None:
     records = {r["record"] for r in rules}
     for family, agg in config.items():
         assert {f"uuid:{family}:join", f"namespace_workload:{family}:{agg}", f"rack:{family}:{agg}"} <= records
+
+
+# How each dcgm-exporter release labels the same two GPUs of dcgm-01 (GPU 0 held by the pod, GPU 1
+# idle), from the fixture's real lines. NVIDIA/dcgm-exporter: the host label is Hostname in the GPU
+# template of every tag from 3.3.9-3.6.1 (pkg/dcgmexporter/pipeline.go 299) to 4.5.3-4.8.2
+# (internal/pkg/rendermetrics/render_metrics.go 47) and hostname from d5e5f51 on (#655, "Rename
+# Hostname label to hostname"); --use-old-namespace renames UUID and the pod labels (OLD_NAMESPACE);
+# a ServiceMonitor without honorLabels turns namespace/pod into exported_namespace/exported_pod.
+# The joined fields keep their names and units in etc/default-counters.csv at every one of those tags.
+VERSIONS = {
+    "3.3.9-3.6.1 to 4.5.3-4.8.2": {},
+    "after 4.5.3-4.8.2 (d5e5f51)": {"Hostname": "hostname"},
+    "--use-old-namespace": OLD_NAMESPACE,
+    "scraped without honorLabels": {"namespace": "exported_namespace", "pod": "exported_pod", "container": "exported_container"},
+}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_dcgm_exporter_release_joins(tmp_path: Path, version: str) -> None:
+    rename = VERSIONS[version]
+    lines = [(n, l, v) for n, l, v in load_dcgm() if n == "DCGM_FI_DEV_GPU_UTIL" and l["Hostname"] == HOST and l["gpu"] in ("0", "1")]
+    assert len(lines) == 2
+    block, rack = NODES[HOST]
+    topo = {"job": "gangscope-agent", "instance": f"{HOST}:9401", "node": HOST, "block": block, "rack": rack, "host": HOST}
+    inputs, expected = [], []
+    for name, labels, value in lines:
+        shaped = {"job": "dcgm-exporter", "instance": f"{HOST}:9400", **{rename.get(k, k): v for k, v in labels.items()}}
+        inputs.append({"series": series(name, shaped), "values": f"{value:g}x10"})
+        inputs.append({"series": series("gangscope_gpu_info", {**topo, "gpu": labels["gpu"], "uuid": labels["UUID"],
+                                                               "name": labels["modelName"], "pci_bus_id": labels["pci_bus_id"],
+                                                               "driver_version": "580"}), "values": "1x10"})
+        out = {**shaped, "UUID": labels["UUID"], "node": HOST, "block": block, "rack": rack, "host": HOST}
+        if labels.get("pod"):
+            inputs.append({"series": series("gangscope_gpu_pod_info", {
+                **topo, "gpu": labels["gpu"], "uuid": labels["UUID"], "namespace": HELD[0], "pod": HELD[1], "container": "main",
+                "workload": WORKLOAD, "podset": "main", "podgroup": ""}), "values": "1x10"})
+            out.update(namespace=HELD[0], workload=WORKLOAD)
+        expected.append({"labels": series("uuid:DCGM_FI_DEV_GPU_UTIL:join", out), "value": value})
+    held = next(v for _, l, v in lines if l.get("pod"))
+    tests = [
+        {"expr": "uuid:DCGM_FI_DEV_GPU_UTIL:join", "eval_time": "5m", "exp_samples": expected},
+        {"expr": "namespace_workload:DCGM_FI_DEV_GPU_UTIL:avg", "eval_time": "5m", "exp_samples": [
+            {"labels": series("namespace_workload:DCGM_FI_DEV_GPU_UTIL:avg", {"namespace": HELD[0], "workload": WORKLOAD}),
+             "value": held}]},
+    ]
+    result = promtool(tmp_path, inputs, tests)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr
+
+
+def test_mig_instances_join_the_workload_that_holds_each(tmp_path: Path) -> None:
+    """A MIG instance's series carry the parent's UUID and GPU_I_ID (render_metrics.go 47,
+    gpu_collector.go 340, 351-352): each joins the workload holding that instance (the agent's
+    pod_info names the MIG device, its mig_device_info the instance id), and the parent's own
+    series keeps its topology without a workload."""
+    parent = "GPU-c4529c8d-69c4-b61d-e0bc-7b2460096005"
+    migs = {"1": ("MIG-11111111-0000-4000-8000-000000000001", "team-a", "infer-a"),
+            "2": ("MIG-22222222-0000-4000-8000-000000000002", "team-b", "infer-b")}
+    block, rack = NODES[HOST]
+    topo = {"job": "gangscope-agent", "instance": f"{HOST}:9401", "node": HOST, "block": block, "rack": rack, "host": HOST}
+    base = {"job": "dcgm-exporter", "instance": f"{HOST}:9400", "gpu": "0", "UUID": parent, "pci_bus_id": "00000000:53:00.0",
+            "device": "nvidia0", "modelName": "NVIDIA H100 80GB HBM3", "Hostname": HOST}
+    inputs = [
+        {"series": series("gangscope_gpu_info", {**topo, "gpu": "0", "uuid": parent, "name": "NVIDIA H100 80GB HBM3",
+                                                 "pci_bus_id": "00000000:53:00.0", "driver_version": "580"}), "values": "1x10"},
+        {"series": series("DCGM_FI_DEV_GPU_UTIL", base), "values": "50x10"},
+    ]
+    expected = [{"labels": series("uuid:DCGM_FI_DEV_GPU_UTIL:join", {**base, "node": HOST, "block": block, "rack": rack,
+                                                                      "host": HOST}), "value": 50}]
+    for gi, (mig, ns, workload) in migs.items():
+        labels = {**base, "GPU_I_PROFILE": "3g.40gb", "GPU_I_ID": gi, "namespace": ns, "pod": f"{workload}-0", "container": "main"}
+        inputs += [
+            {"series": series("DCGM_FI_DEV_GPU_UTIL", labels), "values": f"{10 * int(gi)}x10"},
+            {"series": series("gangscope_gpu_mig_device_info", {**topo, "gpu": "0", "uuid": parent, "mig_uuid": mig,
+                                                                "gpu_instance": gi}), "values": "1x10"},
+            {"series": series("gangscope_gpu_pod_info", {**topo, "gpu": "0", "uuid": mig, "namespace": ns, "pod": f"{workload}-0",
+                                                         "container": "main", "workload": workload, "podset": "main",
+                                                         "podgroup": ""}), "values": "1x10"},
+        ]
+        expected.append({"labels": series("uuid:DCGM_FI_DEV_GPU_UTIL:join", {
+            **labels, "node": HOST, "block": block, "rack": rack, "host": HOST, "workload": workload}), "value": 10 * int(gi)})
+    tests = [
+        {"expr": "uuid:DCGM_FI_DEV_GPU_UTIL:join", "eval_time": "5m", "exp_samples": expected},
+        {"expr": "namespace_workload:DCGM_FI_DEV_GPU_UTIL:avg", "eval_time": "5m", "exp_samples": [
+            {"labels": series("namespace_workload:DCGM_FI_DEV_GPU_UTIL:avg", {"namespace": "team-a", "workload": "infer-a"}), "value": 10},
+            {"labels": series("namespace_workload:DCGM_FI_DEV_GPU_UTIL:avg", {"namespace": "team-b", "workload": "infer-b"}), "value": 20}]},
+    ]
+    result = promtool(tmp_path, inputs, tests)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr

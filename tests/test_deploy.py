@@ -21,7 +21,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from exporter.kube.resources import AGENT_RESOURCES, COLLECTOR_RESOURCES
+from exporter.kube.resources import AGENT_RESOURCES, COLLECTOR_READS, COLLECTOR_RESOURCES
 from manifests import CRD_KINDS, K8S_VERSION, crd_validator, kustomize, parse_container_args, with_components
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,7 +138,7 @@ def expected_grants(resources: tuple[Any, ...]) -> set[tuple[str, str, str]]:
 
 
 @pytest.mark.parametrize(("account", "resources"), [
-    ("gangscope-collector", COLLECTOR_RESOURCES),
+    ("gangscope-collector", COLLECTOR_READS),
     ("gangscope-agent", AGENT_RESOURCES),
 ])
 def test_service_account_gets_exactly_what_its_process_watches(

@@ -18,8 +18,10 @@ rule evaluating without error.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import importlib.util
+import json
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -31,6 +33,7 @@ import aiohttp
 import pynvml
 import pytest
 
+from exporter import explain
 from exporter.demo import Demo
 
 PROMETHEUS = Path("/usr/bin/prometheus")
@@ -114,7 +117,7 @@ def firing(name: str, **labels: str) -> Callable[[list[dict[str, Any]]], bool]:
     return lambda alerts: any(a["state"] == "firing" for a in matching(alerts, name, **labels))
 
 
-async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path) -> None:
+async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     started = time.monotonic()
     demo = Demo(scenario_name="static", with_prometheus=True, workdir=tmp_path / "demo")
     (tmp_path / "demo").mkdir()
@@ -131,6 +134,10 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path) -> None
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
             prom = PromAPI(session, f"http://{demo.host}:{demo.prometheus_port}")
             await poll(prom.ready, bool, 30, "Prometheus ready")
+            page = await demo.prometheus_alerts_page()  # the URL the demo prints: it must answer
+            assert page == f"{prom.base}/classic/alerts", page  # Debian's 2.42: the classic UI only
+            async with session.get(page) as resp:
+                assert resp.status == 200 and "<title>Prometheus" in await resp.text()
             targets = 1 + len(demo.agents)
             up = await poll(lambda: prom.query("up"), lambda r: len(r) == targets and all(s["value"][1] == "1" for s in r),
                             30, f"all {targets} targets up")
@@ -141,7 +148,7 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path) -> None
             async def loaded() -> list[tuple[str, str]]:
                 return sorted((Path(g["file"]).name, g["name"]) for g in await prom.rules())
 
-            assert await poll(loaded, lambda g: len(g) == 15, 10, "rule groups loaded") == [
+            assert await poll(loaded, lambda g: len(g) == 16, 10, "rule groups loaded") == [
                 ("gangscope-alerts.yaml", "gangscope-admission"), ("gangscope-alerts.yaml", "gangscope-capacity"),
                 ("gangscope-alerts.yaml", "gangscope-evictions"),
                 ("gangscope-alerts.yaml", "gangscope-gangs"), ("gangscope-alerts.yaml", "gangscope-hardware"),
@@ -150,7 +157,8 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path) -> None
                 ("gangscope-alerts.yaml", "gangscope-stragglers"), ("gangscope-rules.yaml", "gangscope-capacity.rules"),
                 ("gangscope-rules.yaml", "gangscope-dcgm.rules"),
                 ("gangscope-rules.yaml", "gangscope-gangs.rules"), ("gangscope-rules.yaml", "gangscope-hardware.rules"),
-                ("gangscope-rules.yaml", "gangscope-interconnect.rules"), ("gangscope-rules.yaml", "gangscope-stragglers.rules")]
+                ("gangscope-rules.yaml", "gangscope-interconnect.rules"), ("gangscope-rules.yaml", "gangscope-states.rules"),
+                ("gangscope-rules.yaml", "gangscope-stragglers.rules")]
 
             # --- recording rules: joined series with topology labels ----------------------
             # What the simulated NVML counts for llama-train's 4 nodes x 8 GPUs x 18 links. Until a
@@ -200,6 +208,21 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path) -> None
                 ("block-4", "rack-4-1", "running"): 1.0,  # ray-tune
                 ("block-4", "rack-4-2", "running"): 2.0,  # ray-tune, sd-lora
             }
+            # how many in each state: the recorded counts equal the current-state series counted
+            # here (polled: a rule evaluation and a scrape may fall on either side of a change)
+            async def per_stage() -> tuple[dict[tuple[str, ...], float], dict[tuple[str, ...], float]]:
+                recorded = by_labels(await prom.query("cluster_queue:gangscope_workload_stage:count"), "cluster_queue", "stage")
+                info = {(m["namespace"], m["workload"]): m["cluster_queue"]
+                        for m in (s["metric"] for s in await prom.query("gangscope_workload_info"))}
+                counted: dict[tuple[str, ...], float] = {}
+                for s in await prom.query("gangscope_workload_stage"):
+                    assert s["value"][1] == "1"  # the current stage only
+                    k = (info.get((s["metric"]["namespace"], s["metric"]["workload"]), ""), s["metric"]["stage"])
+                    counted[k] = counted.get(k, 0.0) + 1
+                return recorded, counted
+
+            recorded, counted = await poll(per_stage, lambda rc: bool(rc[0]) and rc[0] == rc[1], 30, "Workloads per stage")
+            assert sum(counted.values()) > 0
             # capacity: block-4's free GPUs per rack from the recorded sums, and its fragmentation
             free = await poll(lambda: prom.query('rack:gangscope_domain_gpus_free:sum{block="block-4"}'),
                               lambda r: len(r) == 2, 20, "free GPUs per rack of block-4")
@@ -279,6 +302,32 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path) -> None
 
             after = await prom.query('rack:gangscope_workload_stage:count{rack="rack-2-2"}')
             assert all(s["metric"]["stage"] != "running" for s in after), after
+
+            # --- explain's interconnect layer, as a user runs it against the demo ------------
+            # live, through the demo's kubeconfig, with this Prometheus: a baseline from the history
+            # it holds (it started with the demo; the job has run for 3 h), and the lagging GPU named
+            await asyncio.sleep(max(0.0, all_up + 45 - time.monotonic()))  # "a minute after the demo starts"
+            args = argparse.ArgumentParser()
+            explain.add_arguments(args)
+            argv = ["ml-team/llama-train", "--kubeconfig", demo.kubeconfig, "--prometheus", prom.base, "--output", "json"]
+            capsys.readouterr()  # what the demo printed so far
+            assert await asyncio.to_thread(explain.run, args.parse_args(argv)) == 0
+            doc = json.loads(capsys.readouterr().out)
+            inter = doc["layers"][3]
+            assert (doc["verdict"]["status"], doc["verdict"]["layer"]) == ("slow", "interconnect"), inter
+            assert inter["summary"].startswith("straggler: nvlink "), inter
+            assert [(s["node"], s["gpu"]) for s in inter["evidence"]["stragglers"] if s["interconnect"] == "nvlink"] == [
+                (straggler_node, "5")]
+            assert inter["evidence"]["baseline"]["first_hour"] is False
+            assert "of the history Prometheus holds for the job" in inter["summary"]
+            assert inter["evidence"]["values_bytes_per_second"]["nvlink_now"] == pytest.approx(
+                expected["transmit"] + expected["receive"], rel=0.1)
+
+            # --- no flapping: the NVLink error alert of the degraded link fires and stays ---
+            # (each simulated error rate is well above or well below the demo's threshold)
+            held = await prom.query('count_over_time(ALERTS{alertname="GangscopeNVLinkErrorsRising", '
+                                    'alertstate="firing"}[30s])')
+            assert {s["metric"]["type"]: float(s["value"][1]) >= 29 for s in held} == {"replay": True}, held  # recovery: 0/s
 
             # --- every rule evaluated without error ---------------------------------------
             groups = await prom.rules()

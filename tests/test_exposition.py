@@ -147,3 +147,20 @@ def test_an_aggregate_family_is_held_to_the_family_cap_only() -> None:
     assert text.count("gangscope_test_events_total{") == 40 and "gangscope_test_gauge{" not in text
     e.set("process", {C: [C.sample([str(i)], i) for i in range(60)]})
     assert "gangscope_test_events_total{" not in e.render(False).decode(), "the family cap still holds"
+
+
+def test_an_unchanged_owner_leaves_its_blocks_as_they_were() -> None:
+    """An event that changes nothing exported (a resourceVersion bump) must not invalidate the
+    gzip pieces the server keeps per block (their version is what it compares)."""
+    g = Family("x_gauge", "gauge", "help", ("a",))
+    h = Family("y_gauge", "gauge", "help", ("a",))
+    expo = Exposition()
+    expo.register(g, h)
+    expo.set(("o",), {g: [g.sample(["1"], 1)], h: [h.sample(["1"], 2)]})
+    versions = [b.version for b in expo.render_blocks(False) if not isinstance(b, bytes)]
+    expo.set(("o",), {g: [g.sample(["1"], 1)], h: [h.sample(["1"], 2)]})
+    assert [b.version for b in expo.render_blocks(False) if not isinstance(b, bytes)] == versions
+    expo.set(("o",), {g: [g.sample(["1"], 1)], h: [h.sample(["1"], 3)]})
+    after = [b.version for b in expo.render_blocks(False) if not isinstance(b, bytes)]
+    assert after[0] == versions[0] and after[1] == versions[1] + 1  # only the changed family's block
+    assert 'y_gauge{a="1"} 3' in expo.render(False).decode()

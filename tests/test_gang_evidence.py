@@ -140,7 +140,7 @@ def test_same_group_judged_by_its_pods_when_they_are_watched() -> None:
     assert c.value("gangscope_gang_idle_gpus", "pg1", "default") == 16
     assert c.value("gangscope_gang_pods", "pg1", "default", state="pending") == 1
     doc = assembly_layer(None, [c.gang("pg1")], c.now, c.gangs)
-    assert "2/3 running (live pods: 2 bound, 1 pending)" in doc["summary"]
+    assert "2/3 running (live pods: 1 pending)" in doc["summary"]
     c.add("pods_coscheduling_legacy", pod("w2", "default", labels=label, node="n2", rv="2"), event="MODIFIED")
     assert c.stage("pg1", "default") == "assembled"
     assert c.value("gangscope_gang_idle_gpus", "pg1", "default") == 0
@@ -289,7 +289,7 @@ def test_native_gang_that_lost_a_pod_is_told_by_its_pods() -> None:
     the condition alone says assembled, the pods say 3 of 4."""
     c = Cluster()
     c.add("podgroups_native", native_pg("workers-0", 4))
-    assert c.stage("workers-0") == "assembled"  # the condition alone: no pods seen yet
+    assert c.stage("workers-0") == "initially_scheduled"  # the condition alone: no pods seen yet
     c.list_pods("pods_kueue", *native_pods("workers-0", 4))
     assert c.stage("workers-0") == "assembled"
     c.now += 300
@@ -298,12 +298,14 @@ def test_native_gang_that_lost_a_pod_is_told_by_its_pods() -> None:
     gang = c.gang("workers-0")
     assert gang.wait_start == c.now  # the window restarts when it falls below its minimum
     doc = assembly_layer(None, [gang], c.now, c.gangs)
-    assert "3/4 running (live pods: 3 bound)" in doc["summary"]
+    assert "3/4 running (live pods)" in doc["summary"]
     assert "its status still says Scheduled (it reflects the first scheduling decision only)" in doc["summary"]
 
 
 def test_changed_min_count_rejudges_the_gang_at_once() -> None:
-    """1.37 beta: minCount is mutable (elastic training, v1beta1/types.go:444-460)."""
+    """1.37 beta: minCount is mutable (elastic training, v1beta1/types.go:444-460): lowered, a
+    waiting gang is assembled at once; raised for a running gang, it is scaling: "it does not
+    affect already scheduled pods", so their GPUs are not idle."""
     c = Cluster()
     c.add("podgroups_native", native_pg("elastic", 4))
     c.list_pods("pods_kueue", *native_pods("elastic", 3))
@@ -312,7 +314,16 @@ def test_changed_min_count_rejudges_the_gang_at_once() -> None:
     assert c.stage("elastic") == "assembled"
     assert c.value("gangscope_podgroup_min_member", "elastic") == 2
     c.add("podgroups_native", native_pg("elastic", 8), event="MODIFIED")
-    assert c.stage("elastic") == "partially_bound"
+    assert c.stage("elastic") == "scaling"
+    assert c.value("gangscope_gang_idle_gpus", "elastic") == 0
+    assert c.gang("elastic").scaled_from == 2
+    # a new member bound and pulling its image: only its GPUs are idle, by its reason
+    new = pod("elastic-new", labels={"kueue.x-k8s.io/podset": "workers"}, phase="Pending", ready=False, node="n9",
+              spec={"schedulingGroup": {"podGroupName": "elastic"}})
+    new["status"]["containerStatuses"] = [{"name": "c", "state": {"waiting": {"reason": "ImagePullBackOff"}}}]
+    c.add("pods_kueue", new)
+    assert c.stage("elastic") == "scaling"
+    assert c.value("gangscope_gang_idle_gpus", "elastic", reason="ImagePullBackOff") == 8
 
 
 def test_1_35_pods_name_their_group_by_workload_ref() -> None:
@@ -418,9 +429,13 @@ def test_kai_subgroups_and_topology() -> None:
             pods.append(pod(f"{job['metadata']['name']}-{i}", "default", labels=tmpl["metadata"]["labels"],
                             annotations=tmpl["metadata"]["annotations"], gpus=4, node=f"{job['metadata']['name']}-n{i}",
                             phase="Running" if job["metadata"]["name"] == "rack-bound-job" or i < 2 else "Pending"))
+    pods[-1]["spec"].pop("nodeName")
     c.list_pods("pods_kai", *pods)
-    assert c.stage("multi-topology-pipeline", "default") == "assembling"  # 5 of 6 running, but zone-workers needs 3
-    c.add("pods_kai", {**pods[-1], "status": {"phase": "Running"}}, event="MODIFIED")
+    assert c.stage("multi-topology-pipeline", "default") == "partially_bound"  # 5 of 6 running, zone-workers needs 3
+    c.add("pods_kai", {**pods[-1], "spec": {**pods[-1]["spec"], "nodeName": "n6"}}, event="MODIFIED")
+    assert c.stage("multi-topology-pipeline", "default") == "starting"  # all 6 placed, one not started
+    c.add("pods_kai", {**pods[-1], "spec": {**pods[-1]["spec"], "nodeName": "n6"}, "status": {"phase": "Running"}},
+          event="MODIFIED")
     assert c.stage("multi-topology-pipeline", "default") == "assembled"
     [hier] = objects("kai-06-docs-hierarchical-podgroup-topology.yaml")
     h = pg.parse_kai("podgroups_kai", hier)
@@ -442,3 +457,64 @@ def test_kai_crds_of_both_generations_accept_our_reading() -> None:
     current = yaml.safe_load((REAL / "kai-02-podgroup-crd-v2alpha2-2026-08.yaml").read_text())
     status = current["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
     assert "phase" not in status and "schedulingConditions" in status
+
+
+def test_a_dump_keeps_the_stuck_window_of_its_objects() -> None:
+    """Offline (snapshot, explain --from-file) the dump's pods are one LIST: a gang is never seen
+    empty before its first pod, so its window runs from the objects' own times, not load time."""
+    from exporter.loader import feed
+
+    c = Cluster(now=T0 + 3600)
+    group = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+             "metadata": {"name": "g", "namespace": "ml", "uid": "pg-g", "creationTimestamp": ts(T0)},
+             "spec": {"minMember": 2, "scheduleTimeoutSeconds": 60}, "status": {"phase": "Scheduling"}}
+    label = {"scheduling.x-k8s.io/pod-group": "g"}
+    pods = [pod("a", labels=label), pod("b", labels=label, node=None, phase="Pending", ready=False)]
+    feed(c.expo, c.h, [("dump.yaml", o) for o in (group, *pods)], "test")
+    gang = c.gang("g")
+    assert (gang.stage, gang.wait_start, gang.regressed_at) == ("partially_bound", T0, None)
+    assert gang.stuck
+    assert c.value("gangscope_gang_idle_gpu_seconds_total", "g", api="coscheduling") == 0  # nothing ran over time
+
+
+def test_explain_tells_a_starting_gang_as_a_node_or_image_matter() -> None:
+    """Four of four bound and pulling an hour after creation: Coscheduling's timeout is over once
+    the pods bind, so explain names the waiting containers' reasons, not a stuck assembly."""
+    c = Cluster(now=T0 + 3600)
+    c.add("podgroups_coscheduling", {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+        "metadata": {"name": "g", "namespace": "ml", "uid": "pg-g", "creationTimestamp": ts(T0)},
+        "spec": {"minMember": 4, "scheduleTimeoutSeconds": 60}, "status": {"phase": "Scheduling"}})
+    pods = []
+    for i in range(4):
+        p = pod(f"w{i}", labels={"scheduling.x-k8s.io/pod-group": "g"}, phase="Pending", ready=False, node=f"n{i}")
+        p["status"]["containerStatuses"] = [{"name": "c", "ready": False, "state": {
+            "waiting": {"reason": "ImagePullBackOff" if i else "ContainerCreating", "message": "Back-off pulling image"}}}]
+        pods.append(p)
+    c.list_pods("pods_coscheduling", *pods)
+    assert c.stage("g") == "starting"
+    assert c.value("gangscope_gang_assembly_stuck", "g") == 0
+    assert c.value("gangscope_gang_assembly_deadline_timestamp_seconds", "g") is None
+    assert c.value("gangscope_gang_idle_gpus", "g", reason="ImagePullBackOff") == 24
+    assert c.value("gangscope_gang_pods", "g", state="bound") == 4
+    doc = assembly_layer(None, [c.gang("g")], c.now, c.gangs)
+    assert doc["status"] == "blocking"
+    assert doc["summary"].startswith("placed, not started: all members are bound, some containers have not started "
+                                     "(a node or image matter, not the gang scheduler's): PodGroup g (coscheduling)")
+    assert "0/4 running (live pods: 4 bound, not started); waiting to start: 1 ContainerCreating, 3 ImagePullBackOff" \
+        in doc["summary"]
+    assert "stuck" not in doc["summary"] and "timeout" not in doc["summary"]
+
+
+def test_pods_of_a_group_that_no_longer_exists_are_named_not_judged() -> None:
+    c = Cluster()
+    c.add("workloads", workload("wl", count=2))
+    pods = [pod(f"w{i}", labels={"kueue.x-k8s.io/podset": "main", "scheduling.x-k8s.io/pod-group": "gone"},
+                annotations={"kueue.x-k8s.io/workload": "wl"}, node=None, phase="Pending", ready=False) for i in range(2)]
+    c.list_pods("pods_kueue", *pods)
+    wl = c.store.workloads[("ml", "wl")]
+    assert c.gangs.gangs_of(wl.key) == [] and c.series("gangscope_gang_stage") == {}
+    doc = assembly_layer(wl, [], c.now, c.gangs)
+    assert doc["evidence"]["missing_podgroups"] == ["gone (coscheduling)"]
+    assert doc["summary"].endswith("; its pods name PodGroup gone (coscheduling), which gangscope does not see "
+                                   "(deleted, or not watched)")

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from exporter.cluster.gangs import GANG_STAGES, GangIndex, evaluate
+from exporter.cluster.gang_state import GANG_STAGES, evaluate
+from exporter.cluster.gangs import GangIndex
 from exporter.cluster.podgroups import parse_coscheduling
 from exporter.cluster.store import ClusterStore
 from exporter.exposition import Exposition
@@ -123,7 +124,15 @@ def test_legacy_label_joins_legacy_group() -> None:
     c = Cluster()
     c.add_pg(podgroup("old", group="scheduling.sigs.k8s.io"))
     c.add_wl(workload("wl", owner=None, podsets=[podset("main", 2, 8, labels={"pod-group.scheduling.sigs.k8s.io": "old"})]))
-    assert c.info() == {("ml", "wl", "old", "coscheduling", "template")}
+    assert c.info() == {("ml", "wl", "old", "coscheduling_legacy", "template")}
+
+
+def test_one_name_in_both_coscheduling_groups_exports_two_series() -> None:
+    c = Cluster()
+    c.add_pg(podgroup("twin", group="scheduling.sigs.k8s.io", min_member=2))
+    c.add_pg(podgroup("twin", min_member=4))
+    mins = {dict(k)["api"]: v for k, v in c.series("gangscope_podgroup_min_member").items()}
+    assert mins == {"coscheduling": 4, "coscheduling_legacy": 2}
 
 
 def test_volcano_annotation_joins_volcano_group_only() -> None:
@@ -230,6 +239,51 @@ def test_stage_transitions_through_a_gang_life() -> None:
     assert c.stage("ml", "g") == "failed"
 
 
+def podgroup_and_gang_families(c: Cluster) -> set[str]:
+    text = c.expo.render(False).decode()
+    return {line.split("{")[0] for line in text.splitlines() if line.startswith(("gangscope_gang", "gangscope_podgroup"))}
+
+
+def test_a_finished_workload_takes_its_gang_and_podgroup_series_with_it() -> None:
+    """Finished or deactivated: the gang's and the PodGroup's series go (the Workload keeps its
+    summary); the records stay for explain, and the series return if it runs again."""
+    c = Cluster()
+    c.add_wl(workload("wl", owner=("Job", "g", "u")))
+    c.add_pg(podgroup("g", owner_uid="u", phase="Running", running=4))
+    everything = podgroup_and_gang_families(c)
+    assert {"gangscope_gang_info", "gangscope_gang_stage", "gangscope_podgroup_phase", "gangscope_podgroup_info",
+            "gangscope_podgroup_min_member", "gangscope_gang_idle_gpu_seconds_total"} <= everything
+    c.wl.apply("MODIFIED", workload("wl", owner=("Job", "g", "u"), finished=True))
+    assert podgroup_and_gang_families(c) == set()
+    c.pgs["podgroups_coscheduling"].apply("MODIFIED", podgroup("g", owner_uid="u", phase="Finished"))
+    assert podgroup_and_gang_families(c) == set()  # a PodGroup event does not bring them back
+    assert [g.stage for g in c.gangs.gangs_of(("ml", "wl"))] == ["finished"]  # explain still has the gang
+    inactive = workload("wl", owner=("Job", "g", "u"))
+    inactive["spec"]["active"] = False
+    c.wl.apply("MODIFIED", inactive)
+    assert podgroup_and_gang_families(c) == set()
+    c.wl.apply("MODIFIED", workload("wl", owner=("Job", "g", "u")))
+    assert {"gangscope_gang_stage", "gangscope_podgroup_phase"} <= podgroup_and_gang_families(c)
+
+
+def test_unjoined_podgroups_keep_their_series_whatever_their_phase() -> None:
+    c = Cluster()
+    c.add_pg(podgroup("lonely", phase="Finished"))
+    assert {"gangscope_podgroup_phase", "gangscope_gang_stage"} <= podgroup_and_gang_families(c)
+
+
+def test_finished_detail_keeps_gang_series_for_the_window() -> None:
+    c = Cluster(now=T0 + 60 + 299)  # finished at T0 + 60
+    c.store.finished_detail = 300
+    c.store.clock = lambda: c.now
+    c.add_wl(workload("wl", owner=("Job", "g", "u"), finished=True))
+    c.add_pg(podgroup("g", owner_uid="u", phase="Finished"))
+    assert "gangscope_gang_stage" in podgroup_and_gang_families(c)
+    c.now += 1
+    c.store.refresh(("ml", "wl"))  # the store's timer in the collector
+    assert podgroup_and_gang_families(c) == set()
+
+
 def wl_stage(c: Cluster, name: str) -> str:
     current = [dict(k)["stage"] for k, v in c.series("gangscope_workload_stage").items() if v == 1 and dict(k)["workload"] == name]
     assert len(current) == 1
@@ -286,11 +340,11 @@ def test_unjoined_group_waits_from_its_creation() -> None:
     assert c.value("gangscope_gang_idle_gpus", "ml", "lonely") is None  # no Workload: per-pod GPUs unknown
 
 
-def test_every_stage_is_a_state_set_member() -> None:
+def test_the_stage_is_one_series_of_the_current_stage() -> None:
     c = Cluster()
     c.add_pg(podgroup("g"))
-    stages = {dict(k)["stage"] for k in c.series("gangscope_gang_stage")}
-    assert stages == set(GANG_STAGES)
+    assert [(dict(k)["stage"], v) for k, v in c.series("gangscope_gang_stage").items()] == [(c.stage("ml", "g"), 1)]
+    assert c.stage("ml", "g") in GANG_STAGES
 
 
 # ---- idle GPUs ------------------------------------------------------------------------------

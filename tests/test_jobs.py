@@ -71,15 +71,16 @@ def test_jobset_restarts_are_a_counter_and_restarting_shows_in_explain() -> None
         "JobSet test-tas (6 restarts)"
 
 
-def trainjob(progress: int | None, updated: float, *, name: str = "pytorch-distributed", suspended: bool = False) -> dict[str, Any]:
+def trainjob(progress: int | None, updated: float, *, name: str = "pytorch-distributed", suspended: bool = False,
+             remaining: int = 3600, loss: str = "0.2347") -> dict[str, Any]:
     [obj] = objects("trainjob-02-kueue-pr7727-trainer-v2.1-jobsstatus.yaml")
     obj = copy.deepcopy(obj)
     if suspended:
         obj["status"]["conditions"][0].update(status="True", reason="Suspended")
     if progress is not None:
         # trainerStatus as the Trainer docs print it (trainjob-03; no real one exists): v2.2+ with TrainJobStatus
-        obj["status"]["trainerStatus"] = {"progressPercentage": progress, "estimatedRemainingSeconds": 3600,
-                                          "metrics": [{"name": "loss", "value": "0.2347"}], "lastUpdatedTime": ts(updated)}
+        obj["status"]["trainerStatus"] = {"progressPercentage": progress, "estimatedRemainingSeconds": remaining,
+                                          "metrics": [{"name": "loss", "value": loss}], "lastUpdatedTime": ts(updated)}
     return obj
 
 
@@ -111,6 +112,50 @@ def test_trainjob_progress_series_and_stale_progress() -> None:
     c.now = T0 + 9000
     c.add("trainjobs", trainjob(46, T0 + 1490, suspended=True), event="MODIFIED")
     assert job_layer(wl, c.store, c.jobs, c.now)["status"] == "ok"  # suspended is not a hang
+
+
+def test_a_healthy_12_day_trainjob_keeps_progressing_between_percents() -> None:
+    """12 days are 10,368 s per percent: the integer percentage stands still for almost 3 hours
+    while each report lowers estimatedRemainingSeconds (and moves the loss). Either counts as
+    progress, so the changed timestamp follows the reports."""
+    c = Cluster(now=T0)
+    c.add("trainjobs", trainjob(7, T0, remaining=965_000, loss="1.91"))
+    key = (("kind", "TrainJob"), ("name", "pytorch-distributed"), ("namespace", "default"))
+    for i in range(1, 7):  # a report every 10 minutes, still 7%
+        c.now = T0 + 600 * i
+        c.add("trainjobs", trainjob(7, c.now, remaining=965_000 - 600 * i, loss="1.91"), event="MODIFIED")
+        assert c.series("gangscope_job_progress_changed_timestamp_seconds") == {key: c.now}
+    c.now += 600  # the estimate holds, the loss moves
+    c.add("trainjobs", trainjob(7, c.now, remaining=961_400, loss="1.89"), event="MODIFIED")
+    assert c.series("gangscope_job_progress_changed_timestamp_seconds") == {key: c.now}
+    moved = c.now
+    c.now += 600  # the same report again: no progress
+    c.add("trainjobs", trainjob(7, c.now, remaining=961_400, loss="1.89"), event="MODIFIED")
+    assert c.series("gangscope_job_progress_changed_timestamp_seconds") == {key: moved}
+
+
+def test_jobset_in_place_restarts_count() -> None:
+    """InPlaceRestart: currentInPlaceRestartAttempt is the attempt all pods reached, 0 at creation
+    (jobset 08dfbdfd pkg/controllers/in_place_restart.go:78-90)."""
+    obj = jobset02()
+    obj["status"]["currentInPlaceRestartAttempt"] = 2
+    assert jb.parse_jobset(obj).restarts == 2
+    obj["status"]["restarts"] = 1
+    assert jb.parse_jobset(obj).restarts == 3
+
+
+def test_lws_under_kueue_joins_by_the_job_uid_label() -> None:
+    """Kueue makes a LeaderWorkerSet group's Workload with the job-uid label and a non-controller
+    owner reference (leaderworkerset_reconciler.go:350, 365)."""
+    c = Cluster()
+    wl = workload("leaderworkerset-llama-70b-0-x", "serving", owner=("LeaderWorkerSet", "llama-70b", "lws-uid"))
+    wl["metadata"]["ownerReferences"][0]["controller"] = False
+    wl["metadata"]["labels"] = {"kueue.x-k8s.io/job-uid": "lws-uid"}
+    c.add("workloads", wl)
+    c.add("leaderworkersets", lws(2))
+    views = c.jobs.jobs_of(c.store.workloads[("serving", "leaderworkerset-llama-70b-0-x")])
+    assert [(v.record.kind, v.record.name, v.workloads) for v in views] == [
+        ("LeaderWorkerSet", "llama-70b", ["leaderworkerset-llama-70b-0-x"])]
 
 
 def test_trainjobs_without_trainer_status_and_bad_values() -> None:

@@ -236,3 +236,52 @@ async def test_tls_with_ca_and_client_certificate(tmp_path: Path) -> None:
                 await client.close()
     finally:
         await sim.stop()
+
+
+async def test_an_unreachable_api_server_is_one_clear_line_and_readyz_says_why(tmp_path: Path) -> None:
+    """Against a closed port, the whole collector (two dozen sources, each retrying with
+    millisecond backoff) logs one warning: the URL, the error, what to check; no source repeats
+    it, no aiohttp object repr appears, and /readyz gives that reason once for every source."""
+    import aiohttp
+
+    from collectors import make_collector
+
+    sim = SimApiServer()
+    await sim.start()
+    path = sim.write_kubeconfig(str(tmp_path / "kc"))
+    url = sim.url
+    await sim.stop()
+    collector = make_collector(path)
+    with structlog.testing.capture_logs() as logs:
+        await collector.start()
+        try:
+            await asyncio.sleep(1.0)  # hundreds of attempts, at millisecond backoff
+            async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{collector.port}/readyz") as r:
+                status, body = r.status, await r.text()
+        finally:
+            await collector.stop()
+    port = url.rsplit(":", 1)[1]
+    cause = (f"cannot reach the API server at {url}: Connection refused: check the kubeconfig's server (in a pod: "
+             "KUBERNETES_SERVICE_HOST), that the API server is up, and the network path to it")
+    warnings = [e for e in logs if e["log_level"] in ("warning", "error")]
+    assert [(e["event"], e["url"], e["error"]) for e in warnings] == [("kube_api_unreachable", url, cause)]
+    assert not [e for e in logs if "SSLContext" in json.dumps(e, default=str)]
+    assert sum(1 for e in logs if e["event"] in ("kube_discovery_failed", "kube_list_failed")) > 20  # at debug
+    assert status == 503
+    assert body.startswith("waiting for first sync of: workloads, localqueues, ")
+    assert body.count(f"(discovery: {cause})") == 1 and port in body
+
+
+def test_repeats_are_held_back_and_counted() -> None:
+    from exporter.logs import Repeats
+
+    now = [0.0]
+    repeats = Repeats(interval=60, clock=lambda: now[0])
+    with structlog.testing.capture_logs() as logs:
+        log = structlog.get_logger("t")
+        for t in range(0, 130, 10):  # every 10 s for 2 minutes
+            now[0] = float(t)
+            repeats.log(log, "warning", "kube_list_failed", ("workloads", "500 Error"), error="500 Error")
+        repeats.log(log, "warning", "kube_list_failed", ("nodes", "500 Error"), error="500 Error")  # another source
+    assert [(e.get("repeated"), e["error"]) for e in logs] == [(None, "500 Error"), (5, "500 Error"), (5, "500 Error"),
+                                                                (None, "500 Error")]

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import pytest
+
 from exporter.exposition import Exposition
 from exporter.health import SourceHealth
-from exporter.node.podresources import Allocation, PodResourcesPoller, resolve_device
+from exporter.node.podresources import DEFAULT_RESOURCES, Allocation, PodResourcesPoller, resolve_device
 from exporter.sim.kubelet import SimContainer, SimKubelet, SimPod
 
 G0, G1 = "GPU-aaaa0000-0000-0000-0000-000000000000", "GPU-aaaa0001-0000-0000-0000-000000000001"
 MIG = "MIG-bbbb0000-0000-0000-0000-000000000000"
 INVENTORY = {G0: (0, G0), G1: (1, G1), MIG: (1, G1)}
-BY_INDEX = {0: G0, 1: G1}
+# The driver numbered the GPUs in another order than NVML's PCI order: NVML index 0 is /dev/nvidia1.
+BY_MINOR = {1: (0, G0), 0: (1, G1)}
 
 
 
@@ -42,7 +45,8 @@ async def test_plain_gpus_mig_dra_and_other_resources(kubelet_socket: str) -> No
             Allocation("team-c", "dra-0", "c", "gpu-1", dra=True),
             Allocation("team-d", "shared-0", "c", G0 + "::3"),
         ]
-        assert [resolve_device(a, INVENTORY, BY_INDEX) for a in p.allocations] == [(0, G0), (1, G1), (1, MIG), (1, G1), (0, G0)]
+        # gpu-1 is the DRA driver's name for minor 1: NVML index 0
+        assert [resolve_device(a, INVENTORY, BY_MINOR) for a in p.allocations] == [(0, G0), (1, G1), (1, MIG), (0, G0), (0, G0)]
         assert p.health.up and p.health.objects == 4 and changes == [1]
         assert await p.poll_once()
         assert changes == [1], "an unchanged answer does not re-render"
@@ -52,10 +56,11 @@ async def test_plain_gpus_mig_dra_and_other_resources(kubelet_socket: str) -> No
 
 
 def test_gke_device_names_and_unknown_devices() -> None:
-    assert resolve_device(Allocation("n", "p", "c", "nvidia1"), INVENTORY, BY_INDEX) == (1, G1)
-    assert resolve_device(Allocation("n", "p", "c", "nvidia0/gi7"), INVENTORY, BY_INDEX) == (0, G0)
-    assert resolve_device(Allocation("n", "p", "c", "GPU-unknown"), INVENTORY, BY_INDEX) is None
-    assert resolve_device(Allocation("n", "p", "c", "gpu-9", dra=True), INVENTORY, BY_INDEX) is None
+    """GKE names devices after /dev/nvidiaN: N is the minor number, not the NVML index."""
+    assert resolve_device(Allocation("n", "p", "c", "nvidia1"), INVENTORY, BY_MINOR) == (0, G0)
+    assert resolve_device(Allocation("n", "p", "c", "nvidia0/gi7"), INVENTORY, BY_MINOR) == (1, G1)
+    assert resolve_device(Allocation("n", "p", "c", "GPU-unknown"), INVENTORY, BY_MINOR) is None
+    assert resolve_device(Allocation("n", "p", "c", "gpu-9", dra=True), INVENTORY, BY_MINOR) is None
 
 
 async def test_empty_node(kubelet_socket: str) -> None:
@@ -124,6 +129,66 @@ async def test_resource_name_patterns(kubelet_socket: str) -> None:
     try:
         assert await p.poll_once()
         assert [a.device for a in p.allocations] == ["x0"]
+    finally:
+        await p.close()
+        await kubelet.stop()
+
+
+# Device names exactly as NVIDIA's DRA driver builds them: gpu-<minor> (cmd/gpu-kubelet-plugin/deviceinfo.go
+# 106-108) and gpu-<parent minor>-mig-<profile, RFC 1123, dots removed>-<profile id>-<placement start>
+# (mig.go 111-114) @2240711; the vfio devices (gpu-vfio-<index>, deviceinfo.go 141-143) are not GPUs NVML reads.
+@pytest.mark.parametrize(("device", "want"), [
+    ("gpu-0", (1, G1)),
+    ("gpu-1", (0, G0)),
+    ("gpu-1-mig-1g10gb-19-0", (0, G0)),
+    ("gpu-0-mig-3g40gb-9-4", (1, G1)),
+    ("gpu-7", None),
+    ("gpu-vfio-0", None),
+    ("gpu-1-foo", None),
+])
+def test_dra_device_names_resolve_by_minor_number(device: str, want: tuple[int, str] | None) -> None:
+    assert resolve_device(Allocation("n", "p", "c", device, dra=True), INVENTORY, BY_MINOR) == want
+
+
+async def test_shared_gpus_and_allocatable_resources(kubelet_socket: str) -> None:
+    """Time-slicing with renameByDefault: nvidia.com/gpu.shared, replica ids <uuid>::<n>, matched by
+    default; GetAllocatableResources gives what the kubelet can hand out."""
+    kubelet = SimKubelet(kubelet_socket, [SimPod("ns", "a", [SimContainer("c", [("nvidia.com/gpu.shared", [G0 + "::2"])])])])
+    kubelet.allocatable = [("nvidia.com/gpu.shared", [f"{G0}::{k}" for k in range(4)]),
+                           ("nvidia.com/mig-1g.10gb.shared", [MIG + "::0", MIG + "::1"]), ("example.com/fpga", ["f0"])]
+    await kubelet.start()
+    changes: list = []
+    p = poller(kubelet_socket, changes, resources=DEFAULT_RESOURCES)
+    try:
+        assert await p.poll_once()
+        assert p.allocations == [Allocation("ns", "a", "c", G0 + "::2")]
+        assert resolve_device(p.allocations[0], INVENTORY, BY_MINOR) == (0, G0)
+        assert p.allocatable == (*(("nvidia.com/gpu.shared", f"{G0}::{k}") for k in range(4)),
+                                 ("nvidia.com/mig-1g.10gb.shared", MIG + "::0"), ("nvidia.com/mig-1g.10gb.shared", MIG + "::1"))
+        assert changes == [1]
+        kubelet.allocatable = [("nvidia.com/gpu.shared", [f"{G0}::{k}" for k in range(2)])]
+        assert await p.poll_once()
+        assert p.allocatable == (("nvidia.com/gpu.shared", f"{G0}::0"), ("nvidia.com/gpu.shared", f"{G0}::1"))
+        assert changes == [1, 1], "a changed allocatable answer re-renders"
+        assert kubelet.allocatable_calls == 2
+    finally:
+        await p.close()
+        await kubelet.stop()
+
+
+@pytest.mark.parametrize("answer", ["unimplemented", "disabled"])
+async def test_allocatable_not_served_is_asked_once(kubelet_socket: str, answer: str) -> None:
+    """A kubelet before 1.21 (no such method) or 1.21-1.22 with its gate off: List still serves the
+    mapping, the source is up, and the call is not repeated."""
+    kubelet = SimKubelet(kubelet_socket, [SimPod("ns", "a", [SimContainer("c", [("nvidia.com/gpu", [G0])])])])
+    kubelet.allocatable_answer = answer
+    await kubelet.start()
+    p = poller(kubelet_socket, [])
+    try:
+        assert await p.poll_once() and await p.poll_once()
+        assert p.health.up and p.health.errors == 0 and len(p.allocations) == 1
+        assert p.allocatable is None and not p.allocatable_served
+        assert kubelet.allocatable_calls == 1 and kubelet.calls == 2
     finally:
         await p.close()
         await kubelet.stop()

@@ -37,8 +37,8 @@ def test_trimmed_record_of_a_pod() -> None:
     ({"spec": {"schedulingGroup": {"podGroupName": "native-g"}}}, ("native", "native-g", "")),
     ({"annotations": {"pod-group-name": "kai-g"}, "labels": {"kai.scheduler/subgroup-name": "rack"}}, ("kai", "kai-g", "rack")),
     ({"annotations": {"scheduling.k8s.io/group-name": "vc-g"}}, ("volcano", "vc-g", "")),
-    ({"labels": {"pod-group.scheduling.sigs.k8s.io": "old"}}, ("coscheduling", "old", "")),
-    ({"spec": {"workloadRef": {"name": "wl", "podGroup": "workers", "podGroupReplicaKey": "1"}}}, ("native", "wl/workers", "")),
+    ({"labels": {"pod-group.scheduling.sigs.k8s.io": "old"}}, ("coscheduling_legacy", "old", "")),
+    ({"spec": {"workloadRef": {"name": "wl", "podGroup": "workers", "podGroupReplicaKey": "1"}}}, ("native", "wl/workers", "1")),
     ({"labels": {"pod-group.scheduling.run.ai/name": "x"}}, None),  # KAI ignores labels (kai-05)
 ])
 def test_how_each_api_names_the_gang(change: dict[str, Any], gang: tuple | None) -> None:
@@ -50,6 +50,9 @@ def test_how_each_api_names_the_gang(change: dict[str, Any], gang: tuple | None)
     {"metadata": {"name": "p", "labels": "x"}}, {"metadata": {"name": ""}}, {"metadata": {"name": "p"}, "spec": []},
     {"metadata": {"name": "p"}, "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "lots"}}}]}},
     {"metadata": {"name": "p", "annotations": {"pod-group-name": 3}}}, 7,
+    {"metadata": {"name": "p", "deletionTimestamp": 5}}, {"metadata": {"name": "p"}, "spec": {"schedulingGates": "x"}},
+    {"metadata": {"name": "p"}, "spec": {"schedulingGates": [{"name": 1}]}},
+    {"metadata": {"name": "p", "annotations": {"gpu-fraction": "half"}}},
 ])
 def test_malformed_pods_raise_parse_error(bad: Any) -> None:
     with pytest.raises(ParseError):
@@ -115,6 +118,19 @@ def test_malformed_pods_are_counted_and_the_rest_kept() -> None:
     h.health = SourceHealth("pods_kai", expo)
     h.replace([pod("ok"), {"metadata": {"name": "bad", "labels": "x"}}, "junk"])
     assert list(store.pods) == ["uid-ml-ok"] and h.health.parse_errors == 2
+
+
+def test_unknown_pod_phase_is_counted_and_the_pod_kept() -> None:
+    """Its node and GPUs are real; its gang judges it unknown (tests/test_gang_state.py)."""
+    expo = Exposition()
+    store = PodStore()
+    h = store.handlers()["pods_kai"]
+    h.health = SourceHealth("pods_kai", expo)
+    odd = pod("odd")
+    odd["status"]["phase"] = "Exploded"
+    h.replace([pod("ok"), odd])
+    assert sorted(store.pods) == ["uid-ml-odd", "uid-ml-ok"] and h.health.parse_errors == 1
+    assert store.pods["uid-ml-odd"].phase == "Exploded"
 
 
 async def test_collector_watches_only_the_pods_of_gangs_kueue_and_jobs(kube_sim: SimApiServer, kube_sim_kubeconfig: str) -> None:

@@ -18,8 +18,9 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 
 from collectors import make_collector, started_collector
 from exporter.cluster.main import Collector
-from exporter.kube.resources import AGENT_PODS, COLLECTOR_RESOURCES, STATEFULSETS
+from exporter.kube.resources import AGENT_PODS, COLLECTOR_RESOURCES, NAMESPACES, STATEFULSETS
 from exporter.kube.scope import HASH_SPACE, Scope, fnv1a_64, shard_range
+from exporter.kube.sharding import NamespaceList, balanced_bounds, reference_size
 from exporter.sim.apiserver import SimApiServer
 from waiting import eventually
 
@@ -65,6 +66,90 @@ def test_ranges_cut_the_hash_space_as_the_api_reference_does() -> None:
         Scope(shard=3, total_shards=3)
     with pytest.raises(ValueError):
         Scope(namespaces=("Not_A_Namespace",))
+
+
+def split(names: list[str], total: int, bounds: tuple[int, ...]) -> list[list[str]]:
+    """The namespaces each shard keeps with ``bounds``; every namespace on exactly one shard."""
+    kept = [[ns for ns in names if Scope(shard=i, total_shards=total, bounds=bounds).keeps(ns)] for i in range(total)]
+    assert sorted(ns for shard in kept for ns in shard) == sorted(names), "every namespace on exactly one shard"
+    return kept
+
+
+def test_balanced_bounds_split_namespaces_with_shared_prefixes_evenly() -> None:
+    teams = [f"team-{i:02d}" for i in range(12)]
+    assert [len(s) for s in split(teams, 3, ())] == [12, 0, 0]  # equal ranges: all in one
+    assert [len(s) for s in split(teams, 3, balanced_bounds([(ns, None) for ns in teams], 3))] == [4, 4, 4]
+    ml = [f"ml-team-{i:03d}" for i in range(1, 301)]
+    assert max(len(s) for s in split(ml, 4, ())) == 300
+    assert [len(s) for s in split(ml, 4, balanced_bounds([(ns, T0) for ns in ml], 4))] == [75, 75, 75, 75]
+    # one shardRange() per shard, the cuts at the namespaces' hashes
+    bounds = balanced_bounds([(ns, None) for ns in teams], 3)
+    start, end = Scope(shard=1, total_shards=3, bounds=bounds).range
+    assert Scope(shard=1, total_shards=3, bounds=bounds).shard_selector() == (
+        f"shardRange(object.metadata.namespace, '0x{start:016x}', '0x{end:016x}')")
+    assert start in {fnv1a_64(ns) for ns in teams}
+
+
+T0 = 1787220000.0
+
+
+def test_bounds_hold_still_for_a_few_new_namespaces_and_move_past_the_threshold() -> None:
+    """Namespaces created after the reference part fall where their hash is; the cuts move only
+    when their count crosses the next checkpoint (10%), then by whole namespaces."""
+    base = [(f"team-{i:03d}", T0) for i in range(200)]
+    bounds = balanced_bounds(base, 4)
+    assert reference_size(200) == 196 and reference_size(215) == 215 and reference_size(214) == 196
+    grown = list(base)
+    for i in range(14):  # 200 -> 214: under the next checkpoint (215)
+        grown.append((f"new-{i}", T0 + 60 + i))
+        assert balanced_bounds(grown, 4) == bounds
+    kept = split([ns for ns, _ in grown], 4, bounds)
+    assert {ns for ns, _ in base} <= {ns for shard in kept for ns in shard}
+    grown.append(("new-14", T0 + 120))  # 215: the reference is every namespace again
+    moved = balanced_bounds(grown, 4)
+    assert moved != bounds
+    after = split([ns for ns, _ in grown], 4, moved)
+    assert [len(s) for s in after] == [54, 54, 53, 54]
+    # a deletion of a namespace outside the reference part changes nothing
+    assert balanced_bounds([nc for nc in grown[:-1] if nc[0] != "new-3"], 4) == bounds
+
+
+@pytest.mark.parametrize("total", [2, 3, 4, 7])
+def test_every_namespace_on_exactly_one_shard_whatever_the_list(total: int) -> None:
+    import random
+
+    rng = random.Random(total)
+    names = [f"ns-{rng.randrange(10**6)}" for _ in range(150)]
+    for step in range(40):
+        listed = [(ns, T0 + i) for i, ns in enumerate(names)]
+        bounds = balanced_bounds(listed, total)
+        assert len(bounds) == total + 1 and bounds[0] == 0 and bounds[-1] == HASH_SPACE
+        split(names + ["created-later", "another-one"], total, bounds)
+        if step % 2:
+            names.pop(rng.randrange(len(names)))
+        else:
+            names.append(f"ns-{rng.randrange(10**6)}")
+    assert balanced_bounds([], 4) == tuple(i * HASH_SPACE // 4 for i in range(5))  # no list: the equal ranges
+    assert balanced_bounds([("a", None)], 1) == (0, HASH_SPACE)
+    with pytest.raises(ValueError):
+        Scope(shard=0, total_shards=2, bounds=(0, 5))
+
+
+def test_namespace_list_reports_the_cuts_when_they_change() -> None:
+    seen: list[tuple[int, ...]] = []
+    watch = NamespaceList(3, seen.append)
+    ns = lambda name, at="2026-08-20T10:00:00Z": {"metadata": {"name": name, "creationTimestamp": at}}  # noqa: E731
+    watch.replace([ns(f"team-{i:02d}") for i in range(12)])
+    assert len(seen) == 1 and [len(s) for s in split([f"team-{i:02d}" for i in range(12)], 3, seen[0])] == [4, 4, 4]
+    watch.apply("ADDED", ns("team-12", "2026-08-21T10:00:00Z"))  # 13 namespaces: still a checkpoint under 20
+    assert len(seen) == 2
+    watch.apply("MODIFIED", ns("team-12", "2026-08-21T10:00:00Z"))
+    watch.apply("ADDED", {"metadata": {}})  # unreadable: ignored
+    assert len(seen) == 2
+    watch.apply("DELETED", ns("team-12"))
+    assert seen[-1] == seen[0]
+    watch.set_total(4)
+    assert len(seen[-1]) == 5
 
 
 def serve_cluster(sim: SimApiServer, workloads: int = 240, seed: int = 3, pods: bool = False) -> set[str]:
@@ -161,11 +246,14 @@ async def test_three_shards_together_are_one_collector(kube_sim: SimApiServer, k
         assert union == {k: v for k, v in expected.items() if k[0] not in ADDITIVE and not whole_only(k)}
         assert sums == {k: v for k, v in expected.items() if k[0] in ADDITIVE and not whole_only(k)}
         # what the recording rules compute from the sums is what the whole collector exports
+        # (a host's free GPUs and placeable pods are only recorded, above the host they are exported too)
+        above_host = lambda d: {k: v for k, v in d.items() if ("level", "host") not in k}  # noqa: E731
         free = {k[1]: v for k, v in expected.items() if k[0] == "gangscope_domain_gpus" and ("state", "free") in k[1]}
-        assert free_from_sums(sums) == {labels - {("state", "free")}: v for labels, v in free.items()}
+        assert free and not [k for k in free if ("level", "host") in k]
+        assert above_host(free_from_sums(sums)) == {labels - {("state", "free")}: v for labels, v in free.items()}
         eights = {k[1] - {("gpus_per_pod", "8")}: v for k, v in expected.items()
                   if k[0] == "gangscope_domain_placeable_pods" and ("gpus_per_pod", "8") in k[1]}
-        assert free_from_sums(sums, 8) == eights
+        assert eights and above_host(free_from_sums(sums, 8)) == eights
         # the numbers are not trivial: GPUs used and bound in each shard, capacity from shard 0 alone
         for i, part in enumerate(parts):
             states = {dict(k[1])["state"] for k, v in part.items() if k[0] == "gangscope_domain_gpus" and v}
@@ -182,6 +270,53 @@ async def test_three_shards_together_are_one_collector(kube_sim: SimApiServer, k
         assert listed and all(s.sources.sources["workloads"].informer.shard_selector_honoured for s in shards)
     finally:
         for c in (whole, *shards):
+            await c.stop()
+
+
+def serve_namespaces(sim: SimApiServer, names: set[str], at: str = "2026-08-20T10:00:00Z") -> None:
+    sim.serve(NAMESPACES)
+    for ns in sorted(names):
+        sim.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "creationTimestamp": at}})
+
+
+async def test_balanced_shards_split_namespaces_evenly_and_hand_over_whole_namespaces(
+        kube_sim: SimApiServer, kube_sim_kubeconfig: str) -> None:
+    """Three shards cut at the namespaces' quantiles: each keeps a third of them, no Workload on
+    two shards and none on none, before and after the cuts move with the namespace list."""
+    namespaces = serve_cluster(kube_sim, workloads=120)
+    serve_namespaces(kube_sim, namespaces | {"kube-system", "default"})
+    shards = [await started_collector(kube_sim_kubeconfig, "--shard", str(i), "--total-shards", "3",
+                                      "--namespaces-denylist", "kube-system,default") for i in range(3)]
+    try:
+        def kept() -> list[set[tuple[str, str]]]:
+            return [set(c.store.workloads) for c in shards]
+
+        def partition() -> bool:
+            parts = kept()
+            every = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in kube_sim.objects(COLLECTOR_RESOURCES[0])}
+            return sum(len(p) for p in parts) == len(every) and set().union(*parts) == every
+
+        await eventually(partition, timeout=20, interval=0.1)
+        held = [{ns for ns, _ in p} for p in kept()]
+        sizes = sorted(len({ns for ns in namespaces if c.scope.keeps(ns)}) for c in shards)
+        assert sizes[-1] - sizes[0] <= 1 and sum(sizes) == len(namespaces)
+        assert all(h <= {ns for ns in namespaces if c.scope.keeps(ns)} for h, c in zip(held, shards))
+        assert len({c.scope.bounds for c in shards}) == 1 and shards[0].scope.bounds  # the same cuts, not equal ranges
+        before = shards[0].scope.bounds
+        # Many new namespaces (past the next checkpoint), each with a Workload: the cuts move
+        # together, the handover leaves every Workload on exactly one shard.
+        wl = next(iter(kube_sim.objects(COLLECTOR_RESOURCES[0])))
+        for i in range(len(namespaces)):
+            ns = f"zz-new-{i:03d}"
+            kube_sim.create({"apiVersion": "v1", "kind": "Namespace",
+                             "metadata": {"name": ns, "creationTimestamp": "2026-08-21T10:00:00Z"}})
+            kube_sim.create({**wl, "metadata": {**wl["metadata"], "namespace": ns, "name": "late", "uid": f"late-{i}",
+                                                 "resourceVersion": ""}})
+        await eventually(lambda: len({c.scope.bounds for c in shards}) == 1 and shards[0].scope.bounds != before,
+                         timeout=20, interval=0.1)
+        await eventually(partition, timeout=30, interval=0.1)
+    finally:
+        for c in shards:
             await c.stop()
 
 

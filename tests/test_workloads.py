@@ -48,7 +48,7 @@ def test_exact_lines_of_one_workload() -> None:
     assert lines == [
         f'gangscope_workload_info{{{nw},cluster_queue="cq",local_queue="q",priority_class="high",owner_kind="Job",'
         'owner_name="job-wl",worker_cluster="",nominated_worker_clusters=""} 1',
-        *[f'gangscope_workload_stage{{{nw},stage="{s}"}} {1 if s == "running" else 0}' for s in STAGES],
+        f'gangscope_workload_stage{{{nw},stage="running"}} 1',
         f'gangscope_workload_condition{{{nw},type="QuotaReserved",status="True",reason="QuotaReserved"}} 1',
         f'gangscope_workload_condition{{{nw},type="Admitted",status="True",reason="Admitted"}} 1',
         f'gangscope_workload_condition{{{nw},type="PodsReady",status="True",reason="Started"}} 1',
@@ -93,6 +93,96 @@ def _stage_of(obj) -> str:
     return store.workload(obj["metadata"]["namespace"], obj["metadata"]["name"]).stage
 
 
+FINISHED_AT = "2026-08-20T11:00:00Z"  # 1787223600
+
+
+def finished_workload(**kwargs):
+    return workload(conditions=[*admitted_conditions(), cond("Finished", "True", "Succeeded", FINISHED_AT)],
+                    evictions=[{"reason": "Preempted", "underlyingCause": "", "count": 1}],
+                    topology={"required": "cloud.provider.com/topology-rack"}, **kwargs)
+
+
+def test_a_finished_workload_keeps_its_summary_only() -> None:
+    """Identity, stage, outcome, times, requested GPUs and evictions: 9 series, no placement."""
+    expo, _, h = collector()
+    h["topologies"].replace([topology()])
+    h["nodes"].replace([node("h1", "b1", "r1"), node("h2", "b1", "r2")])
+    h["workloads"].replace([finished_workload()])
+    nw = 'namespace="team",workload="wl"'
+    assert [line for line in text(expo).splitlines() if line.startswith("gangscope_workload")] == [
+        f'gangscope_workload_info{{{nw},cluster_queue="cq",local_queue="q",priority_class="high",owner_kind="Job",'
+        'owner_name="job-wl",worker_cluster="",nominated_worker_clusters=""} 1',
+        f'gangscope_workload_stage{{{nw},stage="finished"}} 1',
+        f'gangscope_workload_condition{{{nw},type="Finished",status="True",reason="Succeeded"}} 1',
+        f"gangscope_workload_created_timestamp_seconds{{{nw}}} 1787216403",
+        f"gangscope_workload_quota_reserved_timestamp_seconds{{{nw}}} 1787220312",
+        f"gangscope_workload_admitted_timestamp_seconds{{{nw}}} 1787220312",
+        f"gangscope_workload_pods_ready_timestamp_seconds{{{nw}}} 1787220460",
+        f"gangscope_workload_finished_timestamp_seconds{{{nw}}} 1787223600",
+        f'gangscope_workload_evictions_total{{{nw},reason="Preempted",underlying_cause=""}} 1',
+        f"gangscope_workload_requested_gpus{{{nw}}} 16",
+    ]
+
+
+def test_finished_detail_keeps_the_detail_for_its_window() -> None:
+    """--finished-detail 600: placement and request stay for 10 minutes from the Finished
+    condition's time, then go (offline: judged at the clock of the evaluation)."""
+    clock = [1787223600.0 + 599]
+    expo, store, h = collector(finished_detail=600)
+    store.clock = lambda: clock[0]
+    h["topologies"].replace([topology()])
+    h["nodes"].replace([node("h1", "b1", "r1"), node("h2", "b1", "r2")])
+    h["workloads"].replace([finished_workload()])
+    names = {k[0] for k in series(text(expo))}
+    assert {"gangscope_workload_topology_request", "gangscope_workload_domains_spanned"} <= names
+    assert "gangscope_workload_topology_pods" not in names  # a finished Workload holds no host
+    assert len([k for k in series(text(expo)) if k[0] == "gangscope_workload_condition"]) == 4
+    clock[0] += 1
+    store.refresh(("team", "wl"))  # the collector's timer does this at the window's end
+    names = {k[0] for k in series(text(expo))}
+    assert "gangscope_workload_topology_request" not in names and "gangscope_workload_domains_spanned" not in names
+
+
+def test_finished_detail_timer_drops_the_detail() -> None:
+    """In the collector the window's end is a timer: no event needed to drop the detail."""
+    import asyncio
+
+    async def main() -> None:
+        clock = [1787223600.0 + 599.99]
+        expo, store, h = collector(finished_detail=600)
+        store.clock = lambda: clock[0]
+        h["topologies"].replace([topology()])
+        h["workloads"].replace([finished_workload()])
+        store.start_timers()
+        try:
+            assert sample("gangscope_workload_topology_request", namespace="team", workload="wl", podset="main",
+                          mode="required", level="rack") in series(text(expo))
+            clock[0] += 0.01
+            await asyncio.sleep(0.05)
+            assert "gangscope_workload_topology_request" not in {k[0] for k in series(text(expo))}
+        finally:
+            store.stop_timers()
+
+    asyncio.run(main())
+
+
+def test_evicted_workload_keeps_its_last_placement_until_it_finishes() -> None:
+    """Waiting to be admitted again after an eviction, the last placement stays (the eviction
+    alerts route by its domains); once finished, it goes."""
+    expo, _, h = collector()
+    h["topologies"].replace([topology()])
+    h["nodes"].replace([node("h1", "b1", "r1"), node("h2", "b1", "r2")])
+    h["workloads"].replace([workload(conditions=admitted_conditions())])
+    evicted = workload(admitted_cq=None, conditions=[cond("QuotaReserved", "False", "Pending"),
+                                                     cond("Evicted", "True", "Preempted")])
+    h["workloads"].apply("MODIFIED", evicted)
+    pods = lambda: [dict(k[1])["host"] for k in series(text(expo)) if k[0] == "gangscope_workload_topology_pods"]  # noqa: E731
+    assert sorted(pods()) == ["h1", "h2"]
+    done = workload(admitted_cq=None, conditions=[cond("Finished", "True", "Failed")])
+    h["workloads"].apply("MODIFIED", done)
+    assert pods() == []
+
+
 @pytest.mark.parametrize(("stage", "reason", "category", "obj"), [
     ("queued", "PendingEvaluation", "evaluation", workload(admitted_cq=None, conditions=[])),
     ("inadmissible", "Pending", "capacity", workload(admitted_cq=None, conditions=[cond("QuotaReserved", "False", "Pending")])),
@@ -109,11 +199,12 @@ def _stage_of(obj) -> str:
     ("finished", None, None, workload(active=False, conditions=[*admitted_conditions(), cond("Finished", "True", "Succeeded")])),
 ])
 def test_stage_and_pending_reason_series(stage: str, reason: str | None, category: str | None, obj) -> None:
-    """The stage state set and the pending reason as exported (the rules: test_workload_state.py)."""
+    """The current stage (one series, value 1) and the pending reason as exported (the rules:
+    test_workload_state.py)."""
     expo, _, h = collector()
     h["workloads"].replace([obj])
     s = series(text(expo))
-    assert [st for st in STAGES if s[sample("gangscope_workload_stage", namespace="team", workload="wl", stage=st)] == 1] == [stage]
+    assert [(dict(k[1])["stage"], v) for k, v in s.items() if k[0] == "gangscope_workload_stage"] == [(stage, 1)]
     got = [dict(k[1]) for k in s if k[0] == "gangscope_workload_pending_reason"]
     assert got == ([{"namespace": "team", "workload": "wl", "reason": reason, "category": category}] if reason else [])
 

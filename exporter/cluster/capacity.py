@@ -20,8 +20,9 @@ This module keeps both per host and sums them per domain of every topology level
   ``update``: every bound pod by ``spec.nodeName``, dropped once terminated), gangscope watches
   only the pods of its selectors, so a node that other pods fill looks freer here than to Kueue;
 * **free**: per host ``capacity - used`` on available hosts (0 on the others), summed;
-* **placeable pods** of each size in ``--placement-sizes``: per host ``free // size``, summed,
-  the way Kueue counts the pods a leaf domain fits (tas_flavor_snapshot.go:1899-1928, 1930-1995);
+* **placeable pods** of each size in ``--placement-sizes``: per host ``free // size``, at most the
+  host's allocatable ``pods`` not taken, summed, the way Kueue counts the pods a leaf domain fits
+  (tas_flavor_snapshot.go:896-899, 1899-1928, 1930-1995);
 * **bound** (``gangscope_domain_gpus_bound``, where pods are watched): the scheduler's view, the
   GPUs requested by the bound, non-terminal pods of the pod store (:class:`.pods.PodStore`,
   ``gpus_bound_on``) on each host. The pod store holds the pods of Kueue's jobs, of gangs and of
@@ -35,18 +36,12 @@ the dirty domains. In the collector the flush runs on a timer (:data:`FLUSH_DELA
 first change), never on the scrape path; offline (snapshot, explain) at the end of each handler
 call, or of a batch (:meth:`Capacity.deferred`).
 
-**Fit.** For each Workload waiting for admission whose pod sets name a topology level, the flush
-evaluates Kueue's placement rule on the free capacity: the pods (or slices) that each domain of
-the requested level holds are the sum over its slice-level domains of ``(sum of free // gpus
-per pod) // slice size`` (fillInCountsHelper, tas_flavor_snapshot.go:1930-1995); a ``required``
-request fits when one domain holds them all (findLevelWithFitDomains, :1379-1391), and the
-cluster holds them when all domains together do. A required request the cluster holds but no
-domain does is blocked by fragmentation; a ``preferred`` one is not (Kueue spreads it over
-several domains, :1392-1437). Candidate nodes are those of each TAS ResourceFlavor whose
-Topology has the level, with the flavor's node labels and every level label
-(pkg/util/tas/node.go:19-33), not excluded by the pod set's nodeSelector or taints it does not
-tolerate. Not modelled: node affinity, other resources than GPUs, pod sets competing for the same
-hosts, inner slice layers beyond the outermost.
+**Fit.** The waiting Workloads' fits are :class:`.fits.Fits`'s: at each flush this module gives
+it the cluster as Kueue's placement reads it (:mod:`.tas_fit`): per GPU node its allocatable
+resources, taints and readiness, and the usage on it, the admitted Workloads' pods x requests (and
+a ``pods`` unit each) on the hosts of their assignments plus the requests of the bound non-TAS pods
+the pod store holds (Kueue's non-TAS usage, pod_usage_controller.go:158-173), one snapshot per
+flavor and state of the cluster, and the time it last saw capacity freed.
 
 **Sharding.** Capacity and unavailable GPUs come from Nodes, which every shard watches; used
 GPUs from Workloads and bound GPUs from pods, which shards split by namespace. So with several
@@ -63,14 +58,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..exposition import Exposition, Family, LabelPairs, format_value
+from ..exposition import Exposition, Family, LabelPairs
 from ..taints import Taint, Toleration, tolerated, untolerated
 from ..topology import HOSTNAME_LABEL
-from .workload_state import holds_quota, in_queue
+from .fits import FitReport, Fits
+from .tas_fit import FitFlavor, FitNode, FlavorSnapshot
+from .workload_state import holds_quota
 
 if TYPE_CHECKING:
     from ..topologies import ResourceFlavor, Topology
@@ -93,13 +91,15 @@ DOMAIN_GPUS = Family(
     "gangscope_domain_gpus", "gauge",
     "GPUs of each topology domain (level and the path labels down to it) by state: capacity (allocatable), unavailable "
     "(on nodes not Ready, cordoned, unhealthy for Kueue or tainted without a toleration), used (Kueue's view: pods x "
-    "GPUs of the Workloads holding quota there) and free (capacity minus used on available nodes).",
+    "GPUs of the Workloads holding quota there) and free (capacity minus used on available nodes; not for single hosts: "
+    "recorded as host:gangscope_domain_gpus_free:sum).",
     ("level", "state"), topology=True,
 )
 DOMAIN_PLACEABLE = Family(
     "gangscope_domain_placeable_pods", "gauge",
     "Pods of gpus_per_pod GPUs the domain can take now: the sum over its nodes of free GPUs divided by the pod size, "
-    "rounded down (for each of --placement-sizes).",
+    "rounded down (for each of --placement-sizes); not for single hosts: recorded as "
+    "host:gangscope_domain_placeable_pods:sum.",
     ("level", "gpus_per_pod"), topology=True,
 )
 DOMAINS = Family(
@@ -107,18 +107,6 @@ DOMAINS = Family(
     "Topology domains of each level by state: free (nothing used), partial, full (no free GPU) and unavailable (every "
     "GPU unavailable).",
     ("level", "state"),
-)
-WORKLOAD_FIT = Family(
-    "gangscope_workload_fit", "gauge",
-    "Whether the free GPUs could place the waiting Workload's topology request now (1) or not (0): in one domain of "
-    "its required or preferred level (scope domain), or anywhere in the cluster (scope cluster).",
-    ("namespace", "workload", "scope"),
-)
-FRAGMENTATION_BLOCKED = Family(
-    "gangscope_fragmentation_blocked_workloads", "gauge",
-    "Waiting Workloads with a required topology level that the cluster's free GPUs could hold but no single domain of "
-    "that level can.",
-    ("cluster_queue", "level"),
 )
 WORKLOAD_DOMAINS_NEEDED = Family(
     "gangscope_workload_domains_needed", "gauge",
@@ -133,10 +121,9 @@ DOMAIN_BOUND = Family(
     "are watched, once their first LIST completed.",
     ("level",), topology=True,
 )
-FAMILIES = (DOMAIN_GPUS, DOMAIN_BOUND, DOMAIN_PLACEABLE, DOMAINS, WORKLOAD_FIT, FRAGMENTATION_BLOCKED, WORKLOAD_DOMAINS_NEEDED)
+FAMILIES = (DOMAIN_GPUS, DOMAIN_BOUND, DOMAIN_PLACEABLE, DOMAINS, WORKLOAD_DOMAINS_NEEDED)
 
 _DOMAINS_OWNER = ("capacity_domains",)
-_BLOCKED_OWNER = ("capacity_fragmentation",)
 
 
 def parse_sizes(text: str) -> tuple[int, ...]:
@@ -168,6 +155,7 @@ class Host:
     blocking: tuple[Taint, ...] = ()  # of those, the ones no toleration of its flavors tolerates either
     applied: tuple[float, ...] | None = None  # the numbers last added to its domains
     domains: tuple[tuple[int, Path], ...] = ()  # (level index, domain path) it was added to
+    fit_node: FitNode | None = None  # what Kueue's placement reads of its Node
 
 
 @dataclass(slots=True)
@@ -190,110 +178,6 @@ class Candidates:
     tolerations: tuple[Toleration, ...]
 
 
-@dataclass(slots=True)
-class LevelFit:
-    """What the free capacity holds for one request at one level, in one flavor's nodes."""
-
-    flavor: str
-    best: int  # slices (pods when not sliced) the best domain holds
-    best_domain: Path
-    total: int  # slices all domains hold together
-    free_gpus: float
-    domains_with_free: int
-    domains: int
-
-
-@dataclass(slots=True)
-class PodSetFit:
-    """One pod set's request and how the free capacity answers it (explain's numbers)."""
-
-    podset: str
-    mode: str  # required, preferred, unconstrained, or slices (only slice layers)
-    level: str  # the level's label name ("" when the request names none)
-    pods: int
-    gpus_per_pod: float
-    slice_level: str
-    slice_size: int
-    needed: int  # slices to place (pods when not sliced)
-    fit: LevelFit | None  # the flavor that holds most; None: no node of any candidate flavor
-    domain_fit: bool = False
-    cluster_fit: bool = False
-
-    @property
-    def fragmented(self) -> bool:
-        return self.cluster_fit and not self.domain_fit
-
-
-@dataclass(slots=True)
-class _Waiting:
-    """A waiting Workload's evaluable requests and what the last flush found."""
-
-    cluster_queue: str
-    requests: list[tuple[PodSet, Any]]  # (pod set, what its fit depends on: request, size, tolerations, selector)
-    result: tuple[bool, bool, str] | None = None  # (domain fit, cluster fit, blocked level or "")
-
-
-class _FitState:
-    """What one request shape (level, slice level and size, GPUs per pod, tolerations, node
-    selector) finds in one flavor's candidate nodes, kept per domain and updated host by host:
-    a flush that changed a few hosts' free GPUs costs a few updates per shape, not a walk over
-    every node (the collector's 5,000)."""
-
-    __slots__ = ("level", "slice_level", "gpus", "size", "tolerations", "members", "slice_pods", "slices", "free",
-                 "total", "fit", "stale")
-
-    def __init__(self, level: int, slice_level: int, gpus: float, size: int, tolerations: tuple[Toleration, ...]) -> None:
-        self.level, self.slice_level, self.gpus, self.size, self.tolerations = level, slice_level, gpus, size, tolerations
-        self.members: dict[str, tuple[Path, Path, float, float]] = {}  # hostname -> (slice domain, domain, pods, free)
-        self.slice_pods: dict[Path, float] = {}
-        self.slices: dict[Path, int] = {}  # domain of the level -> slices (pods when not sliced) it holds
-        self.free: dict[Path, float] = {}  # domain of the level -> free GPUs
-        self.total = 0
-        self.fit: LevelFit | None = None
-        self.stale = True  # fit must be computed again
-
-    def put(self, hostname: str, path: Path, free: float) -> None:
-        pods = free // self.gpus
-        old = self.members.get(hostname)
-        if old is not None:
-            if old[2] == pods and old[3] == free:
-                return
-            if old[0] == path[: self.slice_level + 1] and old[1] == path[: self.level + 1]:
-                self._change(old, pods, free)  # the common case: same domains, other free GPUs
-                self.members[hostname] = (old[0], old[1], pods, free)
-                return
-            self._change(old, 0, 0)
-        entry = (path[: self.slice_level + 1], path[: self.level + 1], 0, 0)
-        self._change(entry, pods, free)
-        self.members[hostname] = (entry[0], entry[1], pods, free)
-
-    def _change(self, entry: tuple[Path, Path, float, float], pods: float, free: float) -> None:
-        """Move a host's contribution from ``entry``'s pods and free GPUs to ``pods`` and ``free``."""
-        sl, domain, old_pods, old_free = entry
-        size = self.size
-        before = self.slice_pods.get(sl, 0)
-        after = self.slice_pods[sl] = before - old_pods + pods
-        delta = int(after // size) - int(before // size)  # fillInCountsHelper: slices per slice domain
-        self.slices[domain] = self.slices.get(domain, 0) + delta
-        self.total += delta
-        self.free[domain] = self.free.get(domain, 0) + free - old_free
-        self.stale = True
-
-    def result(self, flavor: str, extra: Mapping[Path, float]) -> LevelFit | None:
-        if self.stale:
-            self.stale = False
-            if not self.slices:
-                self.fit = None
-            else:
-                free = self.free
-                if extra:  # usage Kueue put on a domain of this level, not on a host
-                    free = {d: max(0.0, f - extra.get(d, 0)) for d, f in free.items()}
-                best = max(self.slices, key=lambda d: (self.slices[d], free[d]))
-                self.fit = LevelFit(flavor, self.slices[best], best, self.total, sum(free.values()),
-                                    sum(1 for v in free.values() if v > 0), len(self.slices))
-        return self.fit
-
-
 def _plural(word: str, n: int) -> str:
     return word if n == 1 else (word + "es" if word.endswith(("s", "x", "sh", "ch")) else word + "s")
 
@@ -308,9 +192,15 @@ class Capacity:
     def __init__(self, exposition: Exposition, levels: Callable[[], TopologyLevels], fragment: Callable[[Path], LabelPairs],
                  *, gpu_resources: Sequence[str] = ("nvidia.com/gpu",), sizes: Sequence[int] = DEFAULT_PLACEMENT_SIZES,
                  flavors: Mapping[str, ResourceFlavor] | None = None, topologies: Mapping[str, Topology] | None = None,
-                 shard: int = 0, total_shards: int = 1) -> None:
+                 shard: int = 0, total_shards: int = 1,
+                 queue_flavors: Callable[[str], tuple[str, ...] | None] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.exposition = exposition
         exposition.register(*FAMILIES)
+        self.fits = Fits(exposition, lambda key: self._levels().alias(key))
+        # The flavors of a ClusterQueue, in spec order (None: the queue is not known).
+        self._queue_flavors = queue_flavors or (lambda _cq: None)
+        self._clock = clock
         self._levels, self._fragment = levels, fragment
         self.sizes = tuple(sizes)
         self._flavors: Mapping[str, ResourceFlavor] = flavors if flavors is not None else {}
@@ -328,10 +218,15 @@ class Capacity:
         self._state_counts: list[dict[str, int]] = []
         self._dirty_hosts: set[str] = set()
         self._dirty_domains: set[tuple[int, Path]] = set()
-        self._waiting: dict[WorkloadKey, _Waiting] = {}
         self._needed: dict[WorkloadKey, list[tuple[PodSet, str, Any]]] = {}  # admitted, preferred: (pod set, flavor, level key)
-        self._dirty_fit: set[WorkloadKey] = set()
-        self._fit_states: dict[Any, _FitState] = {}  # request shape -> its free space (see _FitState)
+        self._dirty_needed: set[WorkloadKey] = set()
+        # The fit's view (see module doc): usage per hostname of the admitted Workloads, every
+        # resource; per flavor the snapshot of the current state; when capacity was last freed.
+        self._tas_usage: dict[str, dict[str, int]] = {}
+        self._snapshots: dict[str, FlavorSnapshot] = {}
+        self._fit_flavors: dict[str, FitFlavor] | None = None
+        self._fit_dirty = False  # the cluster changed since the fits were last evaluated
+        self.changed_at: float | None = None
         self._needed_cache: dict[Any, list[int]] = {}
         self._candidates_cache: dict[Any, list[Host]] = {}
         self._flavor_cache: dict[tuple[str, str], list[Candidates]] = {}
@@ -341,6 +236,7 @@ class Capacity:
         self._timer: asyncio.TimerHandle | None = None
         self._hold = 0
         self._pods: PodStore | None = None
+        self._non_tas_seen: dict[str, Mapping[str, int]] = {}  # node -> its non-TAS usage last seen
         self.set_shards(shard, total_shards, render=False)
         self._reset_domains()
 
@@ -354,12 +250,11 @@ class Capacity:
         if render:
             for level, domains in enumerate(self._domains):
                 self._dirty_domains.update((level, path) for path in domains)
-            self._dirty_fit.update(self._waiting)
+            self._dirty_needed.update(self._needed)
+            self._fit_dirty = True
             if not self.complete:
-                for key in self._waiting:
-                    self.exposition.delete(("capacity_workload", *key))
+                self.fits.forget_all()
             self._render_domain_counts()
-            self._render_blocked()
             self._schedule()
 
     def attach_pods(self, pods: PodStore) -> None:
@@ -378,8 +273,44 @@ class Capacity:
                 hostname = self._node_host.get(node)
                 if hostname is not None:
                     self._dirty_hosts.add(hostname)
+                    self._non_tas_changed(node)
+        if changes is None or changes.covered:
+            self._non_tas_seen = {h.node: self._pods.non_tas_usage_on(h.node) for h in self.hosts.values()}
+            self._snapshots.clear()
+            self._fit_dirty = True
         self._schedule()
         self.settle()
+
+    def _non_tas_changed(self, node: str) -> None:
+        """A watched pod on ``node`` came, went or changed: the fit's snapshots are stale, and
+        usage that went down freed capacity."""
+        new = self._pods.non_tas_usage_on(node) if self._pods is not None else {}
+        old = self._non_tas_seen.get(node, {})
+        if new == old:
+            return
+        if any(new.get(k, 0) < v for k, v in old.items()):
+            self._freed()
+        self._non_tas_seen[node] = dict(new)
+        self._snapshots.clear()
+        self._fit_dirty = True
+
+    def _freed(self) -> None:
+        """Capacity was freed, seen live: a fit Kueue denied before now may be right (see
+        :func:`.workload_fit.against_kueue`). Offline, nothing is seen change."""
+        if self._loop is not None:
+            self.changed_at = self._clock()
+
+    def _fit_changed(self, new: FitNode, old: FitNode | None) -> None:
+        """A host's Node changed what the placement reads of it."""
+        self._snapshots.clear()
+        self._fit_dirty = True
+        if old is None:
+            return  # a Node first seen: during a LIST every one is; never counted as freed
+        usable_before = old.ready and not old.unschedulable
+        usable = new.ready and not new.unschedulable
+        if ((usable and not usable_before) or any(new.allocatable.get(k, 0) > v for k, v in old.allocatable.items())
+                or any(t not in new.taints for t in old.taints) or new.labels != old.labels):
+            self._freed()
 
     @property
     def bound_known(self) -> bool:
@@ -417,8 +348,8 @@ class Capacity:
             self._timer = self._loop.call_later(FLUSH_DELAY, self.flush)
 
     def _pending_work(self) -> bool:
-        return bool(self._dirty_hosts or self._dirty_domains or self._dirty_fit or self._capacity_changed
-                    or self._free_changed)
+        return bool(self._dirty_hosts or self._dirty_domains or self._dirty_needed or self._capacity_changed
+                    or self._free_changed or self._fit_dirty or self.fits.pending)
 
     # ---- inputs ---------------------------------------------------------------------------------
 
@@ -439,11 +370,18 @@ class Capacity:
             host = None
         if host is None:
             host = self.hosts[hostname] = Host(name, node.labels, path, node.gpus, node.ready, node.unschedulable, taints)
+            host.fit_node = _fit_node(node)
             shape_changed = True
         else:
             # Capacity, path or labels change which nodes are candidates and what domains hold;
             # readiness, cordons and taints only what a host has free (updated host by host).
             shape_changed = (host.path, host.gpus, host.labels) != (path, node.gpus, node.labels)
+            fit_node = host.fit_node
+            if fit_node is None or (fit_node.allocatable, fit_node.taints, fit_node.ready, fit_node.unschedulable,
+                                    fit_node.labels) != (node.allocatable, node.taints, node.ready, node.unschedulable,
+                                                         node.labels):
+                self._fit_changed(_fit_node(node), fit_node)
+                host.fit_node = _fit_node(node)
             if not shape_changed and (host.ready, host.unschedulable, host.taints) == (node.ready, node.unschedulable, taints):
                 return  # a status update that changes nothing counted here (most Node events)
             if host.path != path:
@@ -460,6 +398,8 @@ class Capacity:
         del self.hosts[hostname]
         self._unapply(host)
         self._free_changed = self._capacity_changed = True
+        self._snapshots.clear()
+        self._fit_dirty = True
         self._candidates_cache.clear()
         self._schedule()
 
@@ -479,6 +419,8 @@ class Capacity:
         self._needed_cache.clear()
         self._candidates_cache.clear()
         self._free_changed = self._capacity_changed = True
+        self._snapshots.clear()
+        self._fit_dirty = True
         self._schedule()
 
     def flavors_changed(self) -> None:
@@ -492,6 +434,9 @@ class Capacity:
         self._needed_cache.clear()
         self._candidates_cache.clear()
         self._free_changed = self._capacity_changed = True
+        self._snapshots.clear()
+        self._fit_flavors = None
+        self._fit_dirty = True
         self._schedule()
 
     def workload_changed(self, key: WorkloadKey, wl: Workload | None) -> None:
@@ -516,7 +461,7 @@ class Capacity:
                 self._wl_unhealthy[key] = unhealthy
             else:
                 self._wl_unhealthy.pop(key, None)
-        self._note_waiting(key, wl)
+        self.fits.note(key, wl)
         self._note_needed(key, wl)
         self._schedule()
 
@@ -531,19 +476,36 @@ class Capacity:
             return ()
         podsets = wl.podsets
         if len(podsets) == 1:  # the usual Job: one pod set, one assignment
-            g = podsets[0].gpus_per_pod
-            return tuple((a.placed, g) for a in wl.assignments if a.placed and g and a.name == podsets[0].name)
-        per_pod = {ps.name: ps.gpus_per_pod for ps in podsets}
-        return tuple((a.placed, per_pod.get(a.name, 0)) for a in wl.assignments if a.placed and per_pod.get(a.name))
+            ps = podsets[0]
+            return tuple((a.placed, ps.gpus_per_pod, ps.requests) for a in wl.assignments if a.placed and a.name == ps.name)
+        per_name = {ps.name: ps for ps in podsets}
+        return tuple((a.placed, per_name[a.name].gpus_per_pod, per_name[a.name].requests)
+                     for a in wl.assignments if a.placed and a.name in per_name)
 
     def _apply_usage(self, usage: tuple[Any, ...], sign: int) -> None:
         """Add (``sign`` 1) or take back (-1) a Workload's GPUs per host. This runs for each of
         tens of thousands of Workloads in a LIST: one loop, no call per host."""
-        used, hosts, dirty = self._used, self.hosts, self._dirty_hosts
-        for placed, per_pod in usage:
+        used, hosts, dirty, tas = self._used, self.hosts, self._dirty_hosts, self._tas_usage
+        for placed, per_pod, requests in usage:
             gpus = sign * per_pod
             for path, pods in placed:
                 host = path[-1][1]
+                if host:  # every resource, and a pods unit per pod (tas_flavor.go:283-306)
+                    u = tas.get(host)
+                    if u is None:
+                        u = tas[host] = {}
+                    n = sign * pods
+                    for k, v in requests.items():
+                        u[k] = u.get(k, 0) + n * v
+                    u["pods"] = u.get("pods", 0) + n
+                    if u["pods"] <= 0:
+                        del tas[host]
+                    if sign < 0 and host in hosts:
+                        self._freed()
+                    self._snapshots.clear()
+                    self._fit_dirty = True
+                if gpus == 0:
+                    continue
                 if not host:  # Kueue named no host: the deepest domain it named holds the usage
                     depth = max((i + 1 for i, (_, v) in enumerate(path) if v), default=0)
                     if depth:
@@ -609,8 +571,20 @@ class Capacity:
         bound = self._pods.gpus_bound_on(host.node) if self._pods is not None else 0.0
         if self.available(host):
             free = max(0.0, cap - used)
-            return (cap, 0, used, free, bound, *(free // s for s in self.sizes))
+            # Each pod also takes one of the node's allocatable pods (tas_flavor_snapshot.go:896-899):
+            # those the admitted Workloads and the watched non-TAS pods hold are gone.
+            pods_free = self._free_pods(hostname, host)
+            return (cap, 0, used, free, bound, *(min(free // s, pods_free) for s in self.sizes))
         return (cap, cap, used, 0, bound, *(0 for _ in self.sizes))
+
+    def _free_pods(self, hostname: str, host: Host) -> float:
+        node = host.fit_node
+        if node is None or "pods" not in node.allocatable:
+            return float("inf")  # a Node record without it (a trimmed dump): GPUs alone decide
+        taken = self._tas_usage.get(hostname, {}).get("pods", 0)
+        if self._pods is not None:
+            taken += self._pods.non_tas_usage_on(host.node).get("pods", 0)
+        return max(0, node.allocatable["pods"] - taken)
 
     # ---- domains --------------------------------------------------------------------------------
 
@@ -664,14 +638,10 @@ class Capacity:
         dirty_hosts, self._dirty_hosts = self._dirty_hosts, set()
         for hostname in dirty_hosts:
             self._refresh_host(hostname)
-        recheck = self._free_changed
         if self._capacity_changed:
             self._capacity_changed = False
             self._needed_cache.clear()
-            self._fit_states.clear()  # candidate nodes or their paths changed: built again when asked
-            self._dirty_fit.update(self._needed)
-        elif self._free_changed:
-            self._update_fit_states(dirty_hosts)
+            self._dirty_needed.update(self._needed)
         self._free_changed = False
         dirty, self._dirty_domains = self._dirty_domains, set()
         if dirty:
@@ -680,8 +650,54 @@ class Capacity:
                 counts_changed |= self._render_domain(level, path)
             if counts_changed:
                 self._render_domain_counts()
-        if self._dirty_fit or (recheck and self._waiting):
-            self._render_fits(recheck)
+        if self._dirty_needed:
+            self._render_needed()
+        if self.complete and (self._fit_dirty or self.fits.pending):
+            cluster_changed, self._fit_dirty = self._fit_dirty, False
+            self.fits.evaluate(cluster_changed, self._queue_flavors, self.fit_flavors(), self.snapshot, self.changed_at)
+
+    # ---- the fit's view (see module doc) --------------------------------------------------------
+
+    def workload_fit(self, wl: Workload) -> FitReport | None:
+        """explain's fit of a waiting Workload, current (flushes first); None where this collector
+        does not see every Workload (a shard, a namespaced install): others' usage would look free."""
+        if not self.complete:
+            return None
+        self.flush()
+        return self.fits.report(wl.key, self.changed_at)
+
+    def fit_flavors(self) -> dict[str, FitFlavor]:
+        """The TAS ResourceFlavors whose Topology is known, as the placement reads them."""
+        if self._fit_flavors is None:
+            out = {}
+            for f in self._flavors.values():
+                topo = self._topologies.get(f.topology_name) if f.topology_name else None
+                if topo is not None and topo.levels:
+                    out[f.name] = FitFlavor(f.name, topo.name, tuple(topo.levels), dict(f.node_labels), f.tolerations)
+            self._fit_flavors = out
+        return self._fit_flavors
+
+    def snapshot(self, flavor: FitFlavor) -> FlavorSnapshot:
+        """The flavor's free capacity now (one per flavor until the cluster changes)."""
+        snap = self._snapshots.get(flavor.name)
+        if snap is None or snap.flavor != flavor:
+            pods, tas = self._pods, self._tas_usage
+            usage: dict[str, Mapping[str, int]] = {}
+            for hostname, host in self.hosts.items():
+                u = tas.get(hostname)
+                other = pods.non_tas_usage_on(host.node) if pods is not None else None
+                if u and other:
+                    merged = dict(u)
+                    for k, v in other.items():
+                        merged[k] = merged.get(k, 0) + v
+                    usage[host.node] = merged
+                elif u or other:
+                    usage[host.node] = u or other  # type: ignore[assignment]
+            # Kueue's snapshot reads the Nodes alone (tas_nodes_cache.go:58-66); another Workload's
+            # unhealthyNodes do not keep a node out of it.
+            nodes = [h.fit_node for h in self.hosts.values() if h.fit_node is not None]
+            snap = self._snapshots[flavor.name] = FlavorSnapshot(flavor, nodes, usage)
+        return snap
 
     def _render_domain(self, level: int, path: Path) -> bool:
         """Render one domain's lines (or delete a domain without hosts); True when its state changed."""
@@ -707,15 +723,19 @@ class Capacity:
                 counts[dom.state] -= 1
             counts[state] += 1
             dom.state = state
+        # A host's free GPUs and placeable pods follow from its other numbers (capacity minus
+        # unavailable minus used; free // size): recording rules derive them (alerts/config.yaml,
+        # capacity), 5 series per Node that no dashboard or rule reads raw.
+        derived = self.complete and self._levels().keys[level] != HOSTNAME_LABEL
         level, topology = path[-1][0], self._fragment(path)
         gpus = []
         for name, value in zip(STATES, (cap, unavailable, used, free)):
-            if name == "used" or (name == "free" and self.complete) or (name in ("capacity", "unavailable") and self.node_owner):
+            if name == "used" or (name == "free" and derived) or (name in ("capacity", "unavailable") and self.node_owner):
                 gpus.append(DOMAIN_GPUS.sample((level, name), value, topology))
         lines: dict[Family, list[str]] = {DOMAIN_GPUS: gpus}
         if self.bound_known:
             lines[DOMAIN_BOUND] = [DOMAIN_BOUND.sample((level,), dom.sums[_BOUND], topology)]
-        if self.complete:
+        if derived:
             placeable = dom.sums[_PLACEABLE:]
             if dom.extra_used:  # usage not on a host: take it from the largest sizes' count too
                 placeable = [max(0.0, p - dom.extra_used // s) for p, s in zip(placeable, self.sizes)]
@@ -736,20 +756,6 @@ class Capacity:
 
     # ---- fit ------------------------------------------------------------------------------------
 
-    def _note_waiting(self, key: WorkloadKey, wl: Workload | None) -> None:
-        requests = []
-        if wl is not None and in_queue(wl.state) and wl.podsets:
-            requests = [(ps, (ps.topology, ps.gpus_per_pod, ps.count, ps.tolerations, tuple(sorted(ps.node_selector.items()))))
-                        for ps in wl.podsets
-                        if ps.topology is not None and ps.gpus_per_pod > 0 and ps.count > 0
-                        and (ps.topology.mode or ps.topology.slices)]
-        if requests:
-            self._waiting[key] = _Waiting(wl.cluster_queue if wl is not None else "", requests)
-            self._dirty_fit.add(key)
-        elif self._waiting.pop(key, None) is not None:
-            self.exposition.delete(("capacity_workload", *key))
-            self._dirty_fit.add(key)
-
     def _note_needed(self, key: WorkloadKey, wl: Workload | None) -> None:
         entries = []
         if (wl is not None and wl.admitted and any(ps.topology is not None and ps.topology.preferred for ps in wl.podsets)
@@ -763,10 +769,9 @@ class Capacity:
         if entries:
             if self._needed.get(key) != entries:
                 self._needed[key] = entries
-                self._dirty_fit.add(key)
+                self._dirty_needed.add(key)
         elif self._needed.pop(key, None) is not None:
             self.exposition.delete(("capacity_workload", *key))
-            self._dirty_fit.add(key)
 
     def _candidate_flavors(self, level: str, slice_level: str) -> list[Candidates]:
         """TAS flavors whose Topology has both levels; one catch-all (every GPU node with the level
@@ -796,81 +801,6 @@ class Capacity:
                 if all(h.labels.get(k) == v for k, v in want) and all(lv in h.labels or lv == HOSTNAME_LABEL for lv in c.levels)]
         return found
 
-    def _usable_free(self, hostname: str, host: Host, tolerations: tuple[Toleration, ...]) -> float:
-        """Free GPUs of a candidate host for pods with these tolerations (0 where they cannot go)."""
-        if not host.ready or host.unschedulable or host.node in self._unhealthy:
-            return 0.0
-        if host.taints and any(not tolerated(t, tolerations) for t in host.taints):
-            return 0.0
-        return max(0.0, host.gpus - self._used.get(hostname, 0))
-
-    def _update_fit_states(self, hosts: set[str]) -> None:
-        for state in self._fit_states.values():
-            members = state.members
-            for hostname in hosts:
-                if hostname in members:
-                    host = self.hosts[hostname]
-                    state.put(hostname, host.path, self._usable_free(hostname, host, state.tolerations))
-        if self._extra:
-            for state in self._fit_states.values():
-                state.stale = True
-
-    def _level_fit(self, c: Candidates, level: int, slice_level: int, gpus: float, size: int,
-                   tolerations: tuple[Toleration, ...], selector: tuple[tuple[str, str], ...]) -> LevelFit | None:
-        key = (c, level, slice_level, gpus, size, tolerations, selector)
-        state = self._fit_states.get(key)
-        if state is None:
-            state = self._fit_states[key] = _FitState(level, slice_level, gpus, size, (*c.tolerations, *tolerations))
-            for host in self._candidate_hosts(c, selector):
-                path = host.path
-                if path[level][1] and path[slice_level][1]:
-                    hostname = path[-1][1]
-                    state.put(hostname, path, self._usable_free(hostname, host, state.tolerations))
-        return state.result(c.flavor, {d: v for d, v in self._extra.items() if len(d) == level + 1} if self._extra else {})
-
-    def podset_fit(self, ps: PodSet) -> PodSetFit | None:
-        """How the free capacity answers one pod set's topology request now (None: it names no
-        level gangscope knows, or asks for no GPUs)."""
-        tr = ps.topology
-        if tr is None or ps.gpus_per_pod <= 0 or ps.count <= 0 or not self.hosts:
-            return None  # no GPU node known (a dump without Nodes): nothing to say
-        levels = self._levels()
-        keys, aliases = levels.keys, levels.aliases
-        slice_key, size = tr.slices[0] if tr.slices else (keys[-1], 1)
-        size = size if size > 0 else 1
-        mode = tr.mode or ("slices" if tr.slices else "")
-        level_key = tr.level or (keys[0] if tr.slices else keys[-1])  # Kueue: slices alone -> top, unconstrained -> lowest
-        if not mode or level_key not in keys or slice_key not in keys:
-            return None
-        level, slice_level = keys.index(level_key), keys.index(slice_key)
-        if level > slice_level:
-            return None  # Kueue rejects a slice level above the pod set's level (tas_flavor_snapshot.go:947-949)
-        needed = ps.count // size
-        best: LevelFit | None = None
-        domain_fit = cluster_fit = False
-        selector = tuple(sorted(ps.node_selector.items()))
-        for c in self._candidate_flavors(level_key, slice_key):
-            fit = self._level_fit(c, level, slice_level, ps.gpus_per_pod, size, ps.tolerations, selector)
-            if fit is None:
-                continue
-            domain_fit |= fit.best >= needed
-            cluster_fit |= fit.total >= needed
-            if best is None or (fit.best >= needed, fit.best, fit.total) > (best.best >= needed, best.best, best.total):
-                best = fit
-        if mode in ("unconstrained", "slices"):
-            domain_fit = cluster_fit  # no level to keep the pods in: anywhere they fit will do
-        return PodSetFit(ps.name, mode, aliases[level] if tr.level else "", ps.count, ps.gpus_per_pod,
-                         aliases[slice_level], size, needed, best, domain_fit, cluster_fit)
-
-    def workload_fit(self, wl: Workload) -> list[PodSetFit]:
-        """Every evaluable pod set of ``wl`` (explain); flushes first so the numbers are current.
-        None where this collector does not see every Workload (a shard, a namespaced install, a
-        live explain without the right to list them): other Workloads' GPUs would look free."""
-        if not self.complete:
-            return []
-        self.flush()
-        return [f for f in (self.podset_fit(ps) for ps in wl.podsets) if f is not None]
-
     def _needed_domains(self, flavor: str, level_key: str, gpus: float, pods: int) -> int | None:
         levels = self._levels()
         if level_key not in levels.keys:
@@ -897,42 +827,12 @@ class Capacity:
                 return i + 1
         return len(prefix) or None
 
-    def _render_fits(self, recheck: bool) -> None:
-        """Render the Workloads whose entries changed (``_dirty_fit``), and, when free GPUs moved
-        (``recheck``), every waiting Workload whose answer changed with them."""
-        dirty, self._dirty_fit = self._dirty_fit, set()
-        keys = dirty | set(self._waiting) if recheck else dirty
-        blocked_changed = False
+    def _render_needed(self) -> None:
+        """The domains-needed series of the admitted Workloads whose entries changed."""
+        dirty, self._dirty_needed = self._dirty_needed, set()
         levels = self._levels()
-        memo: dict[Any, PodSetFit | None] = {}  # pod sets that ask the same get the same answer
-
-        def podset_fit(ps: PodSet, shape: Any) -> PodSetFit | None:
-            if shape not in memo:
-                memo[shape] = self.podset_fit(ps)
-            return memo[shape]
-
-        for key in keys:
-            changed = key in dirty
-            waiting = self._waiting.get(key)
-            if waiting is not None and self.complete:
-                fits = [f for f in (podset_fit(ps, shape) for ps, shape in waiting.requests) if f is not None]
-                result = None
-                if fits:
-                    cluster = all(f.cluster_fit for f in fits)
-                    result = (all(f.domain_fit for f in fits), cluster,
-                              next((f.level for f in fits if f.mode == "required" and f.fragmented), "") if cluster else "")
-                if result != waiting.result:
-                    blocked_changed |= (waiting.result or (0, 0, ""))[2] != (result or (0, 0, ""))[2]
-                    waiting.result = result
-                    changed = True
-            elif waiting is None and changed:
-                blocked_changed = True  # it may have been counted while it waited
-            if not changed:
-                continue
+        for key in dirty:
             lines: dict[Family, list[str]] = {}
-            if waiting is not None and waiting.result is not None and self.complete:
-                lines[WORKLOAD_FIT] = [WORKLOAD_FIT.sample((key[0], key[1], "domain"), int(waiting.result[0])),
-                                       WORKLOAD_FIT.sample((key[0], key[1], "cluster"), int(waiting.result[1]))]
             for ps, flavor, level_key in self._needed.get(key, ()):
                 n = self._needed_domains(flavor, level_key, ps.gpus_per_pod, ps.count)
                 if n is not None:
@@ -942,57 +842,11 @@ class Capacity:
                 self.exposition.set(("capacity_workload", *key), lines)
             else:
                 self.exposition.delete(("capacity_workload", *key))
-        if recheck:  # shapes no waiting Workload asks for any more
-            used = {key for key, state in self._fit_states.items() if not state.stale}
-            for key in [k for k in self._fit_states if k not in used]:
-                del self._fit_states[key]
-        if blocked_changed:
-            self._render_blocked()
-
-    def _render_blocked(self) -> None:
-        if not self.complete:
-            self.exposition.delete(_BLOCKED_OWNER)
-            return
-        counts: dict[tuple[str, str], int] = {}
-        for waiting in self._waiting.values():
-            if waiting.result is not None and waiting.result[2]:
-                k = (waiting.cluster_queue, waiting.result[2])
-                counts[k] = counts.get(k, 0) + 1
-        self.exposition.set(_BLOCKED_OWNER, {FRAGMENTATION_BLOCKED: [
-            FRAGMENTATION_BLOCKED.sample((cq, level), n)
-            for (cq, level), n in sorted(counts.items())]})
 
 
 def _same_usage(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
-    return len(a) == len(b) and all(x[0] is y[0] and x[1] == y[1] for x, y in zip(a, b))
+    return len(a) == len(b) and all(x[0] is y[0] and x[1] == y[1] and x[2] == y[2] for x, y in zip(a, b))
 
 
-def _count(n: float, word: str) -> str:
-    return f"{format_value(n)} {word if n == 1 else _plural(word, 2)}"
-
-
-def fit_text(f: PodSetFit) -> str:
-    """explain's sentence for one pod set: "needs 8 pods x 8 GPUs in one rack (required); the
-    largest free rack, rack-2-1, fits 5; 96 GPUs are free across 4 racks: fragmented"."""
-    what = f"{_count(f.pods, 'pod')} x {_count(f.gpus_per_pod, 'GPU')}"
-    sliced = f.slice_size > 1
-    if sliced:
-        what += f" in slices of {f.slice_size} pods per {f.slice_level}"
-    if f.mode == "required":
-        text = f"needs {what} in one {f.level} (required)"
-    elif f.mode == "preferred":
-        text = f"needs {what}, preferably in one {f.level} (preferred)"
-    else:
-        text = f"needs {what} ({'slices only' if f.mode == 'slices' else 'unconstrained'})"
-    fit = f.fit
-    if fit is None:
-        return text + "; no node of a flavor with that level is known"
-    level = f.level or f.slice_level
-    if f.level:
-        text += f"; the largest free {f.level}, {fit.best_domain[-1][1]}, fits {fit.best}" + (" slices" if sliced else "")
-    text += f"; {_count(fit.free_gpus, 'GPU')} {'is' if fit.free_gpus == 1 else 'are'} free across {_count(fit.domains_with_free, level)}"
-    if f.domain_fit and (f.mode != "preferred" or fit.best >= f.needed):
-        return text + ": it fits now"
-    if f.cluster_fit:
-        return text + (f": it fits now, spread over several {_plural(f.level, 2)}" if f.mode == "preferred" else ": fragmented")
-    return text + f": not enough free GPUs ({fit.total} of {_count(f.needed, 'slice' if sliced else 'pod')} fit)"
+def _fit_node(node: Node) -> FitNode:
+    return FitNode(node.name, node.labels, node.allocatable, node.taints, node.ready, node.unschedulable)

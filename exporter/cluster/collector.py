@@ -14,12 +14,13 @@ from typing import Any
 from ..config import add_gpu_resource, add_topology, gpu_resources, topology_from_args
 from ..exposition import Exposition
 from .capacity import DEFAULT_PLACEMENT_SIZES, parse_sizes
+from .gang_state import KAI_DEFAULT_STALENESS_GRACE
 from .gangs import DEFAULT_ASSEMBLY_TIMEOUT, GangIndex, add_gang_arguments, attach_gangs
 from .jobs import DEFAULT_PROGRESS_STALE, add_job_arguments, attach_jobs
 from .pods import PodStore, add_pod_arguments
 from .object_labels import LabelsAllowlist, allowlist_argument
 from .object_labels import from_flag as labels_from_flag
-from .store import DEFAULT_EVICTION_GRACE, ClusterStore
+from .store import DEFAULT_EVICTION_GRACE, DEFAULT_FINISHED_DETAIL, ClusterStore
 
 
 def build_collector(exposition: Exposition, *, gpu_resources: Sequence[str] = ("nvidia.com/gpu",),
@@ -28,7 +29,8 @@ def build_collector(exposition: Exposition, *, gpu_resources: Sequence[str] = ("
                     eviction_grace: float = DEFAULT_EVICTION_GRACE, watch_pods: bool = True,
                     progress_stale_after: float = DEFAULT_PROGRESS_STALE,
                     placement_sizes: Sequence[int] = DEFAULT_PLACEMENT_SIZES, shard: int = 0, total_shards: int = 1,
-                    labels_allowlist: LabelsAllowlist | None = None,
+                    labels_allowlist: LabelsAllowlist | None = None, finished_detail: float = DEFAULT_FINISHED_DETAIL,
+                    kai_grace: float = KAI_DEFAULT_STALENESS_GRACE,
                     ) -> tuple[ClusterStore, dict[str, Any], GangIndex]:
     """The store, the gang index joined onto it, and every handler keyed by ``Resource.source``
     (see exporter.kube.resources): Kueue objects and Nodes go to the store, the PodGroup
@@ -42,11 +44,12 @@ def build_collector(exposition: Exposition, *, gpu_resources: Sequence[str] = ("
     store = ClusterStore(exposition, gpu_resources=gpu_resources, level_keys=level_keys,
                          alias_overrides=alias_overrides, eviction_level=eviction_level, eviction_grace=eviction_grace,
                          placement_sizes=placement_sizes, shard=shard, total_shards=total_shards,
-                         labels_allowlist=labels_allowlist)
+                         labels_allowlist=labels_allowlist, finished_detail=finished_detail)
     pods = PodStore(gpu_resources) if watch_pods else None
     if pods is not None:
         store.capacity.attach_pods(pods)
     gangs = attach_gangs(store, assembly_timeout=assembly_timeout, pods=pods)
+    gangs.kai_grace = kai_grace
     jobs = attach_jobs(store, gangs)
     jobs.stale_after = progress_stale_after
     handlers: dict[str, Any] = {**store.handlers(), **gangs.handlers(), **jobs.handlers(),
@@ -71,9 +74,22 @@ def add_collector_arguments(p: argparse.ArgumentParser) -> None:
                         "podgroups=[*]; * as the resource means both; repeatable; default: none)")
     p.add_argument("--eviction-domain-grace", type=float, default=DEFAULT_EVICTION_GRACE, metavar="SECONDS",
                    help="how long the eviction series of a domain that no Node has any more are kept (default 3600)")
+    p.add_argument("--finished-detail", type=_seconds, default=DEFAULT_FINISHED_DETAIL, metavar="SECONDS",
+                   help="how long a finished or deactivated Workload keeps its placement, gang and PodGroup series "
+                        "(default 0: it keeps its summary only from the moment it finishes)")
     p.add_argument("--placement-sizes", type=_sizes, default=DEFAULT_PLACEMENT_SIZES, metavar="GPUS,...",
                    help="pod sizes in GPUs for which gangscope_domain_placeable_pods counts the pods each domain can "
                         "take now (default " + ",".join(map(str, DEFAULT_PLACEMENT_SIZES)) + ")")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"not a number of seconds >= 0: {text!r}")
+    return value
 
 
 def _sizes(text: str) -> tuple[int, ...]:
@@ -92,7 +108,8 @@ def collector_from_args(exposition: Exposition, args: argparse.Namespace) -> tup
         alias_overrides=overrides, assembly_timeout=args.assembly_timeout, eviction_level=args.eviction_level,
         eviction_grace=args.eviction_domain_grace, watch_pods=not args.no_pods,
         progress_stale_after=args.progress_stale_after, placement_sizes=args.placement_sizes,
-        labels_allowlist=labels_from_flag(args.metric_labels_allowlist))
+        labels_allowlist=labels_from_flag(args.metric_labels_allowlist), finished_detail=args.finished_detail,
+        kai_grace=args.kai_staleness_grace_period)
 
 
 def source_specs(args: argparse.Namespace, handlers: Mapping[str, Any], *, namespace: str | None = None,

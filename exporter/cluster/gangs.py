@@ -30,56 +30,35 @@ Join keys (ARCHITECTURE.md), in that order of trust:
 3. ``owner_name``: the Workload owner's name equals the PodGroup's name, or the ``spec.controllerRef``
    name of the native Workload the group belongs to (1.35 pod groups, 1.36+ PodGroups).
 
-**Evidence.** How many members of a gang are running comes, in this order of trust, from the
-live pods (:mod:`exporter.cluster.pods`, where the gang's pods are watched), the PodGroup's own
-counters (Coscheduling, Volcano), and last its phase or condition. A gang whose running (plus
-succeeded) members reach its minimum is assembled whatever the phase says: Coscheduling's own
-controller calls that ``Running`` (scheduler-plugins 903da7df
-pkg/controllers/podgroup_controller.go:125-127), but its status can lag: the legacy controller
-moved ``Scheduling`` on only once its ``scheduled`` counter reached minMember
-(pkg/controller/podgroup.go:251-257 at 56e2398e^), which is how kubernetes-sigs/scheduler-plugins#446
-printed ``phase: Scheduling`` with ``running: 3`` of 3 (tests/fixtures/gangs/real). From
-counters, the rest of that controller's order holds: ``Finished`` when succeeded reach the
-minimum, ``Failed`` when a member failed and failed+running+succeeded reach it (:121-135). From
-pods, a failed pod left over from an earlier attempt does not fail a gang whose running pods
-reach the minimum (the Job replaced it). The native condition reflects only the first scheduling
-decision (10b39a39 scheduling/v1beta1/types.go:722-750): with pods, a gang that lost a member
-below minCount is ``partially_bound`` again; a changed ``minCount`` (mutable in 1.37 beta,
-v1beta1/types.go:444-460) is judged at its event. A native CompositePodGroup is assembled only when
-``minGroupCount`` of its child groups (all of them without a gang policy) are
-(v1alpha3/types.go:1339-1347); a KAI PodGroup with sub-groups when ``minSubGroup`` of its children
-are, each leaf at its ``minMember`` (KAI-Scheduler podgroup_types.go:36-50, 149-178).
-
-The gang's stage is exported in its own state set ``gangscope_gang_stage``, and it answers one
-question for the Workload's stage (:mod:`exporter.cluster.workload_state`): where Kueue writes no
-``PodsReady`` (no ``waitForPodsReady``), an admitted Workload is ``running`` unless a joined gang
-says its pods are still assembling (:meth:`GangIndex.pods_assembling`), or, with no gang joined,
-unless its own pods do (fewer running or succeeded than its pod sets count). The gang stages:
-``not_admitted`` (the joined Workload is not admitted: an admission problem, not an assembly one),
-``assembling`` (waiting within the window), ``stuck`` (waiting past ``scheduleTimeoutSeconds`` or
-``--assembly-timeout``), ``partially_bound`` (some pods bound, the rest cannot be placed),
-``assembled``, ``finished``, ``failed``, ``unreported`` (no status and no pods to judge by: 1.35
-native groups, a KAI group the scheduler has not written) and ``empty`` (its pods are watched and
-none exists, and no admitted Workload waits for it: a hand-made group nothing joined, as on the
-real KAI cluster of tests/fixtures/gangs/real/kai-05). The window counts from the group's creation, the
-Workload's admission, or the moment the gang fell back below its minimum, whichever is latest.
+**Evidence.** How many members of a gang are placed and running comes, in this order of trust,
+from the live pods (:mod:`exporter.cluster.pods`, where the gang's pods are watched), the
+PodGroup's own counters (Coscheduling, Volcano), and last its phase, condition or annotations.
+What they mean is judged in :mod:`exporter.cluster.gang_state` (the stages, and how each
+scheduler counts its members); this module keeps the records and the joins, calls
+:func:`~exporter.cluster.gang_state.evaluate` whenever one of them changes, and renders the result.
 Being stuck depends on the clock, so each waiting gang gets a timer at its deadline instead of
 re-evaluating on scrape.
 
-``gangscope_gang_idle_gpus`` is the GPUs of the bound pods of a gang below its minimum (from
-pods; from counters, running pods times the template's GPUs per pod), and
-``gangscope_gang_idle_gpu_seconds_total`` integrates it over time: advanced at every evaluation
-and every ``IDLE_TICK`` seconds while a gang is idle, so a scrape reads it without rendering.
+The gang's stage answers one question for the Workload's stage (:mod:`exporter.cluster.workload_state`):
+where Kueue writes no ``PodsReady`` (no ``waitForPodsReady``), an admitted Workload is ``running``
+unless a joined gang says its pods are still assembling (:meth:`GangIndex.pods_assembling`), or,
+with no gang joined, unless its own pods do (fewer running or succeeded than its pod sets count).
+
+``gangscope_gang_idle_gpus`` is the GPUs of the placed pods of a gang that cannot train (waiting
+for the rest, or not started), by reason, and ``gangscope_gang_idle_gpu_seconds_total``
+integrates it over time while the collector runs: advanced at every evaluation and every
+``IDLE_TICK`` seconds while a gang is idle, so a scrape reads it without rendering. Offline
+(snapshot, explain) nothing runs over time: it stays 0.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Protocol
 
 import structlog
 
@@ -88,33 +67,28 @@ from ..fields import ParseError
 from ..health import SourceHealth
 from . import podgroups as pg
 from .object_labels import PODGROUP_LABELS
+from .gang_state import (GANG_STAGES, KAI_DEFAULT_STALENESS_GRACE, PODS_ASSEMBLING, Gang, Members, Via,
+                         children_members, counter_members, evaluate, pod_members, template_refs,
+                         workload_members)
 from .podgroups import NativeWorkload, PodGroupRecord
-from .pods import KAI_ANNOTATION, Pod, PodChanges, PodCounts, PodStore
+from .pods import Pod, PodChanges, PodStore
 from .store import ClusterStore
 from .workloads import Workload
 
-if TYPE_CHECKING:
-    from .jobs import JobIndex
+
+class OwnerChain(Protocol):
+    """The job index's owner chain (exporter.cluster.jobs.JobIndex), without importing it."""
+
+    def children_of(self, uid: str) -> list[str]: ...
+
+    def owners_of(self, uid: str) -> list[str]: ...
 
 log = structlog.get_logger(__name__)
 
 DEFAULT_ASSEMBLY_TIMEOUT = 600.0
 IDLE_TICK = 10.0  # seconds between advances of the idle GPU-seconds counter of idle gangs
 
-Via = Literal["template", "owner_uid", "owner_name"]
-Evidence = Literal["pods", "counters", "children", "phase"]
 _RANK: dict[str, int] = {"template": 0, "owner_uid": 1, "owner_name": 2}
-GANG_STAGES = ("not_admitted", "assembling", "stuck", "partially_bound", "assembled", "finished", "failed", "unreported",
-               "empty")
-WAITING_STAGES = ("assembling", "stuck", "partially_bound")
-# Stages after which waiting again restarts the window (a gang that lost a member, pods that
-# appeared for a group that had none); not "unreported": better evidence arriving (the pods'
-# first LIST) is not a change of the gang.
-REGRESSED_FROM = ("assembled", "finished", "failed", "empty")
-# What a gang stage says about its Workload's pods: still assembling (True), all placed (False),
-# nothing (absent: not admitted yet, or a group without status or pods).
-PODS_ASSEMBLING = {"assembling": True, "stuck": True, "partially_bound": True,
-                   "assembled": False, "finished": False, "failed": False}
 
 PgKey = tuple[str, str, str]  # (source, namespace, name)
 WlKey = tuple[str, str]  # (namespace, name)
@@ -129,31 +103,36 @@ GANG_INFO = Family(
 )
 GANG_STAGE = Family(
     "gangscope_gang_stage", "gauge",
-    "Assembly stage of the gang (state set): not_admitted, assembling, stuck, partially_bound, assembled, finished, "
-    "failed, unreported, empty.",
+    "Stage of the gang: one series, value 1, labelled with the current stage (not_admitted, queued, placing, "
+    "assembling, stuck, partially_bound, starting, scaling, initially_scheduled, assembled, finished, failed, "
+    "unreported, empty, unknown; README, gang rules); none once its Workload finished.",
     (*_GANG, "stage"),
 )
 GANG_ASSEMBLY_STUCK = Family(
     "gangscope_gang_assembly_stuck", "gauge",
-    "1 when the gang has waited longer than scheduleTimeoutSeconds (else --assembly-timeout) since admission without "
-    "its running members reaching the minimum.",
+    "1 when the gang has waited longer than scheduleTimeoutSeconds (else --assembly-timeout; KAI: its staleness "
+    "grace period) without its bound members reaching the minimum.",
     _GANG,
 )
 GANG_IDLE_GPUS = Family(
     "gangscope_gang_idle_gpus", "gauge",
-    "GPUs held by bound pods of a gang whose running members have not reached its minimum: allocated, no training "
-    "possible (from live pods; from PodGroup counters, running pods times GPUs per pod).",
-    _GANG,
+    "GPUs held by placed pods of a gang that cannot train, by reason: members (running, waiting for the rest of the "
+    "gang), starting (bound, no container reason yet), a waiting container's reason (ContainerCreating, "
+    "ImagePullBackOff, ...; other for the rest); an empty reason with 0 when none is idle (from live pods; from PodGroup "
+    "counters, running pods times GPUs per pod).",
+    (*_GANG, "reason"),
 )
 GANG_DEADLINE = Family(
     "gangscope_gang_assembly_deadline_timestamp_seconds", "gauge",
-    "When a waiting gang counts as stuck: admission (or PodGroup creation, or its fall below the minimum) plus its timeout.",
+    "When a waiting gang counts as stuck: admission (or PodGroup creation, its fall below the minimum, or its last "
+    "scheduling gate going) plus its timeout; KAI: its stale-podgroup-timestamp plus the staleness grace period.",
     _GANG,
 )
 GANG_PODS = Family(
     "gangscope_gang_pods", "gauge",
-    "Members of the gang by state from the best evidence: live pods (bound, running, ready, pending, succeeded, "
-    "failed), else the PodGroup's counters (running, succeeded, failed).",
+    "Members of the gang by state from the best evidence: live pods (pending: unbound; bound: on a node, not all "
+    "containers started; running; ready; succeeded; failed; and, when not 0, gated, terminating (leaving, still "
+    "holding GPUs, not members) and unknown), else the PodGroup's counters (running, succeeded, failed).",
     (*_GANG, "state"),
 )
 GANG_IDLE_GPU_SECONDS = Family(
@@ -170,61 +149,9 @@ PODGROUP_UNSCHEDULABLE = Family(
     (*_PG, "reason"),
 )
 FAMILIES = (GANG_INFO, GANG_STAGE, GANG_ASSEMBLY_STUCK, GANG_IDLE_GPUS, GANG_DEADLINE, GANG_PODS, PODGROUP_UNSCHEDULABLE)
-
-# Workload template keys that name a PodGroup, and the API each one names.
-TEMPLATE_LABELS = (
-    (pg.COSCHEDULING_PODGROUP_LABEL, "coscheduling"),
-    (pg.COSCHEDULING_LEGACY_PODGROUP_LABEL, "coscheduling"),
-)
-TEMPLATE_ANNOTATIONS = ((pg.VOLCANO_GROUP_ANNOTATION, "volcano"), (KAI_ANNOTATION, "kai"))
-
-
-@dataclass(frozen=True, slots=True)
-class Members:
-    """How many members of a gang are in each state, and by which evidence (None: not reported)."""
-
-    evidence: Evidence
-    running: int | None = None
-    succeeded: int | None = None
-    failed: int | None = None
-    bound: int | None = None
-    ready: int | None = None
-    pending: int | None = None
-    members: int | None = None
-    bound_gpus: float | None = None
-    reached: bool | None = None  # the minimum is met (None: no minimum to judge by)
-
-
-@dataclass(slots=True)
-class Gang:
-    """One PodGroup with its joined Workload (or none) and its evaluated assembly state."""
-
-    podgroup: PodGroupRecord
-    workload: Workload | None
-    via: Via | None
-    stage: str
-    stuck: bool
-    wait_start: float | None
-    deadline: float | None
-    timeout: float
-    gpus_per_pod: float | None
-    idle_gpus: float | None
-    members: Members | None = None
-    regressed_at: float | None = None  # when it last fell from a non-waiting stage back to waiting
-
-    def as_dict(self) -> dict[str, Any]:
-        m = self.members
-        return {
-            "podgroup": pg.record_dict(self.podgroup),
-            "workload": self.workload.name if self.workload else None,
-            "join_key": self.via, "stage": self.stage, "stuck": self.stuck, "wait_start": self.wait_start,
-            "deadline": self.deadline, "timeout_seconds": self.timeout, "gpus_per_pod": self.gpus_per_pod,
-            "idle_gpus": self.idle_gpus,
-            "evidence": m.evidence if m is not None else "phase",
-            "members": None if m is None or m.evidence == "phase" else {
-                "running": m.running, "succeeded": m.succeeded, "failed": m.failed, "bound": m.bound, "ready": m.ready,
-                "pending": m.pending, "total": m.members, "bound_gpus": m.bound_gpus},
-        }
+_POD_STATES = ("bound", "running", "ready", "pending", "succeeded", "failed")
+_POD_STATES_IF_ANY = ("gated", "terminating", "unknown")
+_SAYS_UNSCHEDULABLE = ("queued", "assembling", "stuck", "partially_bound")  # the scheduler's reasons are shown then
 
 
 def add_gang_arguments(p: argparse.ArgumentParser) -> None:
@@ -232,176 +159,10 @@ def add_gang_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--assembly-timeout", type=float, default=DEFAULT_ASSEMBLY_TIMEOUT, metavar="SECONDS",
                    help="how long an admitted gang may wait for all minMember pods before it counts as stuck, "
                         "when its PodGroup sets no scheduleTimeoutSeconds (default 600)")
-
-
-def template_refs(wl: Workload) -> list[tuple[str, str, float]]:
-    """(api, podgroup name, GPUs per pod) for every pod template of ``wl`` that names a group."""
-    out = []
-    for ps in wl.podsets:
-        for key, api in TEMPLATE_LABELS:
-            if ps.labels.get(key):
-                out.append((api, ps.labels[key], ps.gpus_per_pod))
-        for key, api in TEMPLATE_ANNOTATIONS:
-            if ps.annotations.get(key):
-                out.append((api, ps.annotations[key], ps.gpus_per_pod))
-        if ps.scheduling_group:
-            out.append(("native", ps.scheduling_group, ps.gpus_per_pod))
-    return out
-
-
-def gpus_per_pod(wl: Workload, rec: PodGroupRecord, via: Via | None) -> float | None:
-    """Per-pod GPUs of the group's pods: the template that names it, else the pod sets' common
-    value, else the smallest (idle GPUs are then a lower bound)."""
-    if via == "template":
-        named = [g for api, name, g in template_refs(wl) if api == rec.api and name == rec.name]
-        if named:
-            return named[0]
-    values = {ps.gpus_per_pod for ps in wl.podsets if ps.count > 0}
-    return min(values) if values else None
-
-
-# ---- evidence ----------------------------------------------------------------------------------
-
-def subgroups_satisfied(rec: PodGroupRecord, done: dict[str, int], total: int) -> bool:
-    """A KAI PodGroup's sub-group tree against running-or-succeeded pods per sub-group (``done``)."""
-    children: dict[str, list[pg.SubGroup]] = {}
-    for g in rec.subgroups:
-        children.setdefault(g.parent, []).append(g)
-
-    def enough(kids: list[pg.SubGroup], k: int | None, seen: frozenset[str]) -> bool:
-        ok = sum(1 for g in kids if satisfied(g, seen))
-        return ok >= (k if k is not None else len(kids))
-
-    def satisfied(g: pg.SubGroup, seen: frozenset[str]) -> bool:
-        if g.name in seen:
-            return False
-        kids = children.get(g.name)
-        if not kids:
-            return done.get(g.name, 0) >= (g.min_member or 0)
-        return enough(kids, g.min_subgroups, seen | {g.name})
-
-    roots = children.get("", [])
-    if rec.min_subgroups is not None or not rec.min_member:
-        return enough(roots, rec.min_subgroups, frozenset())
-    return total >= rec.min_member and enough(roots, None, frozenset())
-
-
-def pod_members(rec: PodGroupRecord, pods: list[Pod]) -> Members:
-    """The gang's members from its live pods."""
-    counts: PodCounts = PodStore.counts(pods)
-    done = counts.running + counts.succeeded
-    if rec.subgroups:
-        per: dict[str, int] = {}
-        for p in pods:
-            if p.phase in ("Running", "Succeeded") and p.gang is not None:
-                per[p.gang[2]] = per.get(p.gang[2], 0) + 1
-        reached: bool | None = subgroups_satisfied(rec, per, done)
-    else:
-        reached = None if rec.min_member is None else done >= rec.min_member
-    return Members("pods", counts.running, counts.succeeded, counts.failed, counts.bound, counts.ready, counts.pending,
-                   counts.members, counts.bound_gpus, reached)
-
-
-def counter_members(rec: PodGroupRecord) -> Members | None:
-    """The gang's members from the PodGroup's counters (Coscheduling, Volcano), if it has them."""
-    if rec.running is None:
-        return None
-    done = rec.running + (rec.succeeded or 0)
-    return Members("counters", rec.running, rec.succeeded or 0, rec.failed or 0,
-                   reached=None if rec.min_member is None else done >= rec.min_member)
-
-
-def _evidence(m: Members | None) -> str:
-    return m.evidence if m is not None else "phase"
-
-
-def gang_state(rec: PodGroupRecord, m: Members | None) -> str:
-    """waiting, partial, assembled, finished, failed, unreported or empty (the stage before the
-    Workload's admission and the clock are considered), from the best evidence."""
-    phase_state = rec.gang_state
-    if m is not None and m.evidence == "pods" and m.members == 0:
-        return phase_state if phase_state in ("finished", "failed") else "empty"
-    if m is None or m.evidence == "phase" or m.reached is None:
-        return phase_state
-    minimum = rec.min_member or 0
-    succeeded, failed, running = m.succeeded or 0, m.failed or 0, m.running or 0
-    if m.evidence == "counters":
-        # The Coscheduling controller's own order (podgroup_controller.go:121-135); a phase that
-        # already says assembled is not undone by counters: Volcano's Running counts bound
-        # members (volcano ed72c7c8 pkg/scheduler/framework/session.go:601-607), its counter
-        # running ones, and both are written in one session.
-        if minimum and succeeded >= minimum:
-            return "finished"
-        if failed and failed + running + succeeded >= minimum:
-            return "failed"
-        if m.reached or phase_state == "assembled":
-            return "assembled"
-    elif m.reached:
-        if m.evidence == "pods" and minimum and succeeded >= minimum and not m.bound:
-            return "finished"
-        return "assembled"
-    if phase_state in ("finished", "failed"):
-        return phase_state  # the scheduler's terminal word, and the members are below the minimum
-    if m.evidence == "pods":
-        return "partial" if m.bound and m.bound < minimum else "waiting"
-    return "partial" if running or phase_state == "partial" else "waiting"
-
-
-def evaluate(rec: PodGroupRecord, wl: Workload | None, via: Via | None, now: float, default_timeout: float,
-             members: Members | None = None, previous: Gang | None = None) -> Gang:
-    """The gang's stage, stuck flag, deadline and idle GPUs at ``now`` (pure: tests call it directly).
-
-    ``members`` is the best evidence (:meth:`GangIndex.members`; None: counters, else the phase);
-    ``previous`` the gang's last evaluation, for when it fell back below its minimum."""
-    if members is None:
-        members = counter_members(rec)
-    state = gang_state(rec, members)
-    timeout = float(rec.schedule_timeout_seconds) if rec.schedule_timeout_seconds else default_timeout
-    admitted_at = None
-    not_admitted = False
-    admitted = False
-    if wl is not None:
-        adm = wl.conditions.get("Admitted")
-        finished = wl.condition_true("Finished")
-        if adm is not None and adm.status == "True":
-            admitted_at, admitted = adm.last_transition_seconds, not finished
-        elif not finished:
-            not_admitted = True
-    if state == "empty" and admitted:
-        state = "waiting"  # Kueue admitted the job: its pods are due
-    regressed_at = previous.regressed_at if previous is not None else None
-    if (state in ("waiting", "partial") and previous is not None and previous.stage in REGRESSED_FROM
-            and _evidence(previous.members) == _evidence(members) and previous.members != members):
-        # It was assembled (or had nothing to assemble) and now waits again, because its members
-        # changed by the same evidence. Better evidence arriving (the pods' first LIST after the
-        # PodGroup's counters) or the Workload joined after its pods says nothing fell back: "now"
-        # would be the moment this process listed, which differs between replicas and shards; the
-        # window then runs from the objects' own times.
-        regressed_at = now
-    starts = [t for t in (rec.created, admitted_at, regressed_at) if t is not None]
-    wait_start = max(starts) if starts else None
-    deadline = stuck = None
-    if state in ("waiting", "partial") and not not_admitted:
-        deadline = wait_start + timeout if wait_start is not None else None
-        stuck = deadline is not None and now >= deadline
-    if state in ("assembled", "finished", "failed", "unreported"):
-        stage = state
-    elif not_admitted:
-        stage = "not_admitted"
-    elif state == "empty":
-        stage = state
-    elif state == "partial":
-        stage = "partially_bound"
-    else:
-        stage = "stuck" if stuck else "assembling"
-    per_pod = gpus_per_pod(wl, rec, via) if wl is not None else None
-    waiting = stage in WAITING_STAGES
-    idle = None
-    if members is not None and members.bound_gpus is not None:
-        idle = members.bound_gpus if waiting else 0.0
-    elif per_pod is not None and members is not None and members.evidence == "counters":
-        idle = (members.running or 0) * per_pod if stage == "partially_bound" else 0.0
-    return Gang(rec, wl, via, stage, bool(stuck), wait_start, deadline, timeout, per_pod, idle, members, regressed_at)
+    p.add_argument("--kai-staleness-grace-period", type=float, default=KAI_DEFAULT_STALENESS_GRACE, metavar="SECONDS",
+                   help="KAI Scheduler's --default-staleness-grace-period: how long after it marks a gang stale "
+                        "(kai.scheduler/stale-podgroup-timestamp) the gang counts as stuck (default 60, KAI's own; "
+                        "negative: never)")
 
 
 def render_gang(g: Gang) -> dict[Family, list[bytes]]:
@@ -409,34 +170,39 @@ def render_gang(g: Gang) -> dict[Family, list[bytes]]:
     lead = label_pairs(_GANG, (rec.namespace, g.workload.name if g.workload else "", rec.name))
     out: dict[Family, list[bytes]] = {fam: [] for fam in FAMILIES}
     if g.workload is not None and g.via is not None:
-        out[GANG_INFO] = [GANG_INFO.line(lead, 1, (rec.api, g.via, rec.parent))]
-    out[GANG_STAGE] = [GANG_STAGE.lines(lead, _STAGE_TAILS[g.stage])]
+        out[GANG_INFO] = [GANG_INFO.line(lead, 1, (rec.api_label, g.via, rec.parent))]
+    out[GANG_STAGE] = [GANG_STAGE.head(lead) + _stage_tail(g.stage)]
     if g.stage not in ("unreported", "empty"):
         out[GANG_ASSEMBLY_STUCK] = [GANG_ASSEMBLY_STUCK.line(lead, 1 if g.stuck else 0)]
     if g.idle_gpus is not None:
-        out[GANG_IDLE_GPUS] = [GANG_IDLE_GPUS.line(lead, g.idle_gpus)]
+        out[GANG_IDLE_GPUS] = [GANG_IDLE_GPUS.line(lead, gpus, (reason,)) for reason, gpus in g.idle] or [
+            GANG_IDLE_GPUS.line(lead, 0, ("",))]
     if g.deadline is not None:
         out[GANG_DEADLINE] = [GANG_DEADLINE.line(lead, g.deadline)]
     m = g.members
     if m is not None and m.evidence in ("pods", "counters"):
-        states = ("bound", "running", "ready", "pending", "succeeded", "failed")
-        out[GANG_PODS] = [GANG_PODS.lines(lead, [GANG_PODS.tail(3, (s,), getattr(m, s)) for s in states
-                                                 if getattr(m, s) is not None])]
-    if g.stage in WAITING_STAGES and rec.unschedulable:
+        out[GANG_PODS] = [GANG_PODS.lines(lead, [GANG_PODS.tail(3, (s,), getattr(m, s)) for s in _POD_STATES
+                                                 if getattr(m, s) is not None]
+                                          + [GANG_PODS.tail(3, (s,), getattr(m, s)) for s in _POD_STATES_IF_ANY
+                                             if getattr(m, s)])]
+    if g.stage in _SAYS_UNSCHEDULABLE and rec.unschedulable:
         reasons = sorted({u.reason for u in rec.unschedulable})
-        out[PODGROUP_UNSCHEDULABLE] = [PODGROUP_UNSCHEDULABLE.line(label_pairs(_PG, (rec.namespace, rec.name, rec.api)), 1, (r,))
+        out[PODGROUP_UNSCHEDULABLE] = [PODGROUP_UNSCHEDULABLE.line(label_pairs(_PG, (rec.namespace, rec.name, rec.api_label)), 1, (r,))
                                        for r in reasons]
     return out
 
 
-_STAGE_TAILS = {current: tuple(GANG_STAGE.tail(3, (s,), 1 if s == current else 0) for s in GANG_STAGES)
-                for current in GANG_STAGES}
+@functools.lru_cache(maxsize=64)
+def _stage_tail(stage: str) -> bytes:
+    """The current stage's one series (value 1): a state set over every stage cost 9 series per
+    gang, 8 of them 0."""
+    return GANG_STAGE.tail(3, (stage,), 1)
 
 
 def _same_lines(a: Gang, b: Gang) -> bool:
     """Whether two evaluations of a gang render the same lines (and hold the same idle GPUs)."""
     return (a.podgroup is b.podgroup and a.workload is b.workload and a.via == b.via and a.stage == b.stage
-            and a.stuck == b.stuck and a.deadline == b.deadline and a.idle_gpus == b.idle_gpus and a.members == b.members)
+            and a.stuck == b.stuck and a.deadline == b.deadline and a.idle == b.idle and a.members == b.members)
 
 
 class _Multi(dict):
@@ -501,7 +267,8 @@ class GangIndex:
         self.assembly_timeout = assembly_timeout
         self.clock = clock
         self.pods = pods
-        self.jobs: JobIndex | None = None  # set by exporter.cluster.jobs.attach_jobs
+        self.kai_grace = KAI_DEFAULT_STALENESS_GRACE  # --kai-staleness-grace-period
+        self.jobs: OwnerChain | None = None  # set by exporter.cluster.jobs.attach_jobs
         self.exposition.register(*pg.FAMILIES, *FAMILIES, GANG_IDLE_GPU_SECONDS)
         self.podgroups: dict[PgKey, PodGroupRecord] = {}
         self.gangs: dict[PgKey, Gang] = {}
@@ -524,6 +291,10 @@ class GangIndex:
         self._timers: dict[PgKey, asyncio.TimerHandle] = {}
         self._tick: asyncio.TimerHandle | None = None
         self._idle: dict[PgKey, list[float]] = {}  # key -> [GPU-seconds so far, since when, idle GPUs now]
+        # PodGroup lines as last rendered, and the gangs whose series are exported: not those of
+        # a finished (or deactivated) Workload past --finished-detail (Workload.detail)
+        self._pg_lines: dict[PgKey, dict[Family, list[bytes] | list[str]]] = {}
+        self._shown: dict[PgKey, bool] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         store.on_workload_change.append(self._workload_changed)
         store.pods_assembling.append(self.pods_assembling)
@@ -631,7 +402,7 @@ class GangIndex:
             self._unindex_podgroup(previous)
         self.podgroups[key] = rec
         ns = rec.namespace
-        self._pg_name.add((ns, rec.api, rec.name), key)
+        self._pg_name.add((ns, rec.api_label, rec.name), key)
         for uid in rec.owner_uids:
             self._pg_owner_uid.add(uid, key)
         self._pg_owner_name.add((ns, rec.name), key)
@@ -645,16 +416,17 @@ class GangIndex:
         lines: dict[Family, list[bytes] | list[str]] = {**pg.render(rec)}
         allowlist = self.store.labels_allowlist
         if allowlist is not None:
-            lines[PODGROUP_LABELS] = allowlist.lines("podgroups", PODGROUP_LABELS, (rec.namespace, rec.name, rec.api),
+            lines[PODGROUP_LABELS] = allowlist.lines("podgroups", PODGROUP_LABELS, (rec.namespace, rec.name, rec.api_label),
                                                      rec.labels)
-        self.exposition.set(("podgroup", *key), lines)
+        self._pg_lines[key] = lines
         self._resolve(key)
+        self._publish_podgroup(key)
         for parent in {previous.parent if previous else "", rec.parent} - {""}:
             self._resolve_parent(ns, parent)
 
     def _unindex_podgroup(self, rec: PodGroupRecord) -> None:
         key, ns = rec.key, rec.namespace
-        self._pg_name.discard((ns, rec.api, rec.name), key)
+        self._pg_name.discard((ns, rec.api_label, rec.name), key)
         for uid in rec.owner_uids:
             self._pg_owner_uid.discard(uid, key)
         self._pg_owner_name.discard((ns, rec.name), key)
@@ -673,6 +445,8 @@ class GangIndex:
         gang = self.gangs.pop(key, None)
         self._disarm(key)
         self._idle.pop(key, None)
+        self._pg_lines.pop(key, None)
+        self._shown.pop(key, None)
         self.exposition.delete(("podgroup", *key))
         self.exposition.delete(("gang", *key))
         self.exposition.delete(("gang_idle", *key))
@@ -745,19 +519,17 @@ class GangIndex:
     def members(self, rec: PodGroupRecord) -> Members | None:
         """The best evidence for a gang (see the module docstring)."""
         if rec.composite:
-            kids = [self.gangs[k] for k in self._children.of((rec.namespace, rec.name)) if k in self.gangs]
-            done = sum(1 for g in kids if g.stage in ("assembled", "finished"))
-            partial = sum(1 for g in kids if g.stage == "partially_bound")
-            need = rec.min_member if rec.min_member is not None else len(kids)
-            gpus = sum((g.members.bound_gpus or 0.0) for g in kids if g.stage in ("assembled", "finished")
-                       and g.members is not None and g.members.bound_gpus is not None)
-            return Members("children", done + partial, 0, 0, members=len(kids), bound_gpus=gpus,
-                           reached=bool(kids) and done >= need)
+            return children_members(rec, [self.gangs[k] for k in self._children.of((rec.namespace, rec.name))
+                                          if k in self.gangs])
         if self.pods is not None:
-            pods = self.pods.of_gang(rec.namespace, rec.api, rec.name)
+            pods = self.pods.of_gang(rec.namespace, rec.api_label, rec.name)
             if pods or self.pods.covers(rec.source):
                 return pod_members(rec, pods)
         return counter_members(rec)
+
+    def _judge(self, rec: PodGroupRecord, wl: Workload | None, via: Via | None, members: Members | None,
+               previous: Gang | None) -> Gang:
+        return evaluate(rec, wl, via, self.clock(), self.assembly_timeout, members, previous, self.kai_grace)
 
     # ---- join + render
     def best_workload(self, rec: PodGroupRecord) -> tuple[Workload | None, Via | None]:
@@ -775,7 +547,7 @@ class GangIndex:
                     best, found = rank, (wl, via)
 
         workloads = self.store.workloads
-        consider((workloads[k] for k in self._wl_template.of((ns, rec.api, rec.name)) if k in workloads), "template")
+        consider((workloads[k] for k in self._wl_template.of((ns, rec.api_label, rec.name)) if k in workloads), "template")
         if best is None:
             for uid in rec.owner_uids:
                 consider(self.store.workloads_by_owner_uid(uid), "owner_uid")
@@ -800,7 +572,7 @@ class GangIndex:
             self._joined_to.discard(old.workload.key, key)
         if wl is not None:
             self._joined_to.add(wl.key, key)
-        self._render(key, evaluate(rec, wl, via, self.clock(), self.assembly_timeout, self.members(rec), old))
+        self._render(key, self._judge(rec, wl, via, self.members(rec), old))
 
     def _resolve_parent(self, namespace: str, parent: str) -> None:
         """A child changed: re-judge the CompositePodGroup(s) of that name in the namespace (up a
@@ -818,9 +590,14 @@ class GangIndex:
     def _render(self, key: PgKey, gang: Gang) -> None:
         old = self.gangs.get(key)
         self.gangs[key] = gang
-        if old is None or not _same_lines(old, gang):  # most pod events change no count the gang exports
-            self.exposition.set(("gang", *key), render_gang(gang))
+        shown = gang.workload is None or gang.workload.detail
+        was_shown = self._shown.get(key)
+        self._shown[key] = shown
+        if old is None or not _same_lines(old, gang) or was_shown != shown:  # most pod events change no count it exports
+            self.exposition.set(("gang", *key), render_gang(gang) if shown else {})
             self._set_idle(key, gang)
+            if was_shown is not None and was_shown != shown:
+                self._publish_podgroup(key)
         self._arm(key, gang)
         self._to_sync.update(g.workload.key for g in (old, gang) if g is not None and g.workload is not None)
         if old is not None and old.stage != gang.stage and gang.podgroup.parent:
@@ -837,15 +614,25 @@ class GangIndex:
             if gang.idle_gpus is None:
                 return
             acc = self._idle[key] = [0.0, now, 0.0]
-        acc[0] += acc[2] * max(0.0, now - acc[1])
+        if self._loop is not None:  # offline (no timers) nothing runs over time: the counter stays 0
+            acc[0] += acc[2] * max(0.0, now - acc[1])
         acc[1], acc[2] = now, gang.idle_gpus or 0.0
         self._render_idle(key)
 
+    def _publish_podgroup(self, key: PgKey) -> None:
+        """The PodGroup's lines into the exposition, or none while its gang is not shown."""
+        lines = self._pg_lines.get(key)
+        if lines is not None:
+            self.exposition.set(("podgroup", *key), lines if self._shown.get(key, True) else {})
+
     def _render_idle(self, key: PgKey) -> None:
+        if not self._shown.get(key, True):
+            self.exposition.delete(("gang_idle", *key))
+            return
         rec = self.podgroups[key]
         total = self._idle[key][0]
         self.exposition.set(("gang_idle", *key), {GANG_IDLE_GPU_SECONDS: [
-            GANG_IDLE_GPU_SECONDS.sample((rec.namespace, rec.name, rec.api), round(total, 3))]})
+            GANG_IDLE_GPU_SECONDS.sample((rec.namespace, rec.name, rec.api_label), round(total, 3))]})
 
     def _advance_idle(self) -> None:
         """The tick: move the counters of the gangs idle now (others do not change)."""
@@ -877,9 +664,9 @@ class GangIndex:
             if wl is not None:
                 pods = self.workload_pods(wl)
                 if pods:  # none seen proves nothing: the pods may not be watched
-                    counts = PodStore.counts(pods)
+                    counts = workload_members(pods)
                     need = sum(ps.count for ps in wl.podsets)
-                    return counts.running + counts.succeeded < need
+                    return (counts.running or 0) + (counts.succeeded or 0) < need
         return answer
 
     def workload_pods(self, wl: Workload) -> list[Pod]:
@@ -921,14 +708,12 @@ class GangIndex:
         self._timers.pop(key, None)
         gang = self.gangs.get(key)
         if gang is not None:
-            self._render(key, evaluate(gang.podgroup, gang.workload, gang.via, self.clock(), self.assembly_timeout,
-                                       gang.members, gang))
+            self._render(key, self._judge(gang.podgroup, gang.workload, gang.via, gang.members, gang))
 
     def reevaluate(self) -> None:
         """Re-evaluate every gang at the current clock (offline tools and tests; the collector uses timers)."""
         for key, gang in list(self.gangs.items()):
-            self._render(key, evaluate(gang.podgroup, gang.workload, gang.via, self.clock(), self.assembly_timeout,
-                                       self.members(gang.podgroup), gang))
+            self._render(key, self._judge(gang.podgroup, gang.workload, gang.via, self.members(gang.podgroup), gang))
 
     # ---- lookups (explain)
     def gangs_of(self, wl_key: WlKey) -> list[Gang]:

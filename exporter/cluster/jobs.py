@@ -17,7 +17,9 @@ controller owner is the job; a TrainJob's JobSet is owned by the TrainJob).
   pkg/constants/constants.go:86-94) and False with ``JobsReady`` etc. once they are up.
   ``gangscope_job_restarts_total`` is ``restarts`` plus every ``jobRestarts`` entry, the way the
   controller's own ``totalRestartsCountTowardsMax`` sums its counters (failure_policy.go:546-550):
-  object state, so every collector agrees and a restart reads as a counter increase. (A
+  object state, so every collector agrees and a restart reads as a counter increase. In-place
+  restarts (the InPlaceRestart gate) add ``status.currentInPlaceRestartAttempt`` (:242-250): the
+  attempt all pods have reached, 0 at creation (pkg/controllers/in_place_restart.go:78-90). (A
   ``status.totalRestarts`` field lived briefly on jobset's main branch and was removed by 4781968d,
   2026-03-10, before any release carried it.)
 * TrainJob ``trainer.kubeflow.org/v1alpha1`` (kubeflow/trainer 8c0f5059
@@ -26,9 +28,12 @@ controller owner is the job; a TrainJob's JobSet is owned by the TrainJob).
   TrainJobStatus gate, :525, :565-592): ``progressPercentage`` 0-100, ``estimatedRemainingSeconds``,
   ``lastUpdatedTime`` (written by the training process through the status server,
   pkg/statusserver/server.go:239-263). ``gangscope_job_progress_changed_timestamp_seconds`` is when the
-  percentage last moved (the ``lastUpdatedTime`` of the update that moved it, carried across updates
-  that report the same number; on first sight, the current ``lastUpdatedTime``): a job that keeps
-  reporting without progressing, or stopped reporting, grows stale by it.
+  reported progress last moved: the percentage, ``estimatedRemainingSeconds`` or ``metrics``
+  (:584-600) changed (the ``lastUpdatedTime`` of the update that moved it, carried across updates
+  that report the same; on first sight, the current ``lastUpdatedTime``). An integer percentage
+  of a 12-day job moves every 3 hours while its remaining estimate and loss move at every report,
+  so any of them counts as progress; a job that keeps reporting the same, or stopped reporting,
+  grows stale by it.
 * LeaderWorkerSet ``leaderworkerset.x-k8s.io/v1`` (kubernetes-sigs/lws 060ab4da
   api/leaderworkerset/v1/leaderworkerset_types.go): ``spec.replicas`` groups of
   ``leaderWorkerTemplate.size`` pods, ``status.readyReplicas``. LWS counts a group ready when its
@@ -51,7 +56,7 @@ import argparse
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -63,8 +68,14 @@ from .pods import PodChanges, PodStore
 from .store import ClusterStore
 from .workloads import Workload
 
-if TYPE_CHECKING:
-    from .gangs import GangIndex
+
+
+class GangHost(Protocol):
+    """What the job index needs of the gang index (exporter.cluster.gangs.GangIndex), without
+    importing it: its pods, and a slot for the owner chain it reads back."""
+
+    pods: PodStore | None
+    jobs: Any
 
 log = structlog.get_logger(__name__)
 
@@ -90,7 +101,7 @@ JOB_CONDITION = Family(
 JOB_RESTARTS = Family(
     "gangscope_job_restarts_total", "counter",
     "Restarts of the JobSet: status.restarts (all Jobs recreated) plus every replicated job's jobRestarts "
-    "(one Job recreated), as the controller counts them.",
+    "(one Job recreated) plus currentInPlaceRestartAttempt (pods restarted in place), as the controller counts them.",
     _JOB,
 )
 JOB_CHILD_JOBS = Family(
@@ -111,8 +122,8 @@ JOB_PROGRESS_UPDATED = Family(
 )
 JOB_PROGRESS_CHANGED = Family(
     "gangscope_job_progress_changed_timestamp_seconds", "gauge",
-    "When the reported progress percentage last changed (the lastUpdatedTime of the report that changed it; "
-    "since the collector started).",
+    "When the reported progress last moved: percentage, estimated remaining seconds or metrics (the lastUpdatedTime "
+    "of the report that changed it; since the collector started).",
     _JOB,
 )
 JOB_PROGRESS_REMAINING = Family(
@@ -172,6 +183,7 @@ class JobRecord:
     remaining_seconds: int | None = None
     progress_updated: float | None = None
     progress_changed: float | None = None
+    progress_metrics: tuple[tuple[str, str], ...] = ()  # TrainJob trainerStatus.metrics (name, value)
     replicas: int | None = None  # LWS spec.replicas
     size: int | None = None  # LWS leaderWorkerTemplate.size
     ready_replicas: int | None = None  # LWS status.readyReplicas
@@ -229,6 +241,9 @@ def parse_jobset(obj: Any) -> JobRecord:
     restarts = as_int(status.get("restarts"), "status.restarts", problems)
     if restarts is not None or children:
         rec.restarts = (restarts or 0) + sum(c.restarts for c in children)
+    in_place = as_int(status.get("currentInPlaceRestartAttempt"), "status.currentInPlaceRestartAttempt", problems)
+    if in_place is not None:
+        rec.restarts = (rec.restarts or 0) + in_place
     rec.restarts_toward_max = as_int(status.get("restartsCountTowardsMax"), "status.restartsCountTowardsMax", problems)
     rec.terminal_state = as_str(status.get("terminalState"), "status.terminalState", problems)
     rec.errors = problems
@@ -250,6 +265,12 @@ def parse_trainjob(obj: Any) -> JobRecord:
                 problems.append(f"status.trainerStatus.progressPercentage: {pct} is outside 0-100")
         rec.remaining_seconds = as_int(trainer.get("estimatedRemainingSeconds"),
                                        "status.trainerStatus.estimatedRemainingSeconds", problems)
+        metrics = []
+        for i, m in enumerate(as_list(trainer.get("metrics"), "status.trainerStatus.metrics", problems)):
+            m = as_dict(m, f"status.trainerStatus.metrics[{i}]", problems)
+            metrics.append((as_str(m.get("name"), f"status.trainerStatus.metrics[{i}].name", problems),
+                            as_str(m.get("value"), f"status.trainerStatus.metrics[{i}].value", problems)))
+        rec.progress_metrics = tuple(metrics)
         updated = as_str(trainer.get("lastUpdatedTime"), "status.trainerStatus.lastUpdatedTime", problems)
         if updated:
             rec.progress_updated = parse_time(updated)
@@ -382,7 +403,9 @@ class JobIndex:
         if previous is not None:
             self._unindex(previous)
         if rec.progress is not None:
-            moved = previous is None or previous.progress != rec.progress or previous.progress_changed is None
+            moved = (previous is None or previous.progress_changed is None or previous.progress != rec.progress
+                     or previous.remaining_seconds != rec.remaining_seconds
+                     or previous.progress_metrics != rec.progress_metrics)
             rec.progress_changed = (rec.progress_updated or self.clock()) if moved else previous.progress_changed  # type: ignore[union-attr]
         self.jobs[rec.key] = rec
         if rec.uid:
@@ -428,10 +451,11 @@ class JobIndex:
         return [found[k] for k in sorted(found) if found[k].namespace == rec.namespace]
 
     def jobs_of(self, wl: Workload) -> list[JobView]:
-        """The jobs joined to a Workload: its owner, and the jobs its owner controls."""
-        if wl.owner is None or not wl.owner.uid:
-            return []
-        uids = [wl.owner.uid, *self.children_of(wl.owner.uid)]
+        """The jobs joined to a Workload: its owner, and the jobs its owner controls. The owner is
+        the controller owner or the ``kueue.x-k8s.io/job-uid`` label: Kueue makes a
+        LeaderWorkerSet's Workloads with that label and a non-controller owner reference (Kueue
+        ff69552e pkg/controller/jobs/leaderworkerset/leaderworkerset_reconciler.go:350, 365)."""
+        uids = [u for owner in sorted(ClusterStore.owner_uids(wl)) for u in (owner, *self.children_of(owner))]
         out = []
         for uid in uids:
             key = self._by_uid.get(uid)
@@ -461,13 +485,14 @@ class JobIndex:
 
     def _workload_changed(self, key: tuple[str, str]) -> None:
         wl = self.store.workloads.get(key)
-        if wl is None or wl.owner is None or not wl.owner.uid:
+        owners = sorted(ClusterStore.owner_uids(wl)) if wl is not None else []
+        if not owners:
             # a deleted Workload: re-render the jobs that listed it
             for rec in self.jobs.values():
                 if rec.namespace == key[0]:
                     self._render(rec)
             return
-        for uid in (wl.owner.uid, *self.children_of(wl.owner.uid)):
+        for uid in (u for owner in owners for u in (owner, *self.children_of(owner))):
             job_key = self._by_uid.get(uid)
             if job_key is not None and job_key in self.jobs:
                 self._render(self.jobs[job_key])
@@ -504,7 +529,7 @@ class JobIndex:
         self.exposition.set(("job", *rec.key), out)
 
 
-def attach_jobs(store: ClusterStore, gangs: GangIndex, clock: Callable[[], float] = time.time) -> JobIndex:
+def attach_jobs(store: ClusterStore, gangs: GangHost, clock: Callable[[], float] = time.time) -> JobIndex:
     """The job index of a process, hooked on ``store`` and the gang index's pods (which it gives
     the owner chain for joining pods to Workloads)."""
     jobs = JobIndex(store, gangs.pods, clock)

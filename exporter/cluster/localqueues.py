@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..fields import ParseError, Problems, as_dict, as_str
+from ..fields import ParseError, Problems, as_dict, as_str, require_identity
 
 
 @dataclass(slots=True)
@@ -25,8 +25,6 @@ def parse_local_queue(obj: Any) -> LocalQueue:
         raise ParseError(f"expected an object, got {type(obj).__name__}")
     p: Problems = []
     meta = as_dict(obj.get("metadata"), "metadata", p)
-    name, namespace = meta.get("name"), meta.get("namespace")
-    if not isinstance(name, str) or not name or not isinstance(namespace, str) or not namespace:
-        raise ParseError("LocalQueue without metadata.name and metadata.namespace")
+    name, namespace = require_identity("LocalQueue", meta)
     spec = as_dict(obj.get("spec"), "spec", p)
     return LocalQueue(namespace, name, as_str(spec.get("clusterQueue"), "spec.clusterQueue", p), p)

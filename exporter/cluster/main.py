@@ -14,6 +14,7 @@ import asyncio
 import gc
 import os
 import signal
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -22,9 +23,9 @@ import structlog
 from ..config import add_kube, add_logging, add_serving, exposition_from_args
 from ..kube.backoff import BackoffPolicy
 from ..kube.credentials import CredentialsError
-from ..kube.resources import COLLECTOR_RESOURCES, QUEUE_POSITIONS, STATEFULSETS
+from ..kube.resources import COLLECTOR_RESOURCES, NAMESPACES, QUEUE_POSITIONS, STATEFULSETS
 from ..kube.scope import Scope, parse_namespaces
-from ..kube.sharding import StatefulSetWatch, export_shard, resolve_with_retry
+from ..kube.sharding import NamespaceList, StatefulSetWatch, balanced_bounds, export_shard, resolve_with_retry
 from ..logs import start_logging
 from ..topology import TopologyError
 from .collector import add_collector_arguments, collector_from_args, source_specs
@@ -33,6 +34,10 @@ from .queue_positions import DEFAULT_INTERVAL, DEFAULT_LIMIT, QueuePositionPolle
 log = structlog.get_logger(__name__)
 
 DEFAULT_LISTEN = "0.0.0.0:9400"
+# Listed before the others: the records every Workload's placement and lines depend on, Nodes and
+# the Topologies, and the LocalQueues its ClusterQueue label comes from (their
+# first LISTs done, the Workloads are rendered once rather than again when the Nodes arrive).
+FIRST_SOURCES = ("topologies", "resourceflavors", "nodes", "localqueues")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -62,6 +67,10 @@ def add_scope(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shard", type=int, default=0, help="this collector's shard, 0 to --total-shards - 1 (default 0)")
     p.add_argument("--total-shards", type=int, default=1,
                    help="split the namespaces into this many shards by FNV-1a 64 hash ranges (default 1: no sharding)")
+    p.add_argument("--shard-ranges", choices=("balanced", "equal"), default="balanced",
+                   help="how the hash space is cut: balanced (at the quantiles of the namespaces' hashes, from the "
+                        "namespace list every shard watches; default) or equal (equal ranges: no namespace list "
+                        "needed; every shard must use the same)")
     p.add_argument("--pod", default=os.environ.get("POD_NAME", ""),
                    help="this collector's pod (with --pod-namespace): take the shard from the pod's StatefulSet ordinal "
                         "and the total from its spec.replicas, and follow changes (default $POD_NAME when "
@@ -167,6 +176,12 @@ class Collector:
         self.autoshard = bool(args.pod_namespace and args.pod)
         self._shard_problem = "waiting for the shard assignment" if self.autoshard else ""
         self._reshards: list[asyncio.Task[None]] = []
+        # Balanced ranges: the namespace list (or, with --namespaces, that list), see _balance
+        self.balanced = args.shard_ranges == "balanced" and (self.autoshard or self.scope.sharded)
+        self.namespace_list: NamespaceList | None = None
+        self.namespace_sources: Any = None
+        if self.balanced and self.scope.namespaces:
+            self.scope = self.scope.with_bounds(self._static_bounds(self.scope.total_shards))
         export_shard(self.exposition, self.scope.shard, self.scope.total_shards)
         self.store, self.handlers, self.gangs = collector_from_args(self.exposition, args)
         self._scope_capacity()
@@ -193,21 +208,24 @@ class Collector:
         self.shard_sources: SourceSet | None = None
         for name, state in self.sources.sources.items():
             self.handlers[name].health = state.health  # parse errors counted on the source's own health
-        from ..explain import EXPLAIN_EXAMPLE, explain_route
+        from ..explain import EXPLAIN_ROUTE, explain_route
 
         self.endpoint = await serving.start(
             args, self.exposition, self.ready, [explain_route(self.store, self.gangs)], post_json=self.client.post_json,
-            title="gangscope collector", links=[(EXPLAIN_EXAMPLE, "why a job is pending or slow, layer by layer (JSON)")],
-            sources=self._healths)
+            title="gangscope collector", sources=self._healths, featured=self._worth_a_look,
+            routes=[(EXPLAIN_ROUTE, "why a job is pending or slow, layer by layer (JSON; &pretty, or a browser, "
+                                    "gets it indented)")])
         self.gangs.start_timers()
         self.store.start_timers()
         self.port = self.endpoint.port
         self._gc_task = asyncio.create_task(settle_gc_after_first_sync(self.wait_ready))
         self._shard_task: asyncio.Task[None] | None = None
+        if self.balanced and not self.scope.namespaces:
+            await self._balance()
         if self.autoshard:
             self._shard_task = asyncio.create_task(self._follow_statefulset())
         else:
-            await self.sources.start()
+            await self.sources.start(first=FIRST_SOURCES)
         self._positions_task = (asyncio.create_task(self._poll_positions(), name="source:queue_positions")
                                 if self.positions is not None and args.queue_position_interval > 0 else None)
         log.info("collector_started", listen=args.listen, port=self.port, sources=[s.resource.source for s in specs],
@@ -224,8 +242,21 @@ class Collector:
             while not self.ready()[0]:
                 await asyncio.sleep(0.02)
 
+    def _worth_a_look(self) -> tuple[str, list[tuple[str, str, str]]]:
+        """The landing page's jobs worth a look (exporter.cluster.attention), each linked to its explain."""
+        from urllib.parse import urlencode
+
+        from .attention import worth_a_look
+
+        jobs = self.gangs.jobs
+        flagged = worth_a_look(self.store.workloads.values(), self.gangs.gangs.values(),
+                               jobs.jobs.values() if jobs is not None else (), time.time(),
+                               jobs.stale_after if jobs is not None else float("inf"))
+        return "Jobs worth a look", [(f"/debug/explain?{urlencode({'namespace': f.namespace, 'name': f.name, 'pretty': ''})}",
+                                      f"{f.namespace}/{f.name}", f.why) for f in flagged]
+
     def _healths(self) -> list[Any]:
-        sets = [self.sources] + ([self.shard_sources] if self.shard_sources is not None else [])
+        sets = [self.sources] + [s for s in (self.shard_sources, self.namespace_sources) if s is not None]
         return [state.health for s in sets for state in s.sources.values()]
 
     async def _follow_statefulset(self) -> None:
@@ -242,7 +273,7 @@ class Collector:
                                          self._backoff)
         await self._reshard(found.ordinal, found.replicas)
         self._shard_problem = ""
-        await self.sources.start()
+        await self.sources.start(first=FIRST_SOURCES)
         lock = asyncio.Lock()
 
         async def reshard(replicas: int) -> None:
@@ -256,6 +287,39 @@ class Collector:
                                        self.exposition, discovery_interval=args.discovery_interval, backoff=self._backoff)
         await self.shard_sources.run()
 
+    def _static_bounds(self, total: int) -> tuple[int, ...]:
+        """--namespaces with balanced ranges: the cuts over that list, no watch needed."""
+        s = self.scope
+        return balanced_bounds([(ns, None) for ns in s.namespaces if ns not in s.denylist], total)
+
+    async def _balance(self) -> None:
+        """Watch the Namespaces and cut the hash space at their quantiles (exporter.kube.sharding);
+        the namespaced sources start once the list is in (or after 10 s without it: equal ranges
+        until it comes) and move with the cuts."""
+        from ..kube.sources import SourceSet, SourceSpec
+
+        denied = set(self.scope.denylist)
+        self.namespace_list = NamespaceList(self.scope.total_shards, self._bounds_changed,
+                                            keep=lambda ns: ns not in denied)
+        self.namespace_sources = SourceSet(self.client, [SourceSpec(NAMESPACES, self.namespace_list)], self.exposition,
+                                           discovery_interval=self.args.discovery_interval, backoff=self._backoff)
+        await self.namespace_sources.start()
+        try:
+            await self.namespace_sources.wait_ready(timeout=10)
+        except TimeoutError:
+            log.warning("shard_namespaces_unlisted", detail="cutting equal ranges until the namespace list arrives")
+        bounds = self.namespace_list.bounds
+        self.scope = self.scope.with_bounds(bounds if len(bounds) == self.scope.total_shards + 1 else ())
+        await self.sources.set_scope(self.scope)  # not started yet: the first LISTs use the cuts
+
+    def _bounds_changed(self, bounds: tuple[int, ...]) -> None:
+        async def move() -> None:
+            self.scope = self.scope.with_bounds(bounds if len(bounds) == self.scope.total_shards + 1 else ())
+            log.info("collector_sharded", **self.scope.describe())
+            await self.sources.set_scope(self.scope)
+
+        self._reshards.append(asyncio.create_task(move()))
+
     def _scope_capacity(self) -> None:
         """Tell the capacity accounting which Workloads this collector sees: per-domain series that
         need every Workload only where it sees all (exporter.cluster.capacity, "Sharding")."""
@@ -265,6 +329,12 @@ class Collector:
 
     async def _reshard(self, ordinal: int, replicas: int) -> None:
         self.scope = self.scope.with_shard(ordinal, replicas)
+        if self.balanced and self.scope.namespaces:
+            self.scope = self.scope.with_bounds(self._static_bounds(self.scope.total_shards))
+        elif self.namespace_list is not None:
+            self.namespace_list.set_total(self.scope.total_shards)  # the cuts for the new total, if any yet
+            bounds = self.namespace_list.bounds
+            self.scope = self.scope.with_bounds(bounds if len(bounds) == self.scope.total_shards + 1 else ())
         export_shard(self.exposition, ordinal, replicas)
         self._scope_capacity()
         log.info("collector_sharded", **self.scope.describe())
@@ -283,9 +353,11 @@ class Collector:
         await asyncio.gather(*tasks, return_exceptions=True)
         if self._shard_task is not None:
             self._shard_task.cancel()
-            for task in self._reshards:
-                task.cancel()
-            await asyncio.gather(self._shard_task, *self._reshards, return_exceptions=True)
+        for task in self._reshards:
+            task.cancel()
+        await asyncio.gather(*(t for t in (self._shard_task, *self._reshards) if t is not None), return_exceptions=True)
+        if self.namespace_sources is not None:
+            await self.namespace_sources.stop()
         self.gangs.stop_timers()
         self.store.stop_timers()
         await self.sources.stop()

@@ -13,13 +13,14 @@ JSON; the record is a few hundred bytes beyond its labels (bench/nodes.py measur
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..fields import ParseError, Problems, as_bool, as_dict, as_list, parse_quantity, str_map
 from ..taints import SCHEDULING_EFFECTS, Taint, parse_taints
 from ..topology import HOSTNAME_LABEL
+from .resources import resource_list
 
 _intern = sys.intern
 
@@ -34,6 +35,7 @@ class Node:
     ready: bool = False  # the Ready condition is True
     unschedulable: bool = False  # spec.unschedulable (cordoned)
     taints: tuple[Taint, ...] = ()  # the scheduling taints (NoSchedule, NoExecute) only
+    allocatable: Mapping[str, int] = field(default_factory=dict)  # every resource, in Kueue's units (shared)
 
     @property
     def hostname(self) -> str:
@@ -42,7 +44,7 @@ class Node:
 
     def capacity_view(self) -> tuple[Any, ...]:
         """What the capacity of its domains depends on (equal views: nothing to recompute)."""
-        return (self.gpus, self.gpu_node, self.ready, self.unschedulable, self.taints)
+        return (self.gpus, self.gpu_node, self.ready, self.unschedulable, self.taints, self.allocatable)
 
 
 def parse_node(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",)) -> Node:
@@ -80,7 +82,17 @@ def parse_node(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",)) -> 
         ready=_ready(status.get("conditions"), p),
         unschedulable=as_bool(spec.get("unschedulable"), "spec.unschedulable", p, False),
         taints=taints,
+        # Kueue's placement counts every allocatable resource (tas_topology_tree.go addNode).
+        allocatable=_allocatable(allocatable, gpu_resources, p),
     )
+
+
+def _allocatable(raw: dict[str, Any], gpu_resources: Sequence[str], p: Problems) -> Mapping[str, int]:
+    """Every allocatable resource in Kueue's units; a bad GPU quantity is already a problem above."""
+    found: Problems = []
+    out = resource_list(raw, "status.allocatable", found)
+    p.extend(e for e in found if not any(e.endswith(f"for {r}: {raw.get(r)!r}") for r in gpu_resources))
+    return out
 
 
 def _ready(raw: Any, p: Problems) -> bool:

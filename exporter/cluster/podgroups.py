@@ -51,11 +51,16 @@ from ..exposition import Family, label_pairs
 from ..fields import ParseError, Problems, as_dict, as_int, as_list, as_str, named_metadata, parse_quantity, parse_time, str_map
 
 Api = Literal["coscheduling", "volcano", "native", "kai"]
-GangState = Literal["waiting", "partial", "assembled", "finished", "failed", "unreported"]
+GangState = Literal["waiting", "partial", "assembled", "finished", "failed", "unreported", "unknown"]
 
 COSCHEDULING_PODGROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 COSCHEDULING_LEGACY_PODGROUP_LABEL = "pod-group.scheduling.sigs.k8s.io"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+# KAI-Scheduler 72de64fc pkg/common/constants/constants.go:42-43, read in
+# pkg/scheduler/api/podgroup_info/job_info.go:174-193: when the gang became stale (allocated pods
+# below its minimum), and when the scheduler last allocated it whole.
+KAI_STALE_ANNOTATION = "kai.scheduler/stale-podgroup-timestamp"
+KAI_LAST_START_ANNOTATION = "kai.scheduler/last-start-timestamp"
 
 # Phases of each API, in the order the state set lists them, and what each means for the gang.
 # Coscheduling's PreScheduling and Scheduled were removed in 2023 (scheduler-plugins #574) but old
@@ -74,9 +79,11 @@ PHASES: dict[str, dict[str, GangState]] = {
         "Invalid": "waiting",
     },
     # KAI: Unschedulable while a scheduling condition is True; Allocated when resources are
-    # allocated and no condition is left (it is cleared once nothing is pending); Pending says
-    # nothing (not processed yet, or finished and released): only the pods can tell.
-    "kai": {"Pending": "unreported", "Unschedulable": "waiting", "Allocated": "assembled"},
+    # allocated and no condition is left (it is cleared once nothing is pending): at least one pod
+    # is allocated, which is not the gang (its last-start-timestamp annotation says that, see
+    # exporter.cluster.gang_state); Pending says nothing (not processed yet, or finished and
+    # released): only the pods can tell.
+    "kai": {"Pending": "unreported", "Unschedulable": "waiting", "Allocated": "unreported"},
 }
 
 # How the phase timestamp was found: a condition's lastTransitionTime, the object's creation
@@ -86,8 +93,8 @@ SinceSource = Literal["condition", "created", "observed"]
 _PG = ("namespace", "podgroup", "api")
 PODGROUP_PHASE = Family(
     "gangscope_podgroup_phase", "gauge",
-    "PodGroup phase as a state set over its API's phases (native and KAI, which have none: derived from their "
-    "scheduling conditions).",
+    "PodGroup phase: one series, value 1, labelled with the current phase (native and KAI groups, which have none: "
+    "derived from their scheduling conditions); none once its Workload finished.",
     ("namespace", "podgroup", "api", "phase"),
 )
 PODGROUP_MIN_MEMBER = Family(
@@ -176,6 +183,10 @@ class PodGroupRecord:
     required_topology: str = ""
     preferred_topology: str = ""
     unschedulable: tuple[Unschedulable, ...] = ()  # the scheduler's typed reasons (KAI, Volcano, native)
+    min_task_member: tuple[tuple[str, int], ...] = ()  # Volcano spec.minTaskMember: (task, pods) by volcano.sh/task-spec
+    min_resources: tuple[tuple[str, str], ...] = ()  # Volcano spec.minResources, what the queue must fit to enqueue it
+    stale_since: float | None = None  # KAI annotation kai.scheduler/stale-podgroup-timestamp
+    last_start: float | None = None  # KAI annotation kai.scheduler/last-start-timestamp
     conditions: tuple[Condition, ...] = ()
     phase_since: float | None = None
     since_source: SinceSource = "observed"
@@ -186,11 +197,19 @@ class PodGroupRecord:
         return (self.source, self.namespace, self.name)
 
     @property
+    def api_label(self) -> str:
+        """The ``api`` label of the group's series: its API, and ``coscheduling_legacy`` for the
+        pre-2023 ``scheduling.sigs.k8s.io`` group, so that two PodGroups of one name in the two
+        Coscheduling groups export different series."""
+        return "coscheduling_legacy" if self.source == "podgroups_coscheduling_legacy" else self.api
+
+    @property
     def gang_state(self) -> GangState:
-        """What the phase means for the gang; an unknown phase counts as still waiting."""
+        """What the phase means for the gang; a phase outside the API's list is "unknown" (never a stage
+    gangscope would have to guess)."""
         if self.phase is None:
             return "unreported"
-        return PHASES[self.api].get(self.phase, "waiting")
+        return PHASES[self.api].get(self.phase, "unknown")
 
     @property
     def message(self) -> str:
@@ -275,6 +294,11 @@ def parse_volcano(source: str, obj: Any) -> PodGroupRecord:
     spec, status = as_dict(obj.get("spec"), "spec", problems), as_dict(obj.get("status"), "status", problems)
     rec.min_member = as_int(spec.get("minMember"), "spec.minMember", problems)
     rec.queue = as_str(spec.get("queue"), "spec.queue", problems) or "default"
+    rec.min_task_member = tuple(sorted(
+        (str(task), n) for task, raw in as_dict(spec.get("minTaskMember"), "spec.minTaskMember", problems).items()
+        if (n := as_int(raw, f"spec.minTaskMember.{task}", problems)) is not None))
+    rec.min_resources = tuple(sorted(
+        (str(k), str(v)) for k, v in as_dict(spec.get("minResources"), "spec.minResources", problems).items()))
     rec.phase = as_str(status.get("phase"), "status.phase", problems) or "Pending"
     _counters(rec, status, problems)
     rec.conditions = parse_conditions(status, problems)
@@ -394,6 +418,13 @@ def parse_kai(source: str, obj: Any) -> PodGroupRecord:
     spec, status = as_dict(obj.get("spec"), "spec", problems), as_dict(obj.get("status"), "status", problems)
     rec.min_member = as_int(spec.get("minMember"), "spec.minMember", problems)
     rec.min_subgroups = as_int(spec.get("minSubGroup"), "spec.minSubGroup", problems)
+    annotations = str_map(named_metadata(obj).get("annotations"), "metadata.annotations", problems)
+    for key, attr in ((KAI_STALE_ANNOTATION, "stale_since"), (KAI_LAST_START_ANNOTATION, "last_start")):
+        if annotations.get(key):
+            t = parse_time(annotations[key])
+            if t is None:
+                problems.append(f"metadata.annotations[{key}]: not a time: {annotations[key]!r}")
+            setattr(rec, attr, t)
     rec.queue = as_str(spec.get("queue"), "spec.queue", problems)
     rec.required_topology, rec.preferred_topology = _kai_topology(spec.get("topologyConstraint"), "spec.topologyConstraint", problems)
     subgroups = []
@@ -411,6 +442,10 @@ def parse_kai(source: str, obj: Any) -> PodGroupRecord:
     rec.subgroups = tuple(subgroups)
     if rec.min_member is None and subgroups:
         rec.min_member = required_pods(rec)
+    elif not rec.min_member:
+        # KAI counts an absent or zero minMember as 1 (KAI-Scheduler 72de64fc
+        # pkg/scheduler/api/podgroup_info/job_info.go:211: max(podGroup.Spec.MinMember, 1))
+        rec.min_member = 1
     reasons: list[Unschedulable] = []
     since: list[float] = []
     for i, c in enumerate(as_list(status.get("schedulingConditions"), "status.schedulingConditions", problems)):
@@ -621,10 +656,10 @@ def settle_phase_since(rec: PodGroupRecord, previous: PodGroupRecord | None, now
 def render(rec: PodGroupRecord) -> dict[Family, list[bytes]]:
     """The record's lines for the podgroup families: one escaped lead (namespace, podgroup, api)
     per record and cached phase tails, since this runs on every PodGroup event."""
-    lead = label_pairs(_PG, (rec.namespace, rec.name, rec.api))
+    lead = label_pairs(_PG, (rec.namespace, rec.name, rec.api_label))
     out: dict[Family, list[bytes]] = {fam: [] for fam in FAMILIES}
     if rec.phase is not None:
-        out[PODGROUP_PHASE] = [PODGROUP_PHASE.lines(lead, _phase_tails(rec.api, rec.phase))]
+        out[PODGROUP_PHASE] = [PODGROUP_PHASE.head(lead) + _phase_tail(rec.phase)]
     if rec.min_member is not None:
         out[PODGROUP_MIN_MEMBER] = [PODGROUP_MIN_MEMBER.line(lead, rec.min_member)]
     if rec.running is not None:
@@ -641,13 +676,10 @@ def render(rec: PodGroupRecord) -> dict[Family, list[bytes]]:
 
 
 @functools.lru_cache(maxsize=256)
-def _phase_tails(api: str, phase: str) -> tuple[bytes, ...]:
-    """The state set over ``api``'s phases with ``phase`` current (an unknown phase added as its own series)."""
-    phases = PHASES[api]
-    tails = [PODGROUP_PHASE.tail(3, (p,), 1 if p == phase else 0) for p in phases]
-    if phase not in phases:
-        tails.append(PODGROUP_PHASE.tail(3, (phase,), 1))
-    return tuple(tails)
+def _phase_tail(phase: str) -> bytes:
+    """The current phase's one series (value 1), an unknown phase too (it is counted as a parse
+    problem, :func:`phase_errors`): a state set over every phase cost 8 series per group."""
+    return PODGROUP_PHASE.tail(3, (phase,), 1)
 
 
 def phase_errors(rec: PodGroupRecord) -> list[str]:

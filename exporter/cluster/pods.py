@@ -10,7 +10,9 @@ of sources that currently deliver it, and goes when the last of them deletes it.
 
 Each pod is kept as a trimmed :class:`Pod` (namespace, name, uid, node, phase, ready, GPUs
 requested, the gang it names, the Kueue Workload annotation, its controller owner, the job
-controller group it belongs to); shared pieces (gang, owner, job references) are one object for
+controller group it belongs to, whether it is being deleted, its scheduling gates, why a bound
+pod has not started, a DisruptionTarget reason); what those mean for a gang is judged in
+:mod:`exporter.cluster.gang_state`; shared pieces (gang, owner, job references) are one object for
 all pods that name them: 100,000 realistic pods take 118 MiB (``bench/pods.py``; target under 150).
 
 How a pod names its gang, by API (first match wins):
@@ -38,7 +40,6 @@ Use (the collector, snapshot, explain and issue 16's per-domain capacity)::
     pods.gpus_bound_by_node() -> Mapping[str, float]   # the same for every node with any (read-only)
     pods.listed -> bool                  # a pod source (or a dump's pods) listed: no pod now means none
     pods.of_gang(ns, api, name) / of_workload(ns, name) / of_owner(uid) / of_job(ns, kind, name)
-    pods.counts(pods) -> PodCounts       # members bound, running, ready, pending, succeeded, failed, GPUs
     pods.covers(source) -> bool          # whether the pods of a PodGroup source are watched and listed
 """
 
@@ -57,21 +58,39 @@ import structlog
 from ..fields import ParseError, Problems, shared
 from ..health import SourceHealth
 from ..kube.resources import POD_RESOURCES, Resource
+from .resources import pod_requests
 from .workloads import pod_gpus
 
 log = structlog.get_logger(__name__)
 
 WORKLOAD_ANNOTATION = "kueue.x-k8s.io/workload"
+# IsTAS (kueue ff69552e pkg/util/tas/tas.go:58-85; the keys: apis/kueue/v1beta2/topology_types.go:28-60):
+# such a pod's usage is its Workload's assignment, every other bound pod is Kueue's non-TAS usage
+# (pkg/controller/tas/pod_usage_controller.go:158-173).
+TAS_ANNOTATIONS = ("kueue.x-k8s.io/podset-preferred-topology", "kueue.x-k8s.io/podset-required-topology",
+                   "kueue.x-k8s.io/podset-slice-required-topology",
+                   "kueue.x-k8s.io/podset-slice-required-topology-constraints",
+                   "kueue.x-k8s.io/podset-unconstrained-topology")
+_NO_REQUESTS: Mapping[str, int] = {}
 COSCHEDULING_LABELS = ("scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io")
 VOLCANO_ANNOTATION = "scheduling.k8s.io/group-name"
 KAI_ANNOTATION = "pod-group-name"
 KAI_SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
+KAI_GPU_FRACTION = "gpu-fraction"
+KAI_GPU_FRACTION_DEVICES = "gpu-fraction-num-devices"
+KAI_GPU_MEMORY = "gpu-memory"
+# Volcano's task of a pod (volcano ed72c7c8 staging/src/volcano.sh/apis/pkg/apis/batch/v1alpha1/labels.go:21),
+# which the scheduler reads per task against the PodGroup's minTaskMember (pkg/scheduler/api/job_info.go:124, 426).
+VOLCANO_TASK_KEY = "volcano.sh/task-spec"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"  # jobset api/jobset/v1alpha2/jobset_types.go:24
 JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"  # jobset_types.go:25
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"  # lws api/leaderworkerset/v1/leaderworkerset_types.go:37
 LWS_GROUP_LABEL = "leaderworkerset.sigs.k8s.io/group-index"  # :41
 LWS_SIZE_ANNOTATION = "leaderworkerset.sigs.k8s.io/size"  # :49, on leaders and workers (controller :799, pod_controller :414)
 TERMINAL = ("Succeeded", "Failed")
+# The pod phases of core/v1 (PodPending, PodRunning, PodSucceeded, PodFailed, PodUnknown); any other
+# value is bad input: kept, counted at the handler, and judged "unknown" by the gang.
+PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 DUMP_SOURCE = "pods"  # the one handler of offline dumps (snapshot, explain --from-file)
 
 # Which pod source's LIST proves that a PodGroup source's pods are all seen: every Coscheduling
@@ -84,7 +103,7 @@ COVERING = {
     "podgroups_kai": "pods_kai",
 }
 
-GangRef = tuple[str, str, str]  # (api, PodGroup name, KAI sub-group or "")
+GangRef = tuple[str, str, str]  # (api, PodGroup name, KAI sub-group, Volcano task, native replica key, or "")
 Owner = tuple[str, str, str]  # (kind, name, uid) of the controller owner
 JobRef = tuple[str, str, str, int]  # (kind, name, group index or "", group size or 0)
 
@@ -114,7 +133,14 @@ class Pod:
     job: JobRef | None  # a JobSet or LeaderWorkerSet (with the group index and size) the pod belongs to
     jobset_uid: str  # label jobset.sigs.k8s.io/jobset-uid: the JobSet a Kueue Workload may be owned by
     rv: int  # metadata.resourceVersion as a number (0 when not one): a late event of one watch never undoes a newer one
+    terminating: bool = False  # metadata.deletionTimestamp is set: it still holds its node's GPUs, but leaves the gang
+    gates: tuple[str, ...] = ()  # spec.schedulingGates[].name: the scheduler does not look at the pod until they go
+    waiting: str = ""  # bound but not started: the first waiting container's reason (ImagePullBackOff, ...)
+    gpus_unknown: bool = False  # GPUs through DRA claims or KAI gpu-memory: held, but how many is not in the pod
+    disrupted: str = ""  # the DisruptionTarget condition's reason while True (preemption, eviction, node drain)
     sources: int = 0  # bit set of the sources that currently deliver the pod
+    requests: Mapping[str, int] = field(default_factory=dict)  # effective requests, Kueue's units (shared)
+    tas: bool = False  # a TAS pod (kueue pkg/util/tas/tas.go:58-85): Kueue counts it through its Workload
 
     @property
     def bound(self) -> bool:
@@ -149,23 +175,89 @@ def parse_pod(obj: Any, gpu_resources: Sequence[str]) -> Pod:
     gpus = pod_gpus(spec, gpu_resources, problems) if spec else 0
     if problems:
         raise ParseError("; ".join(problems))
+    gpus_unknown = False
+    if not gpus:
+        gpus, gpus_unknown = _shared_gpus(spec, annotations)
     node, phase = spec.get("nodeName") or "", status.get("phase") or "Pending"
     if node.__class__ is not str or phase.__class__ is not str:
         raise ParseError("pod spec.nodeName or status.phase is not a string")
     ready = False
+    disrupted = ""
     conds = status.get("conditions")
     if conds.__class__ is list:
         for c in conds:
-            if c.__class__ is dict and c.get("type") == "Ready":
+            if c.__class__ is not dict:
+                continue
+            ctype = c.get("type")
+            if ctype == "Ready":
                 ready = c.get("status") == "True"
-                break
+            elif ctype == "DisruptionTarget" and c.get("status") == "True":
+                # core/v1 DisruptionTarget: the pod is about to be terminated (preemption, eviction,
+                # node drain or garbage collection), with the reason saying which.
+                disrupted = _intern(_str(c.get("reason")) or "DisruptionTarget")
     rv = meta.get("resourceVersion")
+    requests = pod_requests(spec, "spec", problems) if spec else _NO_REQUESTS
+    deletion = meta.get("deletionTimestamp")
+    if deletion is not None and deletion.__class__ is not str:
+        raise ParseError("pod metadata.deletionTimestamp is not a string")
     return Pod(
         namespace=_intern(ns), name=meta["name"], uid=uid or f"{ns}/{meta['name']}", node=node, phase=_intern(phase),
         ready=ready, gpus=gpus, gang=_gang(spec, labels, annotations), workload=_value(annotations, WORKLOAD_ANNOTATION),
         owner=_owner(meta.get("ownerReferences")), job=_job(labels, annotations),
         jobset_uid=_value(labels, JOBSET_UID_LABEL), rv=int(rv) if rv.__class__ is str and rv.isdigit() else 0,
+        requests=requests, tas=any(a in annotations for a in TAS_ANNOTATIONS),
+        terminating=bool(deletion), gates=_gates(spec.get("schedulingGates")),
+        waiting=_waiting(status) if node and phase == "Pending" else "", disrupted=disrupted, gpus_unknown=gpus_unknown,
     )
+
+
+def _shared_gpus(spec: dict, annotations: dict) -> tuple[float, bool]:
+    """GPUs a pod holds without requesting a GPU resource: a KAI fraction (annotation
+    ``gpu-fraction`` times ``gpu-fraction-num-devices``, KAI-Scheduler 72de64fc
+    pkg/common/constants/constants.go:36-40), or, unknown in number, a KAI ``gpu-memory`` request or
+    DRA ``spec.resourceClaims`` (the claim's devices are in the ResourceClaim, not the pod)."""
+    fraction = _value(annotations, KAI_GPU_FRACTION)
+    if fraction:
+        try:
+            share = float(fraction)
+        except ValueError:
+            raise ParseError(f"pod annotation {KAI_GPU_FRACTION}={fraction!r} is not a number") from None
+        devices = _value(annotations, KAI_GPU_FRACTION_DEVICES)
+        return share * (int(devices) if devices.isdigit() else 1), False
+    if _value(annotations, KAI_GPU_MEMORY) or spec.get("resourceClaims"):
+        return 0.0, True
+    return 0.0, False
+
+
+def _gates(raw: Any) -> tuple[str, ...]:
+    """spec.schedulingGates names (one shared tuple per combination: a job's pods repeat it)."""
+    if raw is None:
+        return ()
+    if raw.__class__ is not list:
+        raise ParseError("pod spec.schedulingGates is not a list")
+    names = []
+    for g in raw:
+        if g.__class__ is not dict or g.get("name").__class__ is not str or not g["name"]:
+            raise ParseError("pod spec.schedulingGates entry without a name")
+        names.append(_intern(g["name"]))
+    return _share(tuple(names))  # type: ignore[return-value]
+
+
+def _waiting(status: dict) -> str:
+    """Why a bound pod has not started: the first waiting init container's reason, else the first
+    waiting container's (the kubelet's words: ContainerCreating, ImagePullBackOff, ...); "" when
+    the kubelet reported none yet. Malformed entries say nothing (the phase still tells)."""
+    for key in ("initContainerStatuses", "containerStatuses"):
+        statuses = status.get(key)
+        if statuses.__class__ is not list:
+            continue
+        for cs in statuses:
+            state = cs.get("state") if cs.__class__ is dict else None
+            waiting = state.get("waiting") if state.__class__ is dict else None
+            reason = waiting.get("reason") if waiting.__class__ is dict else None
+            if reason.__class__ is str and reason:
+                return _intern(reason)
+    return ""
 
 
 def _str(value: Any) -> str:
@@ -193,17 +285,21 @@ def _gang(spec: dict, labels: dict, annotations: dict) -> GangRef | None:
         return _share(("kai", name, _value(labels, KAI_SUBGROUP_LABEL)))  # type: ignore[return-value]
     name = _value(annotations, VOLCANO_ANNOTATION)
     if name:
-        return _share(("volcano", name, ""))  # type: ignore[return-value]
-    for key in COSCHEDULING_LABELS:
+        task = _value(annotations, VOLCANO_TASK_KEY) or _value(labels, VOLCANO_TASK_KEY)
+        return _share(("volcano", name, task))  # type: ignore[return-value]
+    for key, api in zip(COSCHEDULING_LABELS, ("coscheduling", "coscheduling_legacy")):
         name = _value(labels, key)
-        if name:
-            return _share(("coscheduling", name, ""))  # type: ignore[return-value]
+        if name:  # the label of each Coscheduling group names a PodGroup of that group
+            return _share((api, name, ""))  # type: ignore[return-value]
     ref = spec.get("workloadRef")
     if ref is not None:
         ref = _map(ref, "spec.workloadRef")
         workload, group_name = _value(ref, "name"), _value(ref, "podGroup")
         if workload and group_name:
-            return _share(("native", f"{workload}/{group_name}", ""))  # type: ignore[return-value]
+            # 1.35 podGroupReplicaKey (v0.35.0 core/v1/types.go:4568-4592): pods of one pod group
+            # with different keys are separate gangs of the same template.
+            replica = _value(ref, "podGroupReplicaKey")
+            return _share(("native", f"{workload}/{group_name}", replica))  # type: ignore[return-value]
     return None
 
 
@@ -226,40 +322,6 @@ def _job(labels: dict, annotations: dict) -> JobRef | None:
     if name:
         return _share(("JobSet", name, "", 0))  # type: ignore[return-value]
     return None
-
-
-@dataclass(slots=True)
-class PodCounts:
-    """A set of pods by state: members, bound (on a node, not finished), running, ready, pending
-    (not bound, not finished), succeeded, failed, and the GPUs of the bound ones."""
-
-    members: int = 0
-    bound: int = 0
-    running: int = 0
-    ready: int = 0
-    pending: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    bound_gpus: float = 0.0
-
-    def add(self, p: Pod) -> None:
-        self.members += 1
-        phase = p.phase
-        if phase == "Succeeded":
-            self.succeeded += 1
-            return
-        if phase == "Failed":
-            self.failed += 1
-            return
-        if p.node:
-            self.bound += 1
-            self.bound_gpus += p.gpus
-        else:
-            self.pending += 1
-        if phase == "Running":
-            self.running += 1
-            if p.ready:
-                self.ready += 1
 
 
 @dataclass(slots=True)
@@ -306,6 +368,7 @@ class PodStore:
         self._by_owner: dict[str, list[str]] = {}
         self._by_job: dict[tuple[str, str, str], list[str]] = {}
         self._node_gpus: dict[str, float] = {}
+        self._node_usage: dict[str, dict[str, int]] = {}  # node -> requests of its bound non-TAS pods, and "pods"
         self._pending: PodChanges | None = None  # collected during a LIST, announced at its end
         self._lists = 0
 
@@ -323,6 +386,11 @@ class PodStore:
         """Whether a pod source completed its first LIST (or a dump brought pods): before it, no
         pod known means nothing."""
         return bool(self._listed)
+
+    def non_tas_usage_on(self, node: str) -> Mapping[str, int]:
+        """Requests (and a ``pods`` unit each) of the bound, non-terminal, non-TAS pods on a node
+        that the collector watches: Kueue's non-TAS usage as far as these pods go."""
+        return self._node_usage.get(node, _NO_REQUESTS)
 
     def gpus_bound_by_node(self) -> Mapping[str, float]:
         """Node name -> GPUs of its bound, non-terminal watched pods (nodes with none are absent)."""
@@ -344,13 +412,6 @@ class PodStore:
     def _of(self, uids: list[str] | None) -> list[Pod]:
         pods = self.pods
         return [pods[u] for u in uids] if uids else []
-
-    @staticmethod
-    def counts(pods: Iterable[Pod]) -> PodCounts:
-        out = PodCounts()
-        for p in pods:
-            out.add(p)
-        return out
 
     def covers(self, podgroup_source: str) -> bool:
         """Whether every pod of that PodGroup source is watched and its watch has listed once
@@ -397,6 +458,17 @@ class PodStore:
                 node_gpus[p.node] = left
             else:
                 node_gpus.pop(p.node, None)
+            changes.nodes.add(p.node)
+        if p.bound and not p.tas:  # tas_non_tas_pod_cache.go:112-135: requests and one pod each
+            usage = self._node_usage.get(p.node)
+            if usage is None:
+                usage = self._node_usage[p.node] = {}
+            sign = 1 if add else -1
+            for k, v in p.requests.items():
+                usage[k] = usage.get(k, 0) + sign * v
+            usage["pods"] = usage.get("pods", 0) + sign
+            if usage["pods"] <= 0:
+                del self._node_usage[p.node]
             changes.nodes.add(p.node)
         changes.note(p)
 
@@ -475,7 +547,10 @@ def _same(a: Pod, b: Pod) -> bool:
     change fields it drops: statuses of containers, probes, IPs)."""
     return (a.node == b.node and a.phase == b.phase and a.ready == b.ready and a.gpus == b.gpus and a.gang is b.gang
             and a.workload == b.workload and a.owner is b.owner and a.job is b.job and a.jobset_uid == b.jobset_uid
-            and a.name == b.name and a.namespace == b.namespace)
+            and a.name == b.name and a.namespace == b.namespace and a.requests is b.requests and a.tas == b.tas
+            and a.terminating == b.terminating
+            and a.gates == b.gates and a.waiting == b.waiting and a.disrupted == b.disrupted
+            and a.gpus_unknown == b.gpus_unknown)
 
 
 class PodHandler:
@@ -525,13 +600,17 @@ class PodHandler:
         if event_type == "DELETED":
             self._guarded(self.store.remove, self.source, p.uid)
         else:
-            if self.source == DUMP_SOURCE:  # a dump is a complete list of what it holds
-                self.store.mark_listed(DUMP_SOURCE)
             self._guarded(self.store.put, self.source, p)
 
     def _parse(self, obj: Any) -> Pod | None:
         try:
-            return parse_pod(obj, self.store.gpu_resources)
+            p = parse_pod(obj, self.store.gpu_resources)
+            if p.phase not in PHASES:  # kept (its node and GPUs are real), judged "unknown" by its gang
+                log.warning("object_parse_problems", source=self.source, detail=f"unknown pod phase {p.phase!r}",
+                            object=p.name)
+                if self.health is not None:
+                    self.health.parse_error()
+            return p
         except ParseError as exc:
             meta = obj.get("metadata") if isinstance(obj, dict) else None
             log.warning("object_parse_problems", source=self.source, detail=str(exc)[:300],

@@ -31,7 +31,7 @@ API (for the gang join, explain and the collector main)::
     store.queue_positions                          # (namespace, name) -> QueuePosition (the visibility poller's)
     store.on_workload_change: list[Callable[[tuple[str, str]], None]]   # after a Workload is set,
         # re-rendered or deleted (then store.workload() returns None); key = (namespace, name)
-    store.on_topology_change: list[Callable[[], None]]   # after levels or a Node's topology labels change
+    store.on_topology_change: list[Callable[[], None]]   # after the topology levels (or a flavor's Topology) change
     store.pods_assembling: list[PodsAssembling]     # gang (or pod) signals for admitted Workloads
         # without PodsReady; store.refresh(key) after a signal changes
 
@@ -75,7 +75,7 @@ from .nodes import Node, parse_node
 from .object_labels import WORKLOAD_LABELS, LabelsAllowlist
 from .workload_state import PodsAssembling, workload_state
 from .workloads import (
-    FAMILIES, TOPOLOGY_EVICTIONS, Assignment, Path, Workload, parse_workload, render_workload,
+    FAMILIES, RETIRED_STAGES, TOPOLOGY_EVICTIONS, Assignment, Path, Workload, parse_workload, render_workload,
 )
 
 log = structlog.get_logger(__name__)
@@ -86,6 +86,7 @@ JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 TOPOLOGY_EVICTIONS_OWNER = ("topology_evictions",)
 TOPOLOGY_UNRESOLVED_OWNER = ("topology_unresolved",)
 DEFAULT_EVICTION_GRACE = 3600.0
+DEFAULT_FINISHED_DETAIL = 0.0  # seconds a finished Workload keeps its detail series (0: none)
 
 TOPOLOGY_UNRESOLVED = Family(
     "gangscope_topology_unresolved_workloads", "gauge",
@@ -205,8 +206,10 @@ class ClusterStore:
                  level_keys: Sequence[str] = (), alias_overrides: Mapping[str, str] | None = None,
                  eviction_level: str | None = None, eviction_grace: float = DEFAULT_EVICTION_GRACE,
                  placement_sizes: Sequence[int] = DEFAULT_PLACEMENT_SIZES, shard: int = 0, total_shards: int = 1,
-                 clock: Callable[[], float] = time.time, labels_allowlist: LabelsAllowlist | None = None) -> None:
+                 clock: Callable[[], float] = time.time, labels_allowlist: LabelsAllowlist | None = None,
+                 finished_detail: float = DEFAULT_FINISHED_DETAIL) -> None:
         self.exposition = exposition
+        self.finished_detail = finished_detail
         exposition.register(*FAMILIES, TOPOLOGY_UNRESOLVED, *CLUSTER_QUEUE_FAMILIES)
         # --metric-labels-allowlist: Workload labels here, PodGroup labels in the gang index
         self.labels_allowlist = labels_allowlist
@@ -258,6 +261,7 @@ class ClusterStore:
         # Timers (collector only): backoff ends, domain pruning
         self._loop: asyncio.AbstractEventLoop | None = None
         self._backoff_timers: dict[WorkloadKey, asyncio.TimerHandle] = {}
+        self._detail_timers: dict[WorkloadKey, asyncio.TimerHandle] = {}
         self._prune_timer: asyncio.TimerHandle | None = None
         self.levels = TopologyLevels.build(self._fixed_levels, self._overrides)
         self._paths = DomainPaths(self.levels, self._host_labels)
@@ -265,9 +269,16 @@ class ClusterStore:
         self._level_names: dict[str, str] = {}
         self.capacity = Capacity(exposition, lambda: self.levels, self.fragment, gpu_resources=self.gpu_resources,
                                  sizes=placement_sizes, flavors=self.flavors, topologies=self.topologies,
-                                 shard=shard, total_shards=total_shards)
+                                 shard=shard, total_shards=total_shards, queue_flavors=self.queue_flavors, clock=clock)
         self.on_workload_change.append(lambda key: self.capacity.workload_changed(key, self.workloads.get(key)))
         self.on_topology_change.append(self.capacity.levels_changed)
+
+    def queue_flavors(self, cluster_queue: str) -> tuple[str, ...] | None:
+        """The flavors of a ClusterQueue in spec order, None while it is not known (the fit is then
+        unknown, never a guess). The ClusterQueue watch keeps ``cluster_queues``; a dump without
+        ClusterQueues knows no queue."""
+        queue = self.cluster_queues.get(cluster_queue)
+        return tuple(queue.flavor_names) if queue is not None else None
 
     # ---- handlers -------------------------------------------------------------------------
 
@@ -303,14 +314,17 @@ class ClusterStore:
         self._loop = asyncio.get_running_loop()
         for wl in self.workloads.values():
             self._arm_backoff(wl)
+            if wl.detail and wl.state is not None and wl.state.stage in RETIRED_STAGES:
+                self.refresh(wl.key)  # arms its --finished-detail timer
         self._arm_prune()
         self.capacity.start(self._loop)
 
     def stop_timers(self) -> None:
         self.capacity.stop()
-        for handle in self._backoff_timers.values():
-            handle.cancel()
-        self._backoff_timers.clear()
+        for timers in (self._backoff_timers, self._detail_timers):
+            for handle in timers.values():
+                handle.cancel()
+            timers.clear()
         if self._prune_timer is not None:
             self._prune_timer.cancel()
             self._prune_timer = None
@@ -324,6 +338,28 @@ class ClusterStore:
         until = wl.state.backoff_until if wl.state is not None else None
         if self._loop is not None and until is not None:
             self._backoff_timers[key] = self._loop.call_later(max(0.0, until - self.clock()), self.refresh, key)
+
+    def _detail(self, wl: Workload) -> bool:
+        """Whether the Workload's detail series (placement, gang, PodGroup) are exported: until it
+        finishes or is deactivated, then for ``--finished-detail`` seconds from that moment (the
+        Finished condition's, else the Evicted condition's lastTransitionTime), with a timer to
+        drop them at the end; offline, from the clock at the one instant evaluated."""
+        key = wl.key
+        handle = self._detail_timers.pop(key, None)
+        if handle is not None:
+            handle.cancel()
+        if wl.state is None or wl.state.stage not in RETIRED_STAGES:
+            return True
+        if self.finished_detail <= 0:
+            return False
+        since = next((c.last_transition_seconds for t in ("Finished", "Evicted")
+                      if (c := wl.conditions.get(t)) is not None and c.status == "True"), None)
+        left = (since if since is not None else self.clock()) + self.finished_detail - self.clock()
+        if left <= 0:
+            return False
+        if self._loop is not None:
+            self._detail_timers[key] = self._loop.call_later(left, self.refresh, key)
+        return True
 
     # ---- lookups --------------------------------------------------------------------------
 
@@ -417,9 +453,10 @@ class ClusterStore:
         if prev is None:
             return
         self._unindex(prev)
-        handle = self._backoff_timers.pop(key, None)
-        if handle is not None:
-            handle.cancel()
+        for timers in (self._backoff_timers, self._detail_timers):
+            handle = timers.pop(key, None)
+            if handle is not None:
+                handle.cancel()
         self._set_unresolved(key, frozenset())
         self.exposition.delete(("workload", *key))
         for cb in self.on_workload_change:
@@ -455,7 +492,8 @@ class ClusterStore:
         wl.state = workload_state(wl, self.clock(), self._assembling(wl.key) if self.pods_assembling else None,
                                   self.cluster_queues.get(wl.cluster_queue))
         self._arm_backoff(wl)
-        chunks = render_workload(wl, self.fragment, self.level_name)
+        wl.detail = self._detail(wl)
+        chunks = render_workload(wl, self.fragment, self.level_name, wl.detail)
         if self.labels_allowlist is not None:
             line = "".join(self.labels_allowlist.lines("workloads", WORKLOAD_LABELS, wl.key, wl.labels)).encode()
             chunks.append((WORKLOAD_LABELS, line, line.count(b"\n")))
@@ -809,13 +847,19 @@ class ClusterStore:
         if affected:
             self._invalidate_paths(affected)
 
-    def _invalidate_paths(self, keys: Iterable[WorkloadKey]) -> None:
+    def _invalidate_paths(self, keys: Iterable[WorkloadKey], levels: bool = True) -> None:
+        """Place ``keys`` again and re-render them; ``levels``: the topology levels changed, so
+        the listeners read every host's path again. A Node's own change (``levels=False``)
+        reaches the capacity through ``capacity.node_changed``, which reads that host's path:
+        telling it that every host may have moved made each Node event cost O(Nodes), and a
+        dump of N Nodes fed one by one (snapshot, explain) O(N^2)."""
         self._place_cache.clear()
         self._fragments.clear()
         self._eviction_prefixes.clear()
         self._rerender(keys, replace_paths=True)
-        for cb in self.on_topology_change:
-            cb()
+        if levels:
+            for cb in self.on_topology_change:
+                cb()
 
     # ---- nodes ----------------------------------------------------------------------------
 
@@ -854,7 +898,7 @@ class ClusterStore:
             self._pending_nodes.update(affected)
             self._pending_nodes.add(("", ""))  # marks "paths changed" even with nothing affected
             return
-        self._invalidate_paths(affected)
+        self._invalidate_paths(affected, levels=False)
 
     def begin_node_batch(self) -> None:
         """A Node LIST starts. Its pages interleave with the Workloads' (both lists start
@@ -871,7 +915,7 @@ class ClusterStore:
             # Placed meanwhile, the deferred Workloads may hold paths cached before a Node's
             # labels arrived: they are placed again, with what the Nodes now say.
             pending.discard(("", ""))
-            self._invalidate_paths([*deferred, *(k for k in pending if k not in deferred)])
+            self._invalidate_paths([*deferred, *(k for k in pending if k not in deferred)], levels=False)
         elif deferred:
             self._rerender(deferred, replace_paths=False)
 

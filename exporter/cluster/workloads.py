@@ -12,17 +12,20 @@ gangs that change on their own.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..exposition import Family, LabelPairs, label_pairs
 from ..fields import (
-    SHARED_LIMIT, ParseError, Problems, as_bool, as_dict, as_int, as_list, as_str, parse_quantity, parse_time, shared, str_map,
+    SHARED_LIMIT, ParseError, Problems, as_bool, as_dict, as_int, as_list, as_str, parse_quantity, parse_time, require_identity, shared,
+    str_map,
 )
 from ..taints import Toleration, parse_tolerations
 from ..topologies import FlavorTopology
 from ..topology import AssignmentError, Domain, iter_domains
+from .resources import pod_requests, required_affinity
+from .tas_fit import SelectorTerm
 
 # The stages a Workload's status means, highest precedence first: the first stage whose rule holds
 # is the Workload's stage (the rules: exporter.cluster.workload_state, which judges; the record
@@ -35,6 +38,9 @@ STAGES = (
 CHECK_STATES = ("Pending", "Ready", "Retry", "Rejected")
 
 _NW = ("namespace", "workload")
+# Stages whose Workload keeps a summary only (past --finished-detail): its placement, gang and
+# PodGroup series go, as a finished job's hosts and members mean nothing any more.
+RETIRED_STAGES = ("finished", "deactivated")
 _EMPTY: dict = {}  # an absent object, read-only
 
 WORKLOAD_INFO = Family(
@@ -47,7 +53,8 @@ WORKLOAD_INFO = Family(
 )
 WORKLOAD_STAGE = Family(
     "gangscope_workload_stage", "gauge",
-    "Pipeline stage of the Workload (1 for the current stage, 0 for the others).", (*_NW, "stage"),
+    "Pipeline stage of the Workload: one series, value 1, labelled with the current stage (count by (stage) for how many "
+    "are in each).", (*_NW, "stage"),
 )
 WORKLOAD_PENDING_REASON = Family(
     "gangscope_workload_pending_reason", "gauge",
@@ -74,6 +81,11 @@ WORKLOAD_PODS_READY = Family(
     "gangscope_workload_pods_ready_timestamp_seconds", "gauge",
     "When the PodsReady condition last became True (absent while not True).", _NW,
 )
+WORKLOAD_FINISHED = Family(
+    "gangscope_workload_finished_timestamp_seconds", "gauge",
+    "When the Finished condition became True (absent while not True): with the admitted timestamp and "
+    "gangscope_workload_past_execution_seconds, the Workload's execution time.", _NW,
+)
 WORKLOAD_EVICTIONS = Family(
     "gangscope_workload_evictions_total", "counter",
     "Evictions of the Workload by reason and underlying cause, from status.schedulingStats.",
@@ -89,7 +101,8 @@ WORKLOAD_REQUEUE_AT = Family(
 )
 WORKLOAD_ADMISSION_CHECK = Family(
     "gangscope_workload_admission_check", "gauge",
-    "State of each admission check of the Workload (state set over Pending, Ready, Retry, Rejected).",
+    "State of each admission check of the Workload: one series per check, value 1, labelled with its current state "
+    "(Pending, Ready, Retry or Rejected).",
     (*_NW, "check", "state"),
 )
 WORKLOAD_ADMISSION_CHECK_TRANSITION = Family(
@@ -140,14 +153,15 @@ TOPOLOGY_EVICTIONS = Family(
 # Registration (and so exposition) order.
 FAMILIES = (
     WORKLOAD_INFO, WORKLOAD_STAGE, WORKLOAD_PENDING_REASON, WORKLOAD_CONDITION, WORKLOAD_CREATED,
-    WORKLOAD_QUOTA_RESERVED, WORKLOAD_ADMITTED, WORKLOAD_PODS_READY, WORKLOAD_EVICTIONS, WORKLOAD_REQUEUE_COUNT,
+    WORKLOAD_QUOTA_RESERVED, WORKLOAD_ADMITTED, WORKLOAD_PODS_READY, WORKLOAD_FINISHED, WORKLOAD_EVICTIONS, WORKLOAD_REQUEUE_COUNT,
     WORKLOAD_REQUEUE_AT, WORKLOAD_ADMISSION_CHECK, WORKLOAD_ADMISSION_CHECK_TRANSITION, WORKLOAD_REQUESTED_GPUS,
     WORKLOAD_TOPOLOGY_PODS, WORKLOAD_UNHEALTHY_NODE, TOPOLOGY_EVICTIONS, WORKLOAD_TOPOLOGY_REQUEST,
     WORKLOAD_DOMAINS_SPANNED, WORKLOAD_LOCALITY_RATIO, WORKLOAD_PAST_EXECUTION,
 )
 
 # Condition types whose True transition time is exported as a timestamp family.
-_TIMESTAMPS = (("QuotaReserved", WORKLOAD_QUOTA_RESERVED), ("Admitted", WORKLOAD_ADMITTED), ("PodsReady", WORKLOAD_PODS_READY))
+_TIMESTAMPS = (("QuotaReserved", WORKLOAD_QUOTA_RESERVED), ("Admitted", WORKLOAD_ADMITTED), ("PodsReady", WORKLOAD_PODS_READY),
+               ("Finished", WORKLOAD_FINISHED))
 
 Path = tuple[tuple[str, str], ...]  # ((alias, value), ...) over the configured topology levels
 
@@ -285,6 +299,8 @@ class PodSet:
     topology: TopologyRequest | None = None
     tolerations: tuple[Toleration, ...] = ()  # template.spec.tolerations
     node_selector: dict[str, str] = field(default_factory=dict)  # template.spec.nodeSelector
+    requests: Mapping[str, int] = field(default_factory=dict)  # one pod's effective requests, Kueue's units (shared)
+    affinity: tuple[SelectorTerm, ...] | None = None  # template's required node affinity terms (waiting only)
 
 
 class Shape:
@@ -351,12 +367,16 @@ class Workload:
     # rule of the CRD at :616; set by pkg/controller/admissionchecks/multikueue/workload.go:880,917).
     worker_cluster: str = ""
     nominated_clusters: tuple[str, ...] = ()
+    # Annotation kueue.x-k8s.io/workload-slice-replacement-for (pkg/workloadslicing): a new slice of an
+    # elastic Workload, which the topology fit does not model.
+    replaces_slice: bool = False
     # Filled by the store:
     state: WorkloadState | None = None  # what the status means (exporter.cluster.workload_state)
     cluster_queue: str = ""  # admission's, else the LocalQueue's spec.clusterQueue
     last_assignments: list[Assignment] = field(default_factory=list)  # current, else the last seen with topology
     unhealthy_paths: list[Path] = field(default_factory=list)
     failed_nodes: tuple[str, ...] = ()  # the nodes of its last NodeFailures eviction (exporter.cluster.evictions)
+    detail: bool = True  # False: finished or deactivated past --finished-detail, its summary only
 
     @property
     def key(self) -> tuple[str, str]:
@@ -389,9 +409,7 @@ def parse_workload(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",))
     meta, spec, status = obj.get("metadata"), obj.get("spec"), obj.get("status")
     if meta.__class__ is not dict:
         meta = as_dict(meta, "metadata", p)
-    name, namespace = meta.get("name"), meta.get("namespace")
-    if not isinstance(name, str) or not name or not isinstance(namespace, str) or not namespace:
-        raise ParseError("Workload without metadata.name and metadata.namespace")
+    name, namespace = require_identity("Workload", meta)
     if spec.__class__ is not dict:
         spec = as_dict(spec, "spec", p)
     if status.__class__ is not dict:
@@ -467,6 +485,8 @@ def parse_workload(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",))
         past_execution_seconds=_past_execution(status, p),
         worker_cluster=_intern(worker) if worker.__class__ is str else as_str(worker, "status.clusterName", p),
         nominated_clusters=nominated_clusters,
+        replaces_slice="kueue.x-k8s.io/workload-slice-replacement-for" in (
+            meta.get("annotations") if meta.get("annotations").__class__ is dict else _EMPTY),
     )
 
 
@@ -593,6 +613,8 @@ def _podsets(raw: Any, gpu_resources: Sequence[str], p: Problems, placing: bool 
             topology=_topology_request(ps.get("topologyRequest"), w, p),
             tolerations=parse_tolerations(tolerations, w + ".template.spec.tolerations", p) if tolerations is not None else (),
             node_selector=_shared_map(str_map(selector, w + ".template.spec.nodeSelector", p)) if selector is not None else _EMPTY,
+            requests=pod_requests(spec, w + ".template.spec", p),
+            affinity=required_affinity(spec, w + ".template.spec", p) if placing else None,
         ))
     return out
 
@@ -777,13 +799,10 @@ def _host_domains(ta: Any) -> tuple[tuple[Domain, ...], Shape] | None:
 # from a table or a cache: the tails repeat across Workloads (stages, conditions, hosts), so one
 # C-level join replaces a formatted line each. Lines are built as UTF-8 bytes, as the exposition
 # keeps them: a Workload's 5 kB are then written once, not formatted and then encoded.
-_STAGE_TAILS = {
-    current: tuple(WORKLOAD_STAGE.tail(2, [s], 1 if s == current else 0) for s in STAGES) for current in STAGES
-}
-_CHECK_TAILS = {
-    current: tuple(WORKLOAD_ADMISSION_CHECK.tail(3, [s], 1 if s == current else 0) for s in CHECK_STATES)
-    for current in CHECK_STATES
-}
+# State families carry the current state only (one series, value 1): a state set with a series
+# per possible state cost 12 series per Workload for the stage alone, 11 of them 0.
+_STAGE_TAILS = {stage: WORKLOAD_STAGE.tail(2, [stage], 1) for stage in STAGES}
+_CHECK_TAILS = {state: WORKLOAD_ADMISSION_CHECK.tail(3, [state], 1) for state in CHECK_STATES}
 _CONDITION_TAILS: dict[tuple[str, str, str], bytes] = {}
 _PENDING_TAILS: dict[tuple[str, str], bytes] = {}
 _POD_TAILS: dict[tuple[Path, int], bytes] = {}
@@ -803,10 +822,10 @@ def _check_lines(wl: Workload, lead: LabelPairs, out: list[tuple[Family, bytes, 
     states, times, n_states, n_times = [], [], 0, 0
     for c in wl.admission_checks:
         check = lead.plus(("check",), (c.name,))
-        tails = _CHECK_TAILS.get(c.state)
-        if tails is not None:
-            states.append(WORKLOAD_ADMISSION_CHECK.lines(check, tails))
-            n_states += len(tails)
+        tail = _CHECK_TAILS.get(c.state)
+        if tail is not None:
+            states.append(WORKLOAD_ADMISSION_CHECK.head(check) + tail)
+            n_states += 1
         if c.last_transition_seconds is not None:
             times.append(WORKLOAD_ADMISSION_CHECK_TRANSITION.line(check, c.last_transition_seconds))
             n_times += 1
@@ -886,12 +905,20 @@ def _request_lines(wl: Workload, lead: LabelPairs, level_name: Callable[[str], s
 
 
 def render_workload(wl: Workload, fragment: Callable[[Path], LabelPairs],
-                    level_name: Callable[[str], str] = str) -> list[tuple[Family, bytes, int]]:
+                    level_name: Callable[[str], str] = str, detail: bool = True) -> list[tuple[Family, bytes, int]]:
     """All sample lines of one Workload: per family, one UTF-8 string and its number of lines
     (for :meth:`Exposition.set_counted`, in a list: a dict would hash each Family); ``fragment(path)``
     is a topology path's rendered labels (a pure function of the path, so its results are cached
     here); ``level_name(key)`` is the label name of a topology level's node label key (the key
     itself when it is no level).
+
+    ``detail`` False (the store's word for a finished or deactivated Workload past
+    ``--finished-detail``) renders the summary only: info, stage, the Finished condition, pending
+    reason, times, requested GPUs, past execution and evictions, at most 12 series for a Workload
+    with up to four eviction reasons; its placement, topology request, placement quality and
+    admission checks go. Per-host placement (gangscope_workload_topology_pods) is rendered for a
+    Workload that holds quota now, or one evicted and waiting to be admitted again (its last
+    placement: the eviction alerts route by its domains), never for a finished one.
 
     This runs on every watch event for tens of thousands of objects: lines share one escaped
     ``namespace,workload`` lead and cached tails (see ``_STAGE_TAILS``) instead of per-label code.
@@ -902,15 +929,16 @@ def render_workload(wl: Workload, fragment: Callable[[Path], LabelPairs],
     state = wl.state
     if state is None:
         raise ValueError(f"workload {wl.namespace}/{wl.name} rendered before its state was set")
+    shown = conditions.values() if detail else [c for c in conditions.values() if c.type == "Finished"]
     out: list[tuple[Family, bytes, int]] = [
         (WORKLOAD_INFO, WORKLOAD_INFO.line(lead, 1, (
             wl.cluster_queue, wl.queue_name, wl.priority_class, owner_kind, owner_name, wl.worker_cluster,
             ",".join(wl.nominated_clusters))), 1),
-        (WORKLOAD_STAGE, WORKLOAD_STAGE.lines(lead, _STAGE_TAILS[state.stage]), len(STAGES)),
-        (WORKLOAD_CONDITION, WORKLOAD_CONDITION.lines(lead, [
-            _info_tail(_CONDITION_TAILS, WORKLOAD_CONDITION, (c.type, c.status, c.reason)) for c in conditions.values()]),
-         len(conditions)),
+        (WORKLOAD_STAGE, WORKLOAD_STAGE.head(lead) + _STAGE_TAILS[state.stage], 1),
     ]
+    if shown:
+        out.append((WORKLOAD_CONDITION, WORKLOAD_CONDITION.lines(lead, [
+            _info_tail(_CONDITION_TAILS, WORKLOAD_CONDITION, (c.type, c.status, c.reason)) for c in shown]), len(shown)))
     pending = state.pending
     if pending is not None:
         out.append((WORKLOAD_PENDING_REASON, WORKLOAD_PENDING_REASON.head(lead)
@@ -924,19 +952,24 @@ def render_workload(wl: Workload, fragment: Callable[[Path], LabelPairs],
     if wl.evictions:
         out.append((WORKLOAD_EVICTIONS, WORKLOAD_EVICTIONS.lines(
             lead, [WORKLOAD_EVICTIONS.tail(2, key, n) for key, n in wl.evictions.items()]), len(wl.evictions)))
+    gpus = sum(ps.count * ps.gpus_per_pod for ps in wl.podsets)
+    out.append((WORKLOAD_REQUESTED_GPUS, WORKLOAD_REQUESTED_GPUS.line(lead, gpus), 1))
+    if wl.past_execution_seconds is not None:
+        out.append((WORKLOAD_PAST_EXECUTION, WORKLOAD_PAST_EXECUTION.line(lead, wl.past_execution_seconds), 1))
+    if not detail:
+        return out
     if wl.requeue_count is not None:
         out.append((WORKLOAD_REQUEUE_COUNT, WORKLOAD_REQUEUE_COUNT.line(lead, wl.requeue_count), 1))
     if wl.requeue_at_seconds is not None:
         out.append((WORKLOAD_REQUEUE_AT, WORKLOAD_REQUEUE_AT.line(lead, wl.requeue_at_seconds), 1))
     if wl.admission_checks:
         _check_lines(wl, lead, out)
-    gpus = sum(ps.count * ps.gpus_per_pod for ps in wl.podsets)
-    out.append((WORKLOAD_REQUESTED_GPUS, WORKLOAD_REQUESTED_GPUS.line(lead, gpus), 1))
     pods, n = b"", 0
-    for a in wl.last_assignments:
-        tails = _pod_tails(a, fragment)
-        pods += WORKLOAD_TOPOLOGY_PODS.lines(lead.plus(("podset",), (a.name,)), tails)
-        n += len(tails)
+    if not wl.condition_true("Finished"):
+        for a in wl.last_assignments:
+            tails = _pod_tails(a, fragment)
+            pods += WORKLOAD_TOPOLOGY_PODS.lines(lead.plus(("podset",), (a.name,)), tails)
+            n += len(tails)
     if n:
         out.append((WORKLOAD_TOPOLOGY_PODS, pods, n))
     if wl.admitted:
@@ -952,8 +985,6 @@ def render_workload(wl: Workload, fragment: Callable[[Path], LabelPairs],
             out.append((WORKLOAD_DOMAINS_SPANNED, spanned, n))
             out.append((WORKLOAD_LOCALITY_RATIO, locality, n))
     _request_lines(wl, lead, level_name, out)
-    if wl.past_execution_seconds is not None:
-        out.append((WORKLOAD_PAST_EXECUTION, WORKLOAD_PAST_EXECUTION.line(lead, wl.past_execution_seconds), 1))
     if wl.unhealthy_paths:
         paths = dict.fromkeys(wl.unhealthy_paths)
         out.append((WORKLOAD_UNHEALTHY_NODE, WORKLOAD_UNHEALTHY_NODE.lines(

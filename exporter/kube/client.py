@@ -11,6 +11,7 @@ message and the path, never a request header.
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -78,10 +79,63 @@ class Gone(ApiError):
 
 
 class TransportError(ApiError):
-    """No (complete) HTTP answer: refused, reset, timed out, or a stream cut mid-way."""
+    """No (complete) HTTP answer: refused, reset, timed out, or a stream cut mid-way.
 
-    def __init__(self, message: str):
+    ``str()`` is what went wrong and what to check, without the request (``what``: its method
+    and path, for the logs), so the same failure reads the same for every source; ``connect``
+    says the connection itself failed (the API server unreachable, or its certificate refused),
+    which :class:`Reachability` reports once for the whole client."""
+
+    def __init__(self, message: str, what: str = "", connect: bool = False):
         super().__init__(0, "Transport", message)
+        self.what, self.connect = what, connect
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def describe(e: BaseException, host: str) -> tuple[str, bool]:
+    """(one sentence: what failed and what to check, connect-level or not) for a request that got
+    no HTTP answer. aiohttp's own texts name objects (``ssl:<ssl.SSLContext object at 0x...>``)
+    and leave out the URL; this says which server, the error, and where to look."""
+    if isinstance(e, aiohttp.ClientConnectorCertificateError):
+        return (f"cannot verify the TLS certificate of {host} ({e.certificate_error}): check the kubeconfig's "
+                "certificate-authority for this server", True)
+    if isinstance(e, (aiohttp.ClientConnectorSSLError, aiohttp.ClientSSLError)):
+        return f"TLS handshake with {host} failed ({getattr(e, 'os_error', e)}): check that the server speaks HTTPS", True
+    if isinstance(e, aiohttp.ClientConnectorError):
+        errno = e.os_error.errno
+        why = os.strerror(errno) if errno else e.os_error.strerror or str(e.os_error) or type(e.os_error).__name__
+        return (f"cannot reach the API server at {host}: {why}: check the kubeconfig's server (in a pod: "
+                "KUBERNETES_SERVICE_HOST), that the API server is up, and the network path to it", True)
+    if isinstance(e, (TimeoutError, asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
+        return f"no answer from {host} in time: check the network path and the API server's load", False
+    if isinstance(e, aiohttp.ServerDisconnectedError):
+        return f"{host} closed the connection before answering", False
+    return f"{type(e).__name__} from {host}: {e}", False
+
+
+class Reachability:
+    """Says once that the API server cannot be reached (the URL, the error, what to check), then
+    only how often it failed since, every ``interval`` seconds; and once that it is back."""
+
+    def __init__(self, host: str, interval: float = 60.0) -> None:
+        from ..logs import Repeats
+
+        self.host, self.failing = host, ""
+        self.quiet = False  # a one-shot command that prints ``failing`` as its error itself
+        self._repeats = Repeats(interval)
+
+    def failed(self, cause: str) -> None:
+        self.failing = cause
+        if not self.quiet:
+            self._repeats.log(log, "warning", "kube_api_unreachable", (cause,), url=self.host, error=cause)
+
+    def answered(self) -> None:
+        if self.failing:
+            log.info("kube_api_reachable", url=self.host)
+            self.failing = ""
+            self._repeats.forget("kube_api_unreachable")
 
 
 _BY_STATUS: dict[int, type[ApiError]] = {401: Unauthorized, 403: Forbidden, 404: NotFound, 410: Gone}
@@ -119,6 +173,10 @@ class KubeClient:
         # A watch is silent for at most its timeoutSeconds (bookmarks aside); past that plus this
         # slack the server is presumed gone and the stream is abandoned.
         self.watch_read_slack = watch_read_slack
+        self.reachability = Reachability(credentials.host)
+        from ..logs import Repeats
+
+        self.repeats = Repeats()  # the failures its sources log (report_failure)
         self._session = aiohttp.ClientSession(
             headers={"User-Agent": USER_AGENT},
             # one long-lived watch per resource plus lists, on sockets that notice a dead peer
@@ -157,7 +215,11 @@ class KubeClient:
                     proxy=self.credentials.proxy,
                 )
             except (aiohttp.ClientError, OSError, TimeoutError) as e:
-                raise TransportError(f"{method} {path}: {type(e).__name__} {e}") from None
+                cause, connect = describe(e, self.credentials.host)
+                if connect:
+                    self.reachability.failed(cause)
+                raise TransportError(cause, f"{method} {path}", connect) from None
+            self.reachability.answered()
             if resp.status < 300:
                 return resp
             try:
@@ -193,7 +255,7 @@ class KubeClient:
         try:
             return orjson.loads(await resp.read())
         except (aiohttp.ClientError, OSError, TimeoutError) as e:
-            raise TransportError(f"{method} {path}: {type(e).__name__} {e}") from None
+            raise TransportError(describe(e, self.credentials.host)[0], f"{method} {path}") from None
         except orjson.JSONDecodeError as e:
             raise ApiError(resp.status, "BadResponse", f"{method} {path}: undecodable JSON: {e}") from None
         finally:
@@ -227,8 +289,22 @@ class KubeClient:
                         yield event
                 del buf[:start]
         except (aiohttp.ClientError, OSError, TimeoutError) as e:
-            raise TransportError(f"watch {path}: {type(e).__name__} {e}") from None
+            raise TransportError(describe(e, self.credentials.host)[0], f"watch {path}") from None
         finally:
             resp.close()  # also when the consumer stops early: never hand a half-read stream back to the pool
         if buf.strip():
-            raise TransportError(f"watch {path}: stream ended inside an event")
+            raise TransportError(f"the watch stream from {self.credentials.host} ended inside an event", f"watch {path}")
+
+
+def report_failure(client: Any, logger: Any, event: str, source: str, error: ApiError, **fields: Any) -> None:
+    """Log a source's failed request: at debug when the connection itself failed (the client's
+    :class:`Reachability` has said so once, for every source), else as a warning, identical
+    ones from the same source rate-limited with a count (:class:`exporter.logs.Repeats`)."""
+    if isinstance(error, TransportError) and error.connect:
+        logger.debug(event, error=str(error), request=error.what, **fields)
+        return
+    repeats = getattr(client, "repeats", None)
+    if repeats is None:
+        logger.warning(event, error=str(error), **fields)
+        return
+    repeats.log(logger, "warning", event, (source, str(error)), error=str(error), **fields)

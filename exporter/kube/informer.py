@@ -55,7 +55,7 @@ import structlog
 
 from ..health import SourceHealth
 from .backoff import Backoff, BackoffPolicy
-from .client import ApiError, Forbidden, Gone, KubeClient, NotFound, error_from_status
+from .client import ApiError, Forbidden, Gone, KubeClient, NotFound, error_from_status, report_failure
 from .resources import Resource
 from .scope import Scope
 
@@ -177,7 +177,7 @@ class Informer:
                 except (Forbidden, NotFound):
                     raise
                 except ApiError as e:
-                    self._log.warning("kube_list_failed", error=str(e))
+                    report_failure(self.client, self._log, "kube_list_failed", self.health.name, e)
                     self.health.down(f"list: {e}")
                     await self._pause(e)
                     continue
@@ -211,7 +211,8 @@ class Informer:
             except (Gone, Forbidden, NotFound):
                 raise
             except ApiError as e:
-                self._log.warning("kube_watch_failed", error=str(e), path=path, resource_version=self._versions.get(path))
+                report_failure(self.client, self._log, "kube_watch_failed", self.health.name, e, path=path,
+                               resource_version=self._versions.get(path))
                 self.health.error(f"watch: {e}")
                 await self._pause(e)
 

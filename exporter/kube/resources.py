@@ -104,6 +104,11 @@ COLLECTOR_RESOURCES = (
 SHARDING_POD = Resource("shard_pod", "", ("v1",), "pods", "Pod", True, verbs=("get",))
 STATEFULSETS = Resource("statefulset", "apps", ("v1",), "statefulsets", "StatefulSet", True)
 SHARDING_RESOURCES = (SHARDING_POD, STATEFULSETS)
+# The namespace list every shard cuts the hash space by (--shard-ranges balanced,
+# exporter.kube.sharding.balanced_bounds): names and creation times, cluster-scoped (a ClusterRole).
+NAMESPACES = Resource("namespaces", "", ("v1",), "namespaces", "Namespace", False, metadata_only=True,
+                      verbs=("list", "watch"))
+COLLECTOR_READS = (*COLLECTOR_RESOURCES, NAMESPACES)  # what the collector's ClusterRole grants
 
 # The node agent: its own Node (get + watch by name), the pods bound to it, and the Kueue Topologies
 # (a few cluster-scoped objects) its topology levels come from when --topology-levels is not given.

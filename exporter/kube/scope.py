@@ -18,6 +18,12 @@ alpha in 1.36): FNV-1a 64-bit of the field's bytes (k8s.io/apimachinery pkg/shar
 server that ignores the parameter (it echoes ``metadata.shardInfo`` when it honours it) sends
 everything, and the same hash filters here. Cluster-scoped resources (Nodes, Topologies,
 ResourceFlavors) are watched whole by every shard.
+
+Equal ranges split the hash space, not the namespaces: names that differ in a short suffix
+(``team-00`` .. ``team-11``) share the hash's top bits and land on one shard. ``bounds`` cuts the
+space elsewhere: where :func:`exporter.kube.sharding.balanced_bounds` puts the cuts, at the
+quantiles of the namespaces' hashes, which every shard computes the same way from the namespace
+list; the selector and the local filter then use those ranges.
 """
 
 from __future__ import annotations
@@ -62,11 +68,16 @@ class Scope:
     shard: int = 0
     total_shards: int = 1
     idle: bool = False  # keeps no namespace (a StatefulSet pod past the replicas, being scaled away)
+    bounds: tuple[int, ...] = ()  # total_shards + 1 cuts from 0 to HASH_SPACE (empty: equal ranges)
     _kept: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.idle:
             shard_range(self.shard, self.total_shards)  # validates
+        b = self.bounds
+        if b and (len(b) != self.total_shards + 1 or b[0] != 0 or b[-1] != HASH_SPACE
+                  or any(x > y for x, y in zip(b, b[1:]))):
+            raise ValueError(f"bounds {b!r} do not cut [0, 2^64) into {self.total_shards} ranges")
         for ns in (*self.namespaces, *self.denylist):
             if not _DNS_LABEL.match(ns):
                 raise ValueError(f"{ns!r} is not a namespace name")
@@ -77,6 +88,8 @@ class Scope:
 
     @property
     def range(self) -> tuple[int, int]:
+        if self.bounds:
+            return self.bounds[self.shard], self.bounds[self.shard + 1]
         return shard_range(self.shard, self.total_shards)
 
     def keeps(self, namespace: str) -> bool:
@@ -113,12 +126,19 @@ class Scope:
 
     def describe(self) -> dict[str, object]:
         return {"namespaces": list(self.namespaces), "namespaces_denylist": list(self.denylist),
-                "shard": self.shard, "total_shards": self.total_shards, "idle": self.idle}
+                "shard": self.shard, "total_shards": self.total_shards, "idle": self.idle,
+                "bounds": [_hex(b) for b in self.bounds] or "equal"}
 
     def with_shard(self, shard: int, total_shards: int) -> Scope:
         """This scope as shard ``shard`` of ``total_shards``; one that keeps nothing when the
         shard is past the total (a StatefulSet pod being scaled away)."""
-        return Scope(self.namespaces, self.denylist, shard, max(total_shards, 1), idle=shard >= total_shards)
+        total = max(total_shards, 1)
+        return Scope(self.namespaces, self.denylist, shard, total, idle=shard >= total_shards,
+                     bounds=self.bounds if len(self.bounds) == total + 1 else ())
+
+    def with_bounds(self, bounds: tuple[int, ...]) -> Scope:
+        """This scope with the hash space cut at ``bounds`` (empty: equal ranges)."""
+        return Scope(self.namespaces, self.denylist, self.shard, self.total_shards, idle=self.idle, bounds=bounds)
 
 
 def parse_namespaces(values: Iterable[str]) -> tuple[str, ...]:

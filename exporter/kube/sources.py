@@ -36,7 +36,7 @@ joined arrive, and nothing else moves.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 import structlog
@@ -44,7 +44,7 @@ import structlog
 from ..exposition import Exposition
 from ..health import SourceHealth
 from .backoff import Backoff, BackoffPolicy
-from .client import ApiError, Forbidden, KubeClient, NotFound
+from .client import ApiError, Forbidden, KubeClient, NotFound, report_failure
 from .discovery import served_version
 from .informer import EventHandler, Informer
 from .resources import Resource
@@ -112,11 +112,35 @@ class SourceSet:
                 raise ValueError(f"source {name!r} given twice")
             self.sources[name] = SourceState(spec, SourceHealth(name, exposition))
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._starter: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
-        self._tasks = {name: asyncio.create_task(self._supervise(s), name=f"source:{name}") for name, s in self.sources.items()}
+    async def start(self, first: Collection[str] = (), first_limit: float = 30.0) -> None:
+        """One task per source; the sources named in ``first`` (those the others' records
+        depend on: the collector's Nodes and Topologies, which place every Workload) start
+        alone, the others once each of them has listed or is known down, or after
+        ``first_limit`` seconds, so the dependents are parsed and rendered once, not rendered
+        and then rendered again when the Nodes arrive."""
+        early = [name for name in self.sources if name in first]
+        self._tasks = {name: asyncio.create_task(self._supervise(self.sources[name]), name=f"source:{name}")
+                       for name in (early or self.sources)}
+        if early and len(early) < len(self.sources):
+            self._starter = asyncio.create_task(self._start_after(early, first_limit), name="sources:after-first")
+
+    async def _start_after(self, early: list[str], limit: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit
+        while loop.time() < deadline and not all(
+                self.sources[n].synced_once or self.sources[n].phase in ("not_served", "forbidden", "error") for n in early):
+            await asyncio.sleep(0.02)
+        for name, state in self.sources.items():
+            if name not in self._tasks:
+                self._tasks[name] = asyncio.create_task(self._supervise(state), name=f"source:{name}")
 
     async def stop(self) -> None:
+        if self._starter is not None:
+            self._starter.cancel()
+            await asyncio.gather(self._starter, return_exceptions=True)
+            self._starter = None
         for task in self._tasks.values():
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
@@ -159,8 +183,13 @@ class SourceSet:
                 absent.append(f"{name} ({s.phase})")
             else:
                 waiting.append(name)
-        if waiting:
-            return False, "waiting for first sync of: " + ", ".join(waiting)
+        if waiting:  # grouped by why, so that one unreachable API server reads as one reason
+            why: dict[str, list[str]] = {}
+            for name in waiting:
+                detail = self.sources[name].health.detail
+                why.setdefault("" if detail in ("not started", "ok", "") else detail, []).append(name)
+            return False, "waiting for first sync of: " + "; ".join(
+                ", ".join(names) + (f" ({reason})" if reason else "") for reason, names in why.items())
         detail = f"{len(self.sources) - len(absent)} sources synced"
         return True, detail + ("; down: " + ", ".join(absent) if absent else "")
 
@@ -181,7 +210,7 @@ class SourceSet:
                 version = await served_version(self.client, spec.resource)
             except ApiError as e:
                 s.phase = "error"
-                slog.warning("kube_discovery_failed", error=str(e))
+                report_failure(self.client, slog, "kube_discovery_failed", health.name, e)
                 health.down(f"discovery: {e}")
                 await asyncio.sleep(min(e.retry_after or errors.next(), self.discovery_interval))
                 continue

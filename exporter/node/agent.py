@@ -27,9 +27,10 @@ from ..kube.resources import AGENT_NODE, AGENT_PODS, TOPOLOGIES
 from ..topology import TopologyLevels, parse_alias_overrides
 from . import families as F
 from .fabric import FabricSampler
+from .lifecycle import NvmlLifecycle
 from .nodeinfo import NodeTopology, TopologyLevelsWatch
 from .nvml import NvmlSampler
-from .podresources import PodResourcesPoller, resolve_device
+from .podresources import DEFAULT_RESOURCES, Allocation, PodResourcesPoller, resolve_device
 from .pods import PodIndex
 
 log = structlog.get_logger(__name__)
@@ -45,8 +46,9 @@ def nvml_factory(spec: str, profile: str | None = None) -> Callable[[], Any]:
         import importlib.util
 
         if importlib.util.find_spec("exporter.sim") is None:
-            raise ValueError("--nvml sim needs the simulators, which the runtime image does not ship: "
-                             "pip install 'gangscope[sim]'")
+            from .. import SIMULATORS_INSTALL
+
+            raise ValueError(f"--nvml sim needs the simulators, which the runtime image does not ship: {SIMULATORS_INSTALL}")
         from ..sim.nvml import SimNvml, parse_spec
 
         scenarios = parse_spec(spec)
@@ -61,21 +63,27 @@ class Agent:
     def __init__(self, args: argparse.Namespace, levels: TopologyLevels, nvml: Callable[[], Any] | None = None) -> None:
         self.args = args
         self.exposition = exposition_from_args(args)
-        self.exposition.register(*F.GPU_FAMILIES)
-        self.node = NodeTopology(args.node_name, levels, self._relabel)
+        self.exposition.register(*F.GPU_FAMILIES, *F.POD_RESOURCES_FAMILIES)
+        self.node = NodeTopology(args.node_name, levels, self._relabel, on_labels=self._node_labels)
         # No levels given: follow the Kueue Topologies, as the collector does.
         self.topologies = None if any(k.strip() for k in args.topology_levels.split(",")) \
             else TopologyLevelsWatch(self.node, parse_alias_overrides(args.topology_alias))
         self.pods = PodIndex(self.render_pods)
         self.nvml_health = SourceHealth("nvml", self.exposition)
-        self.sampler = NvmlSampler(
-            nvml or nvml_factory(args.nvml, args.sim_profile), self.exposition, self.nvml_health, self.node.base_labels,
-            interval=args.sample_interval, timeout=args.nvml_timeout, pcie_interval=args.pcie_interval,
-            on_inventory=self.render_pods,
-        )
+        library = nvml or nvml_factory(args.nvml, args.sim_profile)
+
+        def make_sampler() -> NvmlSampler:  # one per NVML initialisation (see lifecycle.py)
+            return NvmlSampler(
+                lambda: self.lifecycle.watched(library()), self.exposition, self.nvml_health,
+                self.node.base_labels, interval=args.sample_interval, timeout=args.nvml_timeout,
+                pcie_interval=args.pcie_interval, on_inventory=self.render_pods, node=args.node_name,
+            )
+
+        self.lifecycle = NvmlLifecycle(make_sampler, self.exposition, self.nvml_health, self.node.base_labels,
+                                       self.render_pods, node_settled=self._node_settled)
         self.podres = PodResourcesPoller(
             args.pod_resources_socket, SourceHealth("podresources", self.exposition), self.render_pods,
-            interval=args.pod_resources_interval, resources=args.gpu_resource or ("nvidia.com/gpu", "nvidia.com/mig-*"),
+            interval=args.pod_resources_interval, resources=args.gpu_resource or DEFAULT_RESOURCES,
         )
         self.fabric = FabricSampler(args.sysfs, self.exposition, SourceHealth("fabric", self.exposition),
                                     self.node.base_labels, interval=args.sample_interval)
@@ -87,17 +95,34 @@ class Agent:
         self._endpoint: Any = None
         self.port = 0
 
+    @property
+    def sampler(self) -> NvmlSampler:
+        """The current NVML sampler (a new one after each release, see :class:`NvmlLifecycle`)."""
+        return self.lifecycle.sampler
+
+    def _node_labels(self, labels: Any) -> None:
+        self.lifecycle.set_labels(labels)
+
+    def _node_settled(self) -> bool:
+        """Whether the Node's labels are known, or will not be (no access, not served, forbidden, failing)."""
+        if self._sources is None:
+            return True
+        state = self._sources.sources.get(AGENT_NODE.source)
+        return state is None or state.synced_once or state.phase in ("not_served", "forbidden", "error")
+
     # ----- the join series -------------------------------------------------------------------
 
     def render_pods(self) -> None:
-        """``gangscope_gpu_pod_info``: kubelet allocations x NVML inventory x pod metadata."""
+        """``gangscope_gpu_pod_info`` (kubelet allocations x NVML inventory x pod metadata) and
+        ``gangscope_gpu_kubelet_devices`` (what the kubelet can allocate of each GPU)."""
         inventory = self.sampler.inventory()
-        by_index = {i: st.dev.uuid for i, st in self.sampler.gpus.items() if st.dev.uuid}
+        by_minor = {st.dev.minor: (i, st.dev.uuid) for i, st in self.sampler.gpus.items()
+                    if st.dev.uuid and st.dev.minor is not None}
         base = self.node.base_labels()
         lines: dict[str, None] = {}
         unresolved = 0
         for alloc in self.podres.allocations:
-            hit = resolve_device(alloc, inventory, by_index)
+            hit = resolve_device(alloc, inventory, by_minor)
             if hit is None:
                 unresolved += 1
                 continue
@@ -107,8 +132,16 @@ class Agent:
                                  ("container", alloc.container), ("workload", meta.workload), ("podset", meta.podset),
                                  ("podgroup", meta.podgroup)], base, 1)] = None
         self.exposition.set(("gpu_pods",), {F.GPU_POD_INFO: list(lines)})
+        offered: dict[tuple[int, str], int] = {}
+        for resource, device in self.podres.allocatable or ():
+            hit = resolve_device(Allocation("", "", "", device), inventory, by_minor)
+            if hit is not None:
+                offered[(hit[0], resource)] = offered.get((hit[0], resource), 0) + 1
+        self.exposition.set(("gpu_allocatable",), {F.GPU_KUBELET_DEVICES: [
+            F.sample(F.GPU_KUBELET_DEVICES, [("gpu", str(gpu)), ("resource", resource)], base, count)
+            for (gpu, resource), count in sorted(offered.items())]})
         # Devices NVML does not know are worth one count per kubelet answer, once NVML is up.
-        if unresolved and by_index and self._counted is not self.podres.allocations:
+        if unresolved and inventory and self._counted is not self.podres.allocations:
             self._counted = self.podres.allocations
             self.podres.health.parse_error(unresolved)
             log.warning("podresources_unknown_devices", count=unresolved,
@@ -122,6 +155,7 @@ class Agent:
         for health in self.healths():
             health.set_labels(self.node.base_labels())
         self.sampler.relabel()
+        self.lifecycle.render()
         self.fabric.render()
         self.render_pods()
 
@@ -142,7 +176,7 @@ class Agent:
                                              title=f"gangscope agent on {self.args.node_name}", sources=self.healths)
         self.port = self._endpoint.port
         self._tasks = [
-            asyncio.create_task(self.sampler.run(), name="nvml"),
+            asyncio.create_task(self.lifecycle.run(), name="nvml-lifecycle"),
             asyncio.create_task(self.podres.run(), name="podresources"),
             asyncio.create_task(self.fabric.run(), name="fabric"),
         ]
@@ -184,7 +218,7 @@ class Agent:
         if self._sources is not None:
             await self._sources.stop()
         await self.podres.close()
-        self.sampler.close()
+        self.lifecycle.close()
         if self._endpoint is not None:
             await self._endpoint.close()
         if self._client is not None:

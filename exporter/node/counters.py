@@ -9,6 +9,13 @@ the sum of the deltas it observed, which never goes backwards.
 from __future__ import annotations
 
 
+# A forward step beyond this share of a wrapping counter's range counts as a gap even when it is
+# within the link's bound: the reader was late enough that one more delay would have hidden a wrap
+# (the agent reads 32-bit counters so that at most 3/4 of the range passes between reads at the
+# link's maximum rate; 5% more is the jitter of the reads' timing).
+GAP_SHARE = 0.75 * 1.05
+
+
 class MonotonicCounter:
     """Accumulates deltas of a raw device counter into a total that never decreases.
 
@@ -18,30 +25,43 @@ class MonotonicCounter:
     How a decrease is read depends on what the caller knows:
 
     - ``bound`` given (the most bytes the link could have moved since the last read, from its
-      maximum rate and the two reads' timestamps): while ``bound`` is below the counter's range
-      ``modulus``, the forward distance ``(raw - last) mod modulus`` is the only possible delta,
-      so wraps are exact at any rate; a forward distance beyond ``bound`` cannot be a wrap, so the
-      device was reset and counted up from zero. When reads are further apart than one wrap at the
-      maximum rate (the reader was stalled), the number of wraps cannot be known: the one that
-      ``expected`` bytes (the recent rate times the interval) comes nearest to is added, and the
-      read is counted in ``gaps`` so that users know the total holds an estimate.
+      maximum rate and the monotonic time around the two reads): while ``bound`` is below the
+      counter's range ``modulus``, the forward distance ``(raw - last) mod modulus`` is the only
+      possible delta, so wraps are exact at any rate; a forward distance beyond ``bound`` cannot
+      be a wrap, so the device was reset and counted up from zero. A forward step beyond
+      :data:`GAP_SHARE` of the range is still taken, and counted in ``gaps``. When reads are
+      further apart than one wrap at the maximum rate (the reader was stalled), the number of
+      wraps cannot be known: the one that ``expected`` bytes (the caller's estimate of what moved)
+      comes nearest to is added, and the read is counted in ``gaps`` so that users know the total
+      holds an estimate.
     - no ``bound``: a decrease is a wrap when ``modulus`` explains it as a forward move of at most
       half the range, otherwise a reset (64-bit counters never wrap in practice, so for them every
       decrease is a reset).
+
+    After the device was lost, :meth:`resume`: it may come back reset (counting from zero) or
+    not (counting on); the first read then adds its value only if it is below the last one.
     """
 
-    __slots__ = ("gaps", "last", "total")
+    __slots__ = ("gaps", "last", "resumed", "total")
 
     def __init__(self) -> None:
         self.last: int | None = None
         self.total = 0
         self.gaps = 0
+        self.resumed = False
 
     def update(self, raw: int, modulus: int = 0, bound: float | None = None, expected: float = 0.0) -> int:
         last = self.last
         self.last = raw
         if last is None:
             self.total += raw
+        elif self.resumed:
+            self.resumed = False
+            # Reset: it counts from zero, so its value is what moved since. Not reset: it went on
+            # from where it was. A wrapping counter may have wrapped meanwhile: unknowable, a gap.
+            self.total += raw if raw < last else raw - last
+            if 0 < modulus < 2**64:
+                self.gaps += 1
         elif modulus and bound is not None:
             forward = (raw - last) % modulus
             if bound >= modulus:
@@ -50,6 +70,8 @@ class MonotonicCounter:
                 self.total += forward + wraps * modulus
             elif forward <= bound:
                 self.total += forward
+                if forward > GAP_SHARE * modulus:
+                    self.gaps += 1
             else:
                 self.total += raw
         elif raw >= last:
@@ -60,6 +82,7 @@ class MonotonicCounter:
             self.total += raw
         return self.total
 
-    def restart(self) -> None:
-        """The device was reset (seen lost and re-opened): its next value counts from zero."""
-        self.last = None
+    def resume(self) -> None:
+        """The device answered again after it was lost: the next read decides whether it was reset."""
+        if self.last is not None:
+            self.resumed = True

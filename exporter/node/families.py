@@ -41,14 +41,14 @@ GPU_POD_INFO = Family(
 
 NVLINK_TX = Family(
     "gangscope_nvlink_transmit_bytes_total", "counter",
-    "NVLink data bytes transmitted on the link: NVML field 138 (KiB converted to bytes), or on NVLink5 GPUs "
-    "without it field 202 (bytes).",
+    "NVLink data bytes transmitted on the link: NVML field 202 (bytes) on NVLink5 GPUs, else field 138 (KiB "
+    "converted to bytes).",
     ("gpu", "link", "node"), topology=True,
 )
 NVLINK_RX = Family(
     "gangscope_nvlink_receive_bytes_total", "counter",
-    "NVLink data bytes received on the link: NVML field 139 (KiB converted to bytes), or on NVLink5 GPUs "
-    "without it field 204 (bytes).",
+    "NVLink data bytes received on the link: NVML field 204 (bytes) on NVLink5 GPUs, else field 139 (KiB "
+    "converted to bytes).",
     ("gpu", "link", "node"), topology=True,
 )
 NVLINK_RAW_TX = Family(
@@ -102,8 +102,16 @@ PCIE_READ_INTERVAL = Family(
 )
 PCIE_GAPS = Family(
     "gangscope_pcie_read_gaps_total", "counter",
-    "PCIe counter reads further apart than one wrap at the link's maximum rate (a stalled reader, a slow "
-    "driver, or --pcie-interval set too long): the bytes counted across each are a lower bound.",
+    "PCIe counter reads too far apart to count every wrap (further apart than one wrap at the link's maximum "
+    "rate, a step beyond 3/4 of the range, or the first read after the GPU was lost): the wraps across each are "
+    "estimated from NVML's 20 ms throughput, so the byte totals hold an estimate there.",
+    ("gpu", "node"), topology=True,
+)
+NVLINK_GAPS = Family(
+    "gangscope_nvlink_read_gaps_total", "counter",
+    "Reads of the GPU's NVLink byte counters, over all links, too far apart to count every wrap, on a GPU whose "
+    "driver reports them 32-bit (absent where they are 64-bit): no wrap is added across them, so the NVLink byte "
+    "totals are a lower bound. One series per GPU.",
     ("gpu", "node"), topology=True,
 )
 PCIE_THROUGHPUT = Family(
@@ -154,6 +162,22 @@ PLATFORM_INFO = Family(
     ("gpu", "chassis_serial", "slot", "tray", "host_id", "node"), topology=True,
 )
 
+GPU_KUBELET_DEVICES = Family(
+    "gangscope_gpu_kubelet_devices", "gauge",
+    "Devices of the GPU the kubelet can allocate under an extended resource (pod-resources "
+    "GetAllocatableResources): 1 for a whole GPU, the replica count of a shared GPU (nvidia.com/gpu.shared, "
+    "time-slicing), the MIG devices of each nvidia.com/mig-* profile. Absent where the kubelet does not serve "
+    "the call or offers no device of the GPU (DRA allocates it). About one series per GPU.",
+    ("gpu", "resource", "node"), topology=True,
+)
+NVML_RELEASED = Family(
+    "gangscope_nvml_released", "gauge",
+    "1 while the agent has let go of NVML (workers stopped, nvmlShutdown called, no GPU series) because the "
+    "node's labels say the GPU operator is replacing the driver (reason driver_upgrade) or reconfiguring MIG "
+    "(reason mig_reconfiguration); 0 with reason empty while it holds NVML. One series per node.",
+    ("reason", "node"), topology=True,
+)
+
 FABRIC_TX = Family(
     "gangscope_fabric_port_transmit_bytes_total", "counter",
     "InfiniBand/RoCE port bytes transmitted (sysfs port_xmit_data, 4-byte words converted to bytes).",
@@ -188,14 +212,16 @@ NIC_RX = Family(
 GPU_FAMILIES = (
     GPU_INFO, GPU_UP, GPU_ERRORS, MIG_INFO, GPU_POD_INFO, FIELD_SUPPORTED, FABRIC_INFO, FABRIC_HEALTH, PLATFORM_INFO,
     NVLINK_TX, NVLINK_RX, NVLINK_RAW_TX, NVLINK_RAW_RX, NVLINK_UP, NVLINK_VERSION, NVLINK_ERRORS,
-    PCIE_TX, PCIE_RX, PCIE_READ_INTERVAL, PCIE_GAPS, PCIE_THROUGHPUT, PCIE_GENERATION, PCIE_WIDTH,
+    PCIE_TX, PCIE_RX, PCIE_READ_INTERVAL, PCIE_GAPS, NVLINK_GAPS, PCIE_THROUGHPUT, PCIE_GENERATION, PCIE_WIDTH,
 )
 # NVML field id -> the byte counter family its link series belong to
 NVLINK_BYTE_FAMILIES = {
     138: NVLINK_TX, 139: NVLINK_RX, 202: NVLINK_TX, 204: NVLINK_RX, 140: NVLINK_RAW_TX, 141: NVLINK_RAW_RX,
 }
 FABRIC_FAMILIES = (FABRIC_TX, FABRIC_RX, FABRIC_RATE, FABRIC_UP, NIC_TX, NIC_RX)
-FAMILIES = GPU_FAMILIES + FABRIC_FAMILIES
+LIFECYCLE_FAMILIES = (NVML_RELEASED,)
+POD_RESOURCES_FAMILIES = (GPU_KUBELET_DEVICES,)
+FAMILIES = GPU_FAMILIES + FABRIC_FAMILIES + LIFECYCLE_FAMILIES + POD_RESOURCES_FAMILIES
 
 
 def series_prefix(family: Family, labels: Iterable[tuple[str, str]], base: Sequence[tuple[str, str]]) -> str:

@@ -156,6 +156,12 @@ def pcie_max_rate(gen: int | None, width: int | None) -> float:
     return PCIE_GT_PER_LANE[gen] * 1e9 / 8 * width
 
 
+# Upper bound on one NVLink link's bytes/s in one direction, for a byte counter a driver reports
+# 32-bit: NVLink5 moves 50 GB/s per link and direction (1.8 TB/s per GPU over 18 links, both
+# directions); this leaves room for a faster generation. An assumption: no header states it.
+NVLINK_MAX_RATE = 64.0e9
+
+
 # Read a wrapping counter before 3/4 of its range can pass at the link's maximum rate: a Gen5
 # x16 link (64 GB/s) fills 2**32 bytes in 67 ms, so its 32-bit counters are read every 50 ms.
 WRAP_MARGIN = 0.75

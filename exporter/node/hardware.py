@@ -57,8 +57,12 @@ class FabricInfo:
 
 
 def read_fabric(fabric: Any, v3: bool) -> FabricInfo:
-    """Decode a filled ``c_nvmlGpuFabricInfo_v2_t``/``_v3_t``."""
-    state = FABRIC_STATES.get(int(fabric.state), "unknown")
+    """Decode a filled ``c_nvmlGpuFabricInfo_v2_t``/``_v3_t``.
+
+    ``state`` is one byte in C (``typedef unsigned char nvmlGpuFabricState_t``, nvml.h 3808)
+    followed by three bytes of padding before ``healthMask``; nvidia-ml-py declares it ``c_uint``
+    (``_nvmlGpuFabricState_t``), so the padding, which NVML never writes, is read with it."""
+    state = FABRIC_STATES.get(int(fabric.state) & 0xFF, "unknown")
     raw = bytes(fabric.clusterUuid)
     member = state == "completed" and int(fabric.status) == pynvml.NVML_SUCCESS and any(raw)
     if state == "completed" and int(fabric.status) != pynvml.NVML_SUCCESS:

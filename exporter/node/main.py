@@ -1,7 +1,9 @@
 """``gangscope agent``: per-GPU NVLink/PCIe/fabric metrics mapped to pods, workloads and topology.
 
 Flags and process lifecycle only; the wiring is :class:`exporter.node.agent.Agent`. SIGTERM and
-SIGINT stop every source and the server, then the process exits 0.
+SIGINT stop every source and the server, then the process exits 0. When ``nvmlInit`` answers
+that the driver changed under the process (``LIB_RM_VERSION_MISMATCH``, ``DRIVER_NOT_LOADED``)
+the agent stops the same way and exits 3, for the kubelet to restart it with the current driver.
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         log.error("bad_flags", error=str(exc))
         return 2
     try:
-        stuck = asyncio.run(serve(args, levels))
+        stuck, status = asyncio.run(serve(args, levels))
     except KeyboardInterrupt:
         return 130
     except ValueError as exc:  # an unknown simulated scenario
@@ -101,14 +103,15 @@ def run(args: argparse.Namespace) -> int:
         log.warning("agent_exit_with_nvml_call_running")
         sys.stderr.flush()
         sys.stdout.flush()
-        os._exit(0)
-    return 0
+        os._exit(status)
+    return status
 
 
-async def serve(args: argparse.Namespace, levels: TopologyLevels, stop: asyncio.Event | None = None) -> bool:
-    """Run the agent until ``stop`` is set (by SIGTERM/SIGINT when not given); True when an NVML
-    call is still stuck in the driver after shutdown."""
+async def serve(args: argparse.Namespace, levels: TopologyLevels, stop: asyncio.Event | None = None) -> tuple[bool, int]:
+    """Run the agent until ``stop`` is set (by SIGTERM/SIGINT when not given) or NVML refuses the
+    driver for good; (whether an NVML call is still stuck in the driver after shutdown, the exit status)."""
     from .agent import Agent
+    from .lifecycle import EXIT_DRIVER_CHANGED
 
     agent = Agent(args, levels)
     if stop is None:
@@ -117,12 +120,15 @@ async def serve(args: argparse.Namespace, levels: TopologyLevels, stop: asyncio.
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
     await agent.start()
+    waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(agent.lifecycle.wait_fatal())]
     try:
-        await stop.wait()
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     finally:
+        for waiting in waits:
+            waiting.cancel()
         log.info("agent_stopping")
         await agent.stop()
-    return agent.sampler.stuck()
+    return agent.lifecycle.stuck(), EXIT_DRIVER_CHANGED if agent.lifecycle.fatal is not None else 0
 
 
 if __name__ == "__main__":  # ``python -m exporter.node.main``: the agent without the other subcommands' imports

@@ -21,10 +21,12 @@ from ..topology import TopologyError, TopologyLevels
 class NodeTopology:
     """Informer handler (``replace``/``apply``) for the agent's Node; ``labels`` is read on every render."""
 
-    def __init__(self, node_name: str, levels: TopologyLevels, on_change: Callable[[], None]) -> None:
+    def __init__(self, node_name: str, levels: TopologyLevels, on_change: Callable[[], None],
+                 on_labels: Callable[[Mapping[str, str]], None] | None = None) -> None:
         self.node_name = node_name
         self.levels = levels
-        self.on_change = on_change
+        self.on_change = on_change  # the topology labels changed
+        self.on_labels = on_labels  # every reading of the Node's labels (the NVML life cycle follows them)
         self.node_labels: Mapping[str, str] = {}
         self.labels: tuple[tuple[str, str], ...] = self._compute({})
 
@@ -41,6 +43,8 @@ class NodeTopology:
 
     def _set(self, node_labels: Mapping[str, str]) -> None:
         self.node_labels = node_labels
+        if self.on_labels is not None:
+            self.on_labels(node_labels)
         labels = self._compute(node_labels)
         if labels != self.labels:
             self.labels = labels

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import ctypes
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -53,6 +54,10 @@ FAST_REQUEST = [(FI_PCIE_TX, 0), (FI_PCIE_RX, 0)]
 # the default interval, which alerts on increase() over minutes cannot notice.
 SLOW_SAMPLE_EVERY = 10
 INIT_RETRY_SECONDS = 60.0
+# A counter that stays the same this long while it was moving is idle, not waiting for a driver
+# refresh (drivers refresh their counters every few ms to ~100 ms).
+MAX_REFRESH = 1.0
+PROBE_ATTEMPTS = 3  # probes before a GPU whose PCIe counters keep failing transiently falls back to the rate
 BOUND_SLACK = 1.05  # the maximum rate is an upper bound; timestamps have microsecond jitter
 BOUND_BYTES = 65536
 
@@ -70,14 +75,16 @@ class GpuDevice:
     uuid: str = ""
     name: str = ""
     pci_bus_id: str = ""
+    minor: int | None = None  # /dev/nvidiaN: the number DRA devices (gpu-N) and GKE's nvidiaN name
     links: int = 0
     max_gen: int | None = None
     max_width: int | None = None
     mig: list[tuple[str, int]] = field(default_factory=list)  # (MIG uuid, GPU instance id)
     platform: PlatformInfo | None = None
-    lost: bool = False  # seen GPU_IS_LOST: its counters restart from zero once it is back
+    lost: bool = False  # seen GPU_IS_LOST: once it is back, each counter's next read decides whether it was reset
     # what the device supports, decided by the probe
     probed: bool = False
+    probes: int = 0  # probes made; one whose PCIe fields failed transiently is repeated (PROBE_ATTEMPTS)
     support: dict[str, bool] = field(default_factory=dict)  # family -> supported
     unsupported: set[tuple[int, int]] = field(default_factory=set)  # (field id, scope) never asked again
     unsupported_calls: set[str] = field(default_factory=set)
@@ -87,19 +94,28 @@ class GpuDevice:
     error_ids: tuple[int, ...] = ()  # error fields read (161-163 and/or 213-221)
     error_api: bool = False  # the legacy nvmlDeviceGetNvLinkErrorCounter instead
     pcie_mode: str = ""  # field: with the sample; fast: also between samples; throughput: integrated rate
-    pcie_modulus: int = 0
+    pcie_modulus: int = 0  # the range assumed: 2**32 for a 64-bit-typed counter until a value above it is seen
+    pcie_typed: int = 0  # the range its valueType claims
     pcie_period: float | None = None  # seconds between fast reads (None: no fast reads)
     pcie_max_rate: float = FF.PCIE_FALLBACK_RATE
     fabric_v3: bool = True
     fabric: FabricInfo | None = None
     # monotonic totals, folded on this thread
     link_counters: dict[tuple[int, int], MonotonicCounter] = field(default_factory=dict)
+    link_32bit: set[tuple[int, int]] = field(default_factory=set)  # (field id, link) of byte counters reported 32-bit
+    fields_ts: tuple[float, float] | None = None  # monotonic (before, after) the last sample's field-value call
     error_counters: dict[tuple[int, str], MonotonicCounter] = field(default_factory=dict)
     pcie: dict[str, MonotonicCounter] = field(default_factory=dict)  # direction -> bytes
-    pcie_ts: dict[str, float] = field(default_factory=dict)  # direction -> seconds of the last read
+    pcie_ts: dict[str, tuple[float, float]] = field(default_factory=dict)  # direction -> monotonic (before, after) the read that changed it
+    pcie_wall: dict[str, int] = field(default_factory=dict)  # direction -> NVML's timestamp (us) of that read: a cross-check only
+    pcie_refresh: float = 0.0  # the driver's refresh period as seen (a value unchanged while traffic flows)
+    pcie_seen_64: bool = False  # a PCIe value above 2**32 was seen: 64-bit for good (a re-probe after a reset keeps it)
+    gap_rate: dict[str, tuple[float, float]] = field(default_factory=dict)  # direction -> (when, bytes/s) of the last gap estimate
+    pcie_stale: dict[str, bool] = field(default_factory=dict)  # direction -> reads since the last change returned the same value
     pcie_bps: dict[str, float] = field(default_factory=dict)  # direction -> bytes/s between the last two reads
     pcie_rate: tuple[int, int] | None = None  # last nvmlDeviceGetPcieThroughput answer (bytes/s)
     fast_failures: int = 0
+    clock_steps: int = 0  # reads whose NVML wall-clock interval disagreed with the monotonic one
     requests: dict[bool, list[tuple[int, int]]] = field(default_factory=dict)  # slow? -> field request
     # Held while the GPU's own worker samples it or the fast reader reads it: their folds never interleave.
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -121,6 +137,7 @@ class GpuSample:
     nvlink_errors: dict[tuple[int, str], int] = field(default_factory=dict)
     pcie: dict[str, int] = field(default_factory=dict)  # direction -> bytes
     pcie_gaps: int = 0
+    nvlink_gaps: int | None = None  # only for a GPU whose NVLink byte counters are 32-bit
     pcie_period: float | None = None
     pcie_rate: tuple[int, int] | None = None  # bytes/s (tx, rx) where the counters are unsupported
     gen: tuple[int | None, int | None] = (None, None)
@@ -133,10 +150,22 @@ class GpuSample:
 class NvmlReader:
     """NVML access for one library; every method may block in the driver, so each runs on its GPU's thread."""
 
-    def __init__(self, lib: Any, pcie_interval: float | None = None) -> None:
+    def __init__(self, lib: Any, pcie_interval: float | None = None, clock: Callable[[], float] = time.monotonic,
+                 node: str = "") -> None:
+        self.node = node
         self.lib = lib
         # None: per device from valueType and link rate; 0: PCIe counters only with the sample; > 0: fixed
         self.pcie_interval = pcie_interval
+        # Intervals between counter reads come from this clock, read around each call; NVML's own
+        # timestamps are wall-clock time, which NTP steps (and they are only cross-checked).
+        self.clock = clock
+
+    @property
+    def log(self) -> Any:
+        """The module's logger with this node bound: in the demo (and the tests) many agents
+        share one process, and an event without its node is useless there. Bound per event, not
+        once, so that structlog's configuration at the time (a test's capture) applies."""
+        return log.bind(node=self.node) if self.node else log
 
     def init(self) -> tuple[str, int]:
         """``nvmlInit``, the driver version and the GPU count; raises ``pynvml.NVMLError`` when NVML is unusable."""
@@ -163,7 +192,7 @@ class NvmlReader:
             if out is None:
                 raise
             out.failed_calls += 1
-            log.debug("nvml_call_failed", gpu=dev.index, call=name, error=str(exc))
+            self.log.debug("nvml_call_failed", gpu=dev.index, call=name, error=str(exc))
             return None
         if family:
             self._decide(dev, family, True)
@@ -174,7 +203,7 @@ class NvmlReader:
             return
         dev.support[family] = supported
         if not supported:
-            log.info("nvml_family_unsupported", gpu=dev.index, uuid=dev.uuid, family=family, answer=why)
+            self.log.info("nvml_family_unsupported", gpu=dev.index, uuid=dev.uuid, family=family, answer=why)
 
     def open(self, dev: GpuDevice) -> None:
         """Handle, identity, links and static facts; after a loss, the counters restart from zero."""
@@ -184,9 +213,10 @@ class NvmlReader:
         dev.name = _text(lib.nvmlDeviceGetName(handle))
         dev.pci_bus_id = _text(lib.nvmlDeviceGetPciInfo(handle).busId)
         dev.handle = handle
-        if dev.lost:  # the GPU came back through a reset, which zeroes its counters
+        dev.minor = self._call(dev, "nvmlDeviceGetMinorNumber")
+        if dev.lost:  # back, through a reset that zeroed its counters or without one: each next read decides
             for counter in dev.counters():
-                counter.restart()
+                counter.resume()
             dev.lost = False
         dev.links = self._link_count(dev)
         dev.requests.clear()
@@ -198,7 +228,7 @@ class NvmlReader:
         except pynvml.NVMLError_GpuIsLost:
             raise
         except pynvml.NVMLError as exc:  # MIG enumeration failing must not hide the whole GPU
-            log.warning("mig_enumeration_failed", gpu=dev.index, error=str(exc))
+            self.log.warning("mig_enumeration_failed", gpu=dev.index, error=str(exc))
             dev.mig = []
         dev.platform = self._platform(dev)
 
@@ -233,10 +263,15 @@ class NvmlReader:
         return out
 
     def _platform(self, dev: GpuDevice) -> PlatformInfo | None:
-        """``nvmlDeviceGetPlatformInfo`` with a v2 struct (the version nvidia-ml-py sets); static, read at open."""
+        """``nvmlDeviceGetPlatformInfo`` with a v2 struct (the version nvidia-ml-py sets); static, read at open.
+
+        The struct goes by reference: the C function takes ``nvmlPlatformInfo_t *`` (nvml.h 8595)
+        and nvidia-ml-py's wrapper hands its argument to C as it is, without ``argtypes``
+        (pynvml.py ``nvmlDeviceGetPlatformInfo``), so a bare struct would be copied by value and
+        NVML would write through whatever the pointer register held."""
         info = pynvml.c_nvmlPlatformInfo_v2_t()
         try:
-            if self._call(dev, "nvmlDeviceGetPlatformInfo", info, family=FF.PLATFORM) is None:
+            if self._call(dev, "nvmlDeviceGetPlatformInfo", ctypes.byref(info), family=FF.PLATFORM) is None:
                 return None
         except pynvml.NVMLError_GpuIsLost:
             raise
@@ -259,34 +294,41 @@ class NvmlReader:
             values = []
         answered: dict[str, bool] = {}
         pcie_modulus: dict[int, int] = {}
+        pcie_values: dict[int, int] = {}
+        pcie_transient = False
         for key, fv in zip(request, values):
             fam = FF.FAMILY_OF[key[0]]
             ret = fv.nvmlReturn
             if ret == pynvml.NVML_SUCCESS:
                 answered[fam.name] = True
                 if fam is FF.PCIE_BYTES:
-                    pcie_modulus[key[0]] = FF.field_value(fv)[1]
+                    value, modulus = FF.field_value(fv)
+                    pcie_modulus[key[0]] = modulus
+                    pcie_values[key[0]] = int(value)
                 continue
             if ret == pynvml.NVML_ERROR_GPU_IS_LOST:
                 raise pynvml.NVMLError(ret)
             if FF.unsupported(fam, ret) or ret == pynvml.NVML_ERROR_INVALID_ARGUMENT:
                 if not FF.unsupported(fam, ret):  # not a known quirk: say so, then stop asking
-                    log.warning("nvml_field_invalid_argument", gpu=dev.index, field=key[0], scope=key[1])
+                    self.log.warning("nvml_field_invalid_argument", gpu=dev.index, field=key[0], scope=key[1])
                     out.failed_calls += 1
                 dev.unsupported.add(key)
                 answered.setdefault(fam.name, False)
             else:  # a transient failure: the family is asked again next time
                 out.failed_calls += 1
+                pcie_transient |= fam is FF.PCIE_BYTES
         for fam in FF.FIELD_FAMILIES:
             if fam.name in answered:
                 self._decide(dev, fam.name, answered[fam.name], "NOT_SUPPORTED or INVALID_ARGUMENT on every link")
             elif not dev.field_values or (fam.per_link and dev.links == 0):
                 self._decide(dev, fam.name, False, "no field values" if not dev.field_values else "no NVLink")
         sup = dev.support
-        if sup.get(FF.NVLINK_DATA.name):
-            dev.data_ids, dev.data_unit = FF.NVLINK_DATA.ids, 1024
-        elif sup.get(FF.NVLINK5_BYTES.name):
+        # NVLink5 GPUs that answer both read 202/204: bytes, not KiB, and 138/139 are deprecated
+        # there ("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX ... deprecated" for Blackwell, nvml.h 2741-2750).
+        if sup.get(FF.NVLINK5_BYTES.name):
             dev.data_ids, dev.data_unit = FF.NVLINK5_BYTES.ids, 1
+        elif sup.get(FF.NVLINK_DATA.name):
+            dev.data_ids, dev.data_unit = FF.NVLINK_DATA.ids, 1024
         else:
             dev.data_ids = ()
         dev.error_ids = tuple(fid for fam in (FF.NVLINK_ERRORS, FF.NVLINK5_ERRORS) if sup.get(fam.name) for fid in fam.ids)
@@ -294,25 +336,40 @@ class NvmlReader:
         if not dev.error_ids and dev.links:
             dev.error_api = self._call(dev, "nvmlDeviceGetNvLinkErrorCounter", 0, pynvml.NVML_NVLINK_ERROR_DL_REPLAY,
                                        out=out, family=FF.ERROR_COUNTER_API) is not None
-        self._choose_pcie(dev, pcie_modulus, out)
+        dev.probes += 1
+        if pcie_transient and dev.probes < PROBE_ATTEMPTS:
+            # One failed read of 197/198 must not settle the GPU on the integrated-rate estimate
+            # for good: decide PCIe (and probe again) at the next sample.
+            dev.requests.clear()
+            return
+        self._choose_pcie(dev, pcie_modulus, pcie_values, out)
         dev.probed = True
         dev.requests.clear()
 
-    def _choose_pcie(self, dev: GpuDevice, moduli: dict[int, int], out: GpuSample) -> None:
+    def _choose_pcie(self, dev: GpuDevice, moduli: dict[int, int], values: dict[int, int], out: GpuSample) -> None:
+        """Field 197/198 with the sample (64-bit), between samples too (32-bit), or the integrated rate.
+
+        A counter typed 64-bit whose value is below 2**32 is read as 32-bit until a value above
+        2**32 proves it (a driver that declares ``unsigned long long`` but wraps at 32 bits would
+        otherwise lose 4 GiB at each wrap, silently)."""
         if len(moduli) < 2:
             dev.pcie_mode, dev.pcie_period = "throughput", None
             if self._call(dev, "nvmlDeviceGetPcieThroughput", pynvml.NVML_PCIE_UTIL_TX_BYTES, out=out,
                           family=FF.PCIE_THROUGHPUT) is None:
                 dev.pcie_mode = ""
             return
-        dev.pcie_modulus = min(moduli.values())
+        dev.pcie_typed = min(moduli.values())
+        dev.pcie_modulus = dev.pcie_typed
+        dev.pcie_seen_64 |= max(values.values(), default=0) >= 2**32
+        if dev.pcie_typed == 2**64 and not dev.pcie_seen_64:
+            dev.pcie_modulus = 2**32
         wraps = 0 < dev.pcie_modulus < 2**64
         if not wraps or self.pcie_interval == 0:
             dev.pcie_mode, dev.pcie_period = "field", None
         else:
             dev.pcie_mode = "fast"
             dev.pcie_period = self.pcie_interval or FF.fast_period(dev.pcie_modulus, dev.pcie_max_rate)
-        log.info("nvml_pcie_counters", gpu=dev.index, bits=dev.pcie_modulus.bit_length() - 1, mode=dev.pcie_mode,
+        self.log.info("nvml_pcie_counters", gpu=dev.index, bits=dev.pcie_modulus.bit_length() - 1, mode=dev.pcie_mode,
                  period=dev.pcie_period, max_rate=dev.pcie_max_rate)
 
     # ----- sampling ----------------------------------------------------------------------------
@@ -364,6 +421,8 @@ class NvmlReader:
         out.nvlink_errors = {key: c.total for key, c in dev.error_counters.items()}
         out.pcie = {d: c.total for d, c in dev.pcie.items()}
         out.pcie_gaps = sum(c.gaps for c in dev.pcie.values())
+        if dev.link_32bit:
+            out.nvlink_gaps = sum(c.gaps for c in dev.link_counters.values())
         out.pcie_period = dev.pcie_period
         out.pcie_rate = dev.pcie_rate if dev.pcie_mode == "throughput" else None
         out.support = dict(dev.support)
@@ -372,6 +431,7 @@ class NvmlReader:
 
     def _lost(self, dev: GpuDevice) -> None:
         dev.handle = None  # re-open (and re-check identity) once it is back
+        dev.pcie_stale.clear()
         dev.lost = True
         dev.probed = False  # a replaced board or new driver may answer differently
         dev.pcie_period = None
@@ -380,12 +440,14 @@ class NvmlReader:
         request = self._request(dev, slow)
         if not request:
             return
+        t0 = self.clock()
         try:
             values = self.lib.nvmlDeviceGetFieldValues(dev.handle, request)
         except pynvml.NVMLError_NotSupported:
             dev.field_values = False
             return
-        now = time.time()
+        t1 = self.clock()
+        last, dev.fields_ts = dev.fields_ts, (t0, t1)
         for key, fv in zip(request, values):  # NVML fills the array in request order
             ret = fv.nvmlReturn
             if ret != pynvml.NVML_SUCCESS:
@@ -403,39 +465,118 @@ class NvmlReader:
             elif fid == FI_VERSION:
                 out.version[link] = int(FF.field_value(fv)[0])
             elif fid in PCIE_DIRECTIONS:
-                value, modulus = FF.field_value(fv)
-                self._fold_pcie(dev, PCIE_DIRECTIONS[fid], int(value), modulus, fv.timestamp / 1e6 or now)
+                value, _ = FF.field_value(fv)
+                self._fold_pcie(dev, PCIE_DIRECTIONS[fid], int(value), t0, t1, int(fv.timestamp))
             elif fid in FF.ERROR_TYPES:
                 value, modulus = FF.field_value(fv)
                 counter = dev.error_counters.setdefault((link, FF.ERROR_TYPES[fid]), MonotonicCounter())
                 counter.update(int(value), modulus)
             else:
                 value, modulus = FF.field_value(fv)
-                dev.link_counters.setdefault(key, MonotonicCounter()).update(int(value), modulus)
+                counter = dev.link_counters.setdefault(key, MonotonicCounter())
+                if 0 < modulus < 2**64 and last is not None:
+                    self._fold_link(dev, key, counter, int(value), modulus, last, (t0, t1))
+                else:
+                    counter.update(int(value), modulus)
 
-    def _fold_pcie(self, dev: GpuDevice, direction: str, value: int, modulus: int, ts: float) -> None:
-        """A PCIe byte counter read: wraps are unambiguous while reads are closer than one wrap at
-        the link's maximum rate, judged from NVML's own timestamps (seconds) of the two reads."""
-        last = dev.pcie_ts.get(direction)
+    def _fold_pcie(self, dev: GpuDevice, direction: str, value: int, t0: float, t1: float, wall_us: int) -> None:
+        """A PCIe byte counter read between monotonic times ``t0`` and ``t1``: wraps are unambiguous
+        while the counter could not have moved a whole range since the read that last changed it,
+        at the link's maximum rate over the widest interval the two reads allow (from before the
+        last one to after this one, plus the driver's refresh period).
+
+        A value unchanged while traffic flows means the driver refreshes the counter more slowly
+        than it is read: the read is skipped (the next change is measured from the last one), the
+        refresh period is noted and the fast period is never shorter than it."""
         counter = dev.pcie.get(direction)
         if counter is None:
             counter = dev.pcie[direction] = MonotonicCounter()
+        last = dev.pcie_ts.get(direction)
+        if value > 2**32 and dev.pcie_modulus == 2**32 and dev.pcie_typed == 2**64:
+            self._proven_64bit(dev)
+        modulus = dev.pcie_modulus
+        since = t0 - last[1] if last is not None else 0.0  # from the read that last changed it
+        if value == counter.last and dev.pcie_bps.get(direction, 0.0) > 0 and 0 < since < MAX_REFRESH:
+            dev.pcie_stale[direction] = True  # not refreshed yet (longer than MAX_REFRESH: traffic stopped)
+            return
+        if dev.pcie_stale.pop(direction, False) and value != counter.last and 0 < since < MAX_REFRESH:
+            dev.pcie_refresh = max(dev.pcie_refresh, since)
+            self._adapt_period(dev)
         before = counter.total
-        dt = ts - last if last is not None and ts > last else 0.0
+        wide = t1 - last[0] if last is not None else 0.0  # the most time that can separate the two values
+        mid = (t0 + t1) / 2 - (last[0] + last[1]) / 2 if last is not None else 0.0
         if 0 < modulus < 2**64 and last is not None:
-            counter.update(value, modulus, dev.pcie_max_rate * dt * BOUND_SLACK + BOUND_BYTES,
-                           dev.pcie_bps.get(direction, 0.0) * dt)
+            bound = dev.pcie_max_rate * (wide + dev.pcie_refresh) * BOUND_SLACK + BOUND_BYTES
+            expected = dev.pcie_bps.get(direction, 0.0) * mid
+            if bound >= modulus:  # a gap: how many wraps it holds is estimated from the 20 ms rate
+                expected = self._gap_rate(dev, direction) * mid
+            counter.update(value, modulus, bound, expected)
         else:
             counter.update(value, modulus)
-        if dt > 0:
-            dev.pcie_bps[direction] = (counter.total - before) / dt
-        dev.pcie_ts[direction] = ts
+        if mid > 0:
+            dev.pcie_bps[direction] = (counter.total - before) / mid
+        if last is not None and direction in dev.pcie_wall:
+            wall = (wall_us - dev.pcie_wall[direction]) / 1e6
+            if wall_us and abs(wall - mid) > 0.5 + (t1 - t0):  # NVML's clock stepped (NTP), or its timestamps are stale
+                dev.clock_steps += 1
+                if dev.clock_steps == 1:  # said once per GPU: the counters do not depend on it
+                    log.info("nvml_timestamps_disagree", gpu=dev.index, nvml_seconds=round(wall, 3),
+                             monotonic_seconds=round(mid, 3))
+        dev.pcie_ts[direction] = (t0, t1)
+        dev.pcie_wall[direction] = wall_us
+
+    def _fold_link(self, dev: GpuDevice, key: tuple[int, int], counter: MonotonicCounter, value: int, modulus: int,
+                   last: tuple[float, float], now: tuple[float, float]) -> None:
+        """An NVLink byte counter the driver reports 32-bit, guarded as PCIe is: wraps are exact
+        while the link could not have moved a whole range between the reads (at
+        :data:`~exporter.node.fields.NVLINK_MAX_RATE`); beyond that the wraps cannot be known (no
+        independent rate exists for a link: the counter's own would only repeat its undercount),
+        so none is added, the total is a lower bound, and the read is counted in
+        ``gangscope_nvlink_read_gaps_total``. 138-141 count KiB (2**32 of them take 68 s at that
+        rate: exact with 1 s samples); 202/204 count bytes (67 ms: every sample is a gap, and says so)."""
+        unit = 1 if key[0] in FF.NVLINK5_BYTES.ids else 1024
+        wide = now[1] - last[0]
+        bound = FF.NVLINK_MAX_RATE * wide * BOUND_SLACK / unit + BOUND_BYTES
+        counter.update(value, modulus, bound, 0.0)
+        dev.link_32bit.add(key)
+
+    def _gap_rate(self, dev: GpuDevice, direction: str) -> float:
+        """Bytes/s to estimate a gap with: the driver's 20 ms ``nvmlDeviceGetPcieThroughput`` (KB/s,
+        nvml.h 638-639), else the counter's own recent rate. The call blocks for its 20 ms window,
+        so it is made at most once a second per GPU and direction (a stalled reader must not stall
+        itself further); in between the last answer stands."""
+        now = self.clock()
+        cached = dev.gap_rate.get(direction)
+        if cached is not None and now - cached[0] < 1.0:
+            return cached[1]
+        counter = pynvml.NVML_PCIE_UTIL_TX_BYTES if direction == "transmit" else pynvml.NVML_PCIE_UTIL_RX_BYTES
+        try:
+            rate = float(self.lib.nvmlDeviceGetPcieThroughput(dev.handle, counter)) * 1024
+        except pynvml.NVMLError:
+            rate = dev.pcie_bps.get(direction, 0.0)
+        dev.gap_rate[direction] = (now, rate)
+        return rate
+
+    def _proven_64bit(self, dev: GpuDevice) -> None:
+        """A 64-bit-typed PCIe counter passed 2**32: it is 64-bit, read with the sample from now on."""
+        dev.pcie_modulus = 2**64
+        dev.pcie_seen_64 = True
+        if dev.pcie_mode == "fast" and not self.pcie_interval:
+            dev.pcie_mode, dev.pcie_period = "field", None
+            dev.requests.clear()
+        log.info("nvml_pcie_counters_64bit", gpu=dev.index, mode=dev.pcie_mode)
+
+    def _adapt_period(self, dev: GpuDevice) -> None:
+        if dev.pcie_mode == "fast" and dev.pcie_period is not None and dev.pcie_period < dev.pcie_refresh:
+            dev.pcie_period = dev.pcie_refresh
+            log.info("nvml_pcie_refresh_slower_than_reads", gpu=dev.index, refresh=round(dev.pcie_refresh, 4))
 
     def read_pcie(self, dev: GpuDevice) -> None:
         """A fast read of the 32-bit PCIe counters (the caller holds ``dev.lock``). Failures are
         counted into the next sample; a lost GPU is left to the next sample to report."""
         if dev.handle is None or dev.pcie_mode != "fast":
             return
+        t0 = self.clock()
         try:
             values = self.lib.nvmlDeviceGetFieldValues(dev.handle, FAST_REQUEST)
         except pynvml.NVMLError_GpuIsLost:
@@ -444,10 +585,10 @@ class NvmlReader:
         except pynvml.NVMLError:
             dev.fast_failures += 1
             return
-        now = time.time()
-        for fid, ts, ret, value, modulus in FF.unpack_counters(values):
+        t1 = self.clock()
+        for fid, ts, ret, value, _ in FF.unpack_counters(values):
             if ret == pynvml.NVML_SUCCESS:
-                self._fold_pcie(dev, PCIE_DIRECTIONS[fid], value, modulus, ts / 1e6 or now)
+                self._fold_pcie(dev, PCIE_DIRECTIONS[fid], value, t0, t1, ts)
             else:
                 dev.fast_failures += 1
 
@@ -465,7 +606,7 @@ class NvmlReader:
         if dev.pcie_mode == "throughput":
             tx = self._call(dev, "nvmlDeviceGetPcieThroughput", pynvml.NVML_PCIE_UTIL_TX_BYTES, out=out)
             rx = self._call(dev, "nvmlDeviceGetPcieThroughput", pynvml.NVML_PCIE_UTIL_RX_BYTES, out=out)
-            now = time.monotonic()
+            now = self.clock()
             if tx is not None and rx is not None:
                 rate = (int(tx) * 1024, int(rx) * 1024)  # KB/s (1 KB granularity, nvml.h 638) -> bytes/s
                 # Integrate the 20 ms spot rate over the time since the last sample (a step function:
@@ -473,8 +614,8 @@ class NvmlReader:
                 for direction, r in zip(("transmit", "receive"), rate):
                     last = dev.pcie_ts.get(direction)
                     counter = dev.pcie.setdefault(direction, MonotonicCounter())
-                    counter.total += 0 if last is None else int(r * (now - last))
-                    dev.pcie_ts[direction] = now
+                    counter.total += 0 if last is None else int(r * (now - last[1]))
+                    dev.pcie_ts[direction] = (now, now)
                 dev.pcie_rate = rate
         out.gen = (self._call(dev, "nvmlDeviceGetCurrPcieLinkGeneration", out=out, family=FF.PCIE_LINK), dev.max_gen)
         out.width = (self._call(dev, "nvmlDeviceGetCurrPcieLinkWidth", out=out), dev.max_width)
@@ -499,13 +640,14 @@ class NvmlReader:
     def _read_fabric(self, dev: GpuDevice, out: GpuSample) -> None:
         """``nvmlDeviceGetGpuFabricInfoV`` with the newest struct the driver knows (v3, else v2): the
         caller sets the version and the driver answers ARGUMENT_VERSION_MISMATCH to one it predates
-        (nvml.h 7835-7841; NVIDIA's mock library, bridge/fabric.go, does the same)."""
+        (nvml.h 7835-7841; NVIDIA's mock library, bridge/fabric.go, does the same). By reference:
+        ``nvmlGpuFabricInfoV_t *`` (nvml.h 7852), and pynvml passes its argument through untouched."""
         name = "nvmlDeviceGetGpuFabricInfoV"
         if name in dev.unsupported_calls:
             return
         info = pynvml.c_nvmlGpuFabricInfo_v3_t() if dev.fabric_v3 else pynvml.c_nvmlGpuFabricInfoV_t()
         try:
-            self.lib.nvmlDeviceGetGpuFabricInfoV(dev.handle, info)
+            self.lib.nvmlDeviceGetGpuFabricInfoV(dev.handle, ctypes.byref(info))
         except pynvml.NVMLError_ArgumentVersionMismatch as exc:
             if dev.fabric_v3:
                 dev.fabric_v3 = False
@@ -522,7 +664,7 @@ class NvmlReader:
             raise
         except pynvml.NVMLError as exc:
             out.failed_calls += 1
-            log.debug("nvml_call_failed", gpu=dev.index, call=name, error=str(exc))
+            self.log.debug("nvml_call_failed", gpu=dev.index, call=name, error=str(exc))
             return
         self._decide(dev, FF.FABRIC, True)
         dev.fabric = read_fabric(info, dev.fabric_v3)
@@ -558,8 +700,12 @@ class NvmlSampler:
         pcie_interval: float | None = None,
         on_inventory: Callable[[], None] | None = None,
         background_pcie: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+        node: str = "",
     ) -> None:
         self._lib_factory = lib_factory
+        self.clock = clock  # intervals between counter reads (tests pass their simulated clock)
+        self.node = node
         self.exposition = exposition
         self.health = health
         self.base_labels = base_labels
@@ -580,6 +726,13 @@ class NvmlSampler:
         exposition.register(*F.GPU_FAMILIES)
 
     # ----- inventory for the pod mapping -------------------------------------------------------
+
+    @property
+    def log(self) -> Any:
+        """The module's logger with this node bound: in the demo (and the tests) many agents
+        share one process, and an event without its node is useless there. Bound per event, not
+        once, so that structlog's configuration at the time (a test's capture) applies."""
+        return log.bind(node=self.node) if self.node else log
 
     def inventory(self) -> dict[str, tuple[int, str]]:
         """Device UUID (GPU-... or MIG-...) -> (GPU index, parent GPU UUID)."""
@@ -613,22 +766,22 @@ class NvmlSampler:
         Each GPU is opened and probed on its own thread by its first sample."""
         try:
             lib = self._lib_factory()
-            reader = NvmlReader(TimedLibrary(lib), self.pcie_interval)
+            reader = NvmlReader(TimedLibrary(lib), self.pcie_interval, self.clock, self.node)
             fut = self._init_pool.submit(reader.init)
             driver, count = await asyncio.wait_for(asyncio.wrap_future(fut), self.timeout * 5)
         except (pynvml.NVMLError, OSError) as exc:
-            log.warning("nvml_unavailable", error=str(exc))
+            self.log.warning("nvml_unavailable", error=str(exc))
             self.health.down(f"NVML unavailable: {exc}")
             return False
         except TimeoutError:
-            log.warning("nvml_init_timeout", timeout=self.timeout * 5)
+            self.log.warning("nvml_init_timeout", timeout=self.timeout * 5)
             self.health.down("nvmlInit timed out")
             return False
         self.reader, self.driver = reader, driver
         self.gpus = {i: GpuState(GpuDevice(i), GpuWorker(f"nvml-gpu{i}")) for i in range(count)}
         if self.background_pcie:
             self._start_fast()
-        log.info("nvml_started", driver=driver, gpus=count)
+        self.log.info("nvml_started", driver=driver, gpus=count)
         self.health.sync_ok(objects=0)
         # Nothing is rendered before the first sample: gangscope_gpu_up must never say 0 for a
         # GPU that was simply not asked yet. ``run`` samples right after this.
@@ -686,7 +839,7 @@ class NvmlSampler:
         if st is None or started is None or time.monotonic() - started <= self.timeout:
             return
         st.fast_excluded = True
-        log.warning("gpu_fast_reads_stopped", gpu=st.dev.index, uuid=st.dev.uuid, stuck_for=round(time.monotonic() - started, 2))
+        self.log.warning("gpu_fast_reads_stopped", gpu=st.dev.index, uuid=st.dev.uuid, stuck_for=round(time.monotonic() - started, 2))
         assert fast is not None
         fast.close()
         self._start_fast()
@@ -745,14 +898,14 @@ class NvmlSampler:
             st.fingerprint = None
         exc = waiting.exception()
         if exc is not None:  # not an NVMLError (the reader handles those): a bug or a broken binding
-            log.error("gpu_sample_crashed", gpu=st.dev.index, error=repr(exc))
+            self.log.error("gpu_sample_crashed", gpu=st.dev.index, error=repr(exc))
             self.health.internal_error()
             self.apply(st, GpuSample(st.dev.index, ok=False, error=repr(exc)))
         else:
             sample = waiting.result()
             if sample.ok and st.fast_excluded:  # the hung call returned (the sample got the GPU's lock)
                 st.fast_excluded = False
-                log.info("gpu_fast_reads_resumed", gpu=st.dev.index)
+                self.log.info("gpu_fast_reads_resumed", gpu=st.dev.index)
             self.apply(st, sample)
         return changed
 
@@ -763,12 +916,12 @@ class NvmlSampler:
         st.errors_total += sample.failed_calls + (0 if sample.ok else 1)
         if not sample.ok:
             if was_up or st.last is not None:
-                log.warning("gpu_down", gpu=st.dev.index, uuid=st.dev.uuid, error=sample.error)
+                self.log.warning("gpu_down", gpu=st.dev.index, uuid=st.dev.uuid, error=sample.error)
             st.last = None
             self.render(st)
             return
         if not was_up and self.rounds > 1:
-            log.info("gpu_up", gpu=st.dev.index, uuid=st.dev.uuid)
+            self.log.info("gpu_up", gpu=st.dev.index, uuid=st.dev.uuid)
         if st.last is not None:  # link state, version and errors are read only now and then: keep the last
             for attr in ("version", "link_up"):
                 if not getattr(sample, attr):
@@ -876,4 +1029,6 @@ class NvmlSampler:
                     out[fam] = [f"{self._prefix(st, fam)}{total}\n"]
             if sample.pcie:
                 out[F.PCIE_GAPS] = [f"{self._prefix(st, F.PCIE_GAPS)}{sample.pcie_gaps}\n"]
+            if sample.nvlink_gaps is not None:
+                out[F.NVLINK_GAPS] = [f"{self._prefix(st, F.NVLINK_GAPS)}{sample.nvlink_gaps}\n"]
         self.exposition.set(("gpu_counters", st.dev.index), out)

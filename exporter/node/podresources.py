@@ -13,6 +13,7 @@ import asyncio
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -21,10 +22,22 @@ from ..health import SourceHealth
 log = structlog.get_logger(__name__)
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
-DEFAULT_RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-*")
+# nvidia.com/gpu.shared: time-slicing or MPS with renameByDefault renames the resource with the
+# suffix ".shared" (NVIDIA/k8s-device-plugin api/config/v1/consts.go 26, replicas.go 40-48
+# @1b826ac), each replica's id being "<uuid>::<n>" (internal/rm/devices.go 244); MIG profiles'
+# shared names (nvidia.com/mig-1g.10gb.shared) fall under nvidia.com/mig-*.
+DEFAULT_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*")
 DRA_DRIVER = "gpu.nvidia.com"
-_GKE_DEVICE = re.compile(r"^nvidia(\d+)(?:/.*)?$")  # GKE device-name ids: nvidia0, nvidia0/gi7
-_DRA_DEVICE = re.compile(r"^gpu-(\d+)(?:-.*)?$")  # NVIDIA DRA driver device names: gpu-0, gpu-0-mig-...
+# GKE's device plugin names devices after their /dev/nvidiaN node (nvidia0, nvidia0/gi7 for MIG):
+# N is the driver's minor number.
+_GKE_DEVICE = re.compile(r"^nvidia(\d+)(?:/.*)?$")
+# NVIDIA's DRA driver announces a GPU as gpu-<minor> and a MIG device as
+# gpu-<parent minor>-mig-<profile>-<profile id>-<placement start> (NVIDIA/k8s-dra-driver-gpu
+# cmd/gpu-kubelet-plugin/deviceinfo.go 106-108, mig.go 111-114 @2240711; the minor from
+# nvmlDeviceGetMinorNumber, nvlib.go 458). Not the NVML index: the two differ where the driver
+# probed the GPUs in another order than their PCI addresses. A MIG device maps to its parent GPU
+# (the agent does not read MIG placements).
+_DRA_DEVICE = re.compile(r"^gpu-(\d+)(?:-mig-.*)?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,29 +73,43 @@ def allocations_from_response(response, resources: Sequence[str], dra_driver: st
     return out
 
 
-def resolve_device(alloc: Allocation, inventory: Mapping[str, tuple[int, str]], uuid_by_index: Mapping[int, str]) -> tuple[int, str] | None:
+def resolve_device(alloc: Allocation, inventory: Mapping[str, tuple[int, str]],
+                   by_minor: Mapping[int, tuple[int, str]]) -> tuple[int, str] | None:
     """(GPU index, device UUID) for an allocation, or None when this node's NVML does not know it.
 
-    ``inventory`` maps GPU and MIG UUIDs to (parent index, parent UUID). The UUID returned is the
-    allocated device's own (``MIG-...`` for a MIG slice) so users see exactly what was given.
+    ``inventory`` maps GPU and MIG UUIDs to (parent index, parent UUID); ``by_minor`` maps each
+    GPU's minor number to (index, UUID). The UUID returned is the allocated device's own
+    (``MIG-...`` for a MIG slice) where the kubelet names it, the GPU's for a name by minor.
     """
     if alloc.dra:
         m = _DRA_DEVICE.match(alloc.device)
-        if m and int(m.group(1)) in uuid_by_index:
-            return int(m.group(1)), uuid_by_index[int(m.group(1))]
-        return None
+        return by_minor.get(int(m.group(1))) if m else None
     device = alloc.device.split("::", 1)[0]
     hit = inventory.get(device)
     if hit is not None:
         return hit[0], device
     m = _GKE_DEVICE.match(device)
-    if m and int(m.group(1)) in uuid_by_index:
-        return int(m.group(1)), uuid_by_index[int(m.group(1))]
-    return None
+    return by_minor.get(int(m.group(1))) if m else None
+
+
+def allocatable_from_response(response, resources: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """The GPU devices in an ``AllocatableResourcesResponse``: (resource name, device id), in order."""
+    return tuple((devs.resource_name, d) for devs in response.devices if resource_matches(devs.resource_name, resources)
+                 for d in devs.device_ids)
+
+
+def allocatable_not_served(code_name: str, details: str | None) -> bool:
+    """Whether a ``GetAllocatableResources`` failure means the kubelet does not serve it: UNIMPLEMENTED
+    before 1.21, or the plain error of a kubelet whose KubeletPodResourcesGetAllocatable gate is off
+    (alpha, off by default, in 1.21-1.22): kubernetes pkg/kubelet/apis/podresources/server_v1.go
+    returns ``fmt.Errorf("Pod Resources API GetAllocatableResources disabled")``, which gRPC
+    sends as UNKNOWN with that message."""
+    return code_name == "UNIMPLEMENTED" or (code_name == "UNKNOWN" and "GetAllocatableResources disabled" in (details or ""))
 
 
 class PodResourcesPoller:
-    """Polls ``List`` in the background and calls ``on_change`` when the allocations change."""
+    """Polls ``List`` (and ``GetAllocatableResources`` where the kubelet serves it) in the
+    background and calls ``on_change`` when either answer changes."""
 
     def __init__(
         self,
@@ -100,6 +127,9 @@ class PodResourcesPoller:
         self.resources = tuple(resources)
         self.timeout = timeout
         self.allocations: list[Allocation] = []
+        # (resource, device id) the kubelet can hand out; None until answered, or where not served
+        self.allocatable: tuple[tuple[str, str], ...] | None = None
+        self.allocatable_served = True  # False once the kubelet said it does not serve the call
         self._channel = None
         self._stub = None
 
@@ -127,11 +157,28 @@ class PodResourcesPoller:
             await self.close()
             return False
         allocations = allocations_from_response(response, self.resources)
+        allocatable = await self._allocatable(grpc, pb) if self.allocatable_served else None
         self.health.sync_ok(objects=len(response.pod_resources))
-        if allocations != self.allocations:
-            self.allocations = allocations
+        changed = allocations != self.allocations or (allocatable or ()) != (self.allocatable or ())
+        self.allocations, self.allocatable = allocations, allocatable
+        if changed:  # an empty answer and no answer render the same
             self.on_change()
         return True
+
+    async def _allocatable(self, grpc: Any, pb: Any) -> tuple[tuple[str, str], ...] | None:
+        """The devices the kubelet can allocate; the last answer kept when the call fails, None
+        (and never asked again) when the kubelet does not serve it."""
+        assert self._stub is not None
+        try:
+            response = await self._stub.GetAllocatableResources(pb.AllocatableResourcesRequest(), timeout=self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            if allocatable_not_served(exc.code().name, exc.details()):
+                self.allocatable_served = False
+                log.info("podresources_allocatable_not_served", code=exc.code().name, detail=exc.details())
+                return None
+            log.debug("podresources_allocatable_failed", error=f"{exc.code().name}: {exc.details()}")
+            return self.allocatable
+        return allocatable_from_response(response, self.resources)
 
     async def close(self) -> None:
         if self._channel is not None:

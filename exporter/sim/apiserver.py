@@ -836,11 +836,17 @@ class SimApiServer:
                         w.queue.put_nowait(event)
         resp = web.StreamResponse(headers={"Content-Type": "application/json"})
         resp.enable_chunked_encoding()
-        await resp.prepare(request)
-        if too_old:
-            status = status_body(410, "Expired", f"too old resource version: {rv_text} ({store.compacted_rv})")
-            await resp.write(orjson.dumps({"type": "ERROR", "object": status}) + b"\n")
-            await resp.write_eof()
+        # A client may go away at any point, even before the headers are out (a one-shot explain
+        # that stops its informers as soon as the lists are in): that ends the watch, quietly, as
+        # the real API server does, rather than a traceback from aiohttp's request handler.
+        try:
+            await resp.prepare(request)
+            if too_old:
+                status = status_body(410, "Expired", f"too old resource version: {rv_text} ({store.compacted_rv})")
+                await resp.write(orjson.dumps({"type": "ERROR", "object": status}) + b"\n")
+                await resp.write_eof()
+                return resp
+        except ConnectionError:
             return resp
         store.watchers.add(w)
         deadline = time.monotonic() + timeout

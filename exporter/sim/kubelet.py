@@ -62,6 +62,11 @@ class SimKubelet(pb_grpc.PodResourcesListerServicer):
     """``await start()``, ``set_pods(...)``, ``await restart()``, ``await stop()``.
 
     ``delay`` makes every ``List`` slow; ``fail`` makes it answer UNAVAILABLE; ``calls`` counts them.
+    ``GetAllocatableResources`` answers ``allocatable`` ((resource, device ids) pairs; by default
+    every allocated device), or as a kubelet that does not serve it: ``allocatable_answer``
+    ``"unimplemented"`` (before 1.21: the method does not exist) or ``"disabled"`` (1.21-1.22 with
+    the KubeletPodResourcesGetAllocatable gate off: UNKNOWN, "Pod Resources API
+    GetAllocatableResources disabled", kubernetes pkg/kubelet/apis/podresources/server_v1.go).
     """
 
     def __init__(self, socket_path: str, pods: Iterable[SimPod] = ()) -> None:
@@ -70,6 +75,9 @@ class SimKubelet(pb_grpc.PodResourcesListerServicer):
         self.delay = 0.0
         self.fail = False
         self.calls = 0
+        self.allocatable: Sequence[tuple[str, Sequence[str]]] | None = None
+        self.allocatable_answer = "served"
+        self.allocatable_calls = 0
         self._server: grpc.aio.Server | None = None
 
     def set_pods(self, pods: Iterable[SimPod]) -> None:
@@ -84,11 +92,20 @@ class SimKubelet(pb_grpc.PodResourcesListerServicer):
         return self.response
 
     async def GetAllocatableResources(self, request, context):  # noqa: N802
+        self.allocatable_calls += 1
+        if self.allocatable_answer == "unimplemented":
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "unknown method GetAllocatableResources")
+        if self.allocatable_answer == "disabled":
+            await context.abort(grpc.StatusCode.UNKNOWN, "Pod Resources API GetAllocatableResources disabled")
         devices: dict[str, list[str]] = {}
-        for pod in self.response.pod_resources:
-            for ctr in pod.containers:
-                for dev in ctr.devices:
-                    devices.setdefault(dev.resource_name, []).extend(dev.device_ids)
+        if self.allocatable is not None:
+            for resource, ids in self.allocatable:
+                devices.setdefault(resource, []).extend(ids)
+        else:
+            for pod in self.response.pod_resources:
+                for ctr in pod.containers:
+                    for dev in ctr.devices:
+                        devices.setdefault(dev.resource_name, []).extend(dev.device_ids)
         return pb.AllocatableResourcesResponse(
             devices=[pb.ContainerDevices(resource_name=r, device_ids=ids) for r, ids in devices.items()]
         )

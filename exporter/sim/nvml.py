@@ -63,15 +63,20 @@ SCENARIOS = ("degraded", "lost-gpu", "unsupported", "wrap", "hang", "mig", "stra
 KIB = 1024
 UINT_MAX = 0xFFFFFFFF  # scopeId for "all links" (nvml.h line 2599)
 _COUNTERS = frozenset((*NVLINK_DATA, *NVLINK_RAW, *NVLINK5_BYTES))
-_ERROR_RATES = {  # errors per second on a link with errors; the rest stay 0
-    pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY: 0.5,
+# Errors per second on a link with errors; the rest stay 0. The agent reads error counters every
+# 10th sample (exporter.node.nvml.SLOW_SAMPLE_EVERY), so a 20 s window of the demo's
+# GangscopeNVLinkErrorsRising (more than 10 errors) holds one or two 10 s steps: at 2/s that is
+# 20 or 40 errors, at 0.1/s 1 or 2, never at the threshold. (At 0.5/s it was 5 or 10: the alert
+# flapped every 10 s.)
+_ERROR_RATES = {
+    pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY: 2.0,
     pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC: 0.1,
-    pynvml.NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS: 0.5,
-    pynvml.NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_SUCCESSFUL_EVENTS: 0.5,
+    pynvml.NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS: 2.0,
+    pynvml.NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_SUCCESSFUL_EVENTS: 2.0,
     pynvml.NVML_FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS: 2.0,
 }
 _LEGACY_ERRORS = {  # nvmlDeviceGetNvLinkErrorCounter counter -> errors per second on a link with errors
-    pynvml.NVML_NVLINK_ERROR_DL_REPLAY: 0.5,
+    pynvml.NVML_NVLINK_ERROR_DL_REPLAY: 2.0,
     pynvml.NVML_NVLINK_ERROR_DL_RECOVERY: 0.0,
     pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT: 0.1,
     pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA: 0.0,
@@ -123,7 +128,15 @@ _ENTRY = ctypes.sizeof(pynvml.c_nvmlFieldValue_t)  # 40 bytes: timestamp at 8, t
 _TIMESTAMP, _VALUE = struct.Struct("<q"), struct.Struct("<Q")
 _FABRIC_V2 = fabric_version(pynvml.c_nvmlGpuFabricInfo_v2_t, 2)
 _FABRIC_V3 = fabric_version(pynvml.c_nvmlGpuFabricInfo_v3_t, 3)
+_PLATFORM_V1 = fabric_version(pynvml.c_nvmlPlatformInfo_v1_t, 1)
 _PLATFORM_V2 = fabric_version(pynvml.c_nvmlPlatformInfo_v2_t, 2)
+# nvmlGpuFabricState_t is one unsigned char (nvml.h 3808) that nvidia-ml-py declares c_uint; the
+# three bytes after it are padding that NVML does not write. The simulator fills them, as stack
+# garbage would, so that a reader that forgets the & 0xFF sees a state that is not one.
+PADDING = 0xA5A5A500
+# "One greater than the largest field ID defined above" (nvml.h 2957, NVML_FI_MAX at go-nvml
+# @2f9e261; nvidia-ml-py 13.615 has a newer 308): an id at or above it is INVALID_ARGUMENT.
+FI_MAX = 303
 
 
 @dataclass
@@ -150,6 +163,11 @@ class SimGpu:
     reset_at: float = 0.0  # counters count from here (a GPU reset zeroes them)
     fabric_health: int = HEALTHY_FABRIC
     module_id: int = 0
+    pcie_wrap: int | None = None  # the range the PCIe counters wrap at, whatever valueType says
+    refresh: float = 0.0  # the driver refreshes this GPU's counters every so many seconds (0: on every read)
+    nvlink_value_type: int = ULL  # UINT: a driver that reports the NVLink byte counters 32-bit
+    nvlink_offset: int = 0  # where the NVLink byte counters start (in the field's unit)
+    minor: int = 0  # /dev/nvidiaN; the driver numbers GPUs in probe order, not NVML's PCI order
 
 
 @dataclass
@@ -218,7 +236,7 @@ class SimNvml:
             SimGpu(i, f"GPU-{i:08x}-5e1a-4c0d-9a3b-00000000000{i % 10}", f"00000000:{0x18 + 0x10 * i:02X}:00.0",
                    links=p.links if links is None else links, pcie_gen=(p.pcie_gen, p.pcie_gen),
                    pcie_width=(p.pcie_width, p.pcie_width), pcie_rate=p.pcie_rate, pcie_value_type=p.pcie_value_type,
-                   module_id=i + 1)
+                   module_id=i + 1, minor=i)
             for i in range(count)
         ]
         if p.name != DEFAULT_PROFILE:  # h100 keeps the UUIDs older tests and fixtures name
@@ -271,6 +289,14 @@ class SimNvml:
         """GPU ``index`` was reset between two reads, without a read seeing it lost."""
         self.recover(index)
 
+    def unlose(self, index: int) -> None:
+        """GPU ``index`` answers again without a reset: its counters went on from where they were."""
+        self.gpus[index].lost_at = None
+
+    def step_wall(self, seconds: float) -> None:
+        """NTP steps the wall clock NVML stamps values with; the monotonic clock does not move."""
+        self.wall0 += seconds
+
     def hang(self, index: int) -> None:
         """Calls on GPU ``index`` block from now on (until :meth:`release`)."""
         self._release.clear()
@@ -280,15 +306,22 @@ class SimNvml:
         """Unblock every hanging call (and make later calls return at once)."""
         self._release.set()
 
+    def fail_links(self, index: int, links: Iterable[int]) -> None:
+        """GPU ``index``'s NVLink ``links`` go inactive now (and carry nothing from here on): a link
+        that was trained and dropped, which GangscopeNVLinkDown pages for."""
+        self.gpus[index].link_down |= set(links)
+        self._plans.clear()
+
     def degrade_fabric(self, index: int) -> None:
         """GPU ``index``'s fabric bandwidth is degraded (health mask bits 0-1 = TRUE)."""
         gpu = self.gpus[index]
         gpu.fabric_health = (gpu.fabric_health & ~0x3) | pynvml.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE
 
-    def set_pcie_rate(self, index: int, rate: float, value_type: int | None = UINT) -> None:
-        """Drive GPU ``index``'s PCIe counters at ``rate`` bytes/s from zero now, ``value_type`` wide."""
+    def set_pcie_rate(self, index: int, rate: float, value_type: int | None = UINT, wrap: int | None = None) -> None:
+        """Drive GPU ``index``'s PCIe counters at ``rate`` bytes/s from zero now, ``value_type`` wide
+        (``wrap``: a driver that types them so but wraps them at this range)."""
         gpu = self.gpus[index]
-        gpu.pcie_rate, gpu.pcie_value_type, gpu.pcie_offset = rate, value_type, 0
+        gpu.pcie_rate, gpu.pcie_value_type, gpu.pcie_offset, gpu.pcie_wrap = rate, value_type, 0, wrap
         gpu.reset_at = self.clock() - self.t0
         self._plans.clear()
 
@@ -390,6 +423,9 @@ class SimNvml:
             return self._gpu(handle.parent).mig[handle.slot]
         return self._gpu(handle).uuid
 
+    def nvmlDeviceGetMinorNumber(self, handle: SimGpu) -> int:
+        return self._gpu(handle).minor
+
     def nvmlDeviceGetName(self, handle: SimGpu) -> str:
         self._gpu(handle)
         return self.profile.product
@@ -439,6 +475,8 @@ class SimNvml:
         array_type, template, counters = plan
         buf = bytearray(template)
         elapsed = self.elapsed(gpu)
+        if gpu.refresh:  # the value of the driver's last refresh
+            elapsed = elapsed // gpu.refresh * gpu.refresh
         now_us = self._timestamp_us()
         for i in range(len(buf) // _ENTRY):
             _TIMESTAMP.pack_into(buf, i * _ENTRY + 8, now_us)
@@ -457,13 +495,14 @@ class SimNvml:
             v.fieldId, v.scopeId, v.latencyUsec = fid, scope, latency
             v.nvmlReturn = pynvml.NVML_SUCCESS
             v.valueType = ULL
-            code = self._field_error(gpu, fid)
+            code = pynvml.NVML_ERROR_INVALID_ARGUMENT if not 0 < fid < FI_MAX else self._field_error(gpu, fid)
             links = range(gpu.links) if scope == UINT_MAX else (scope,)
             if code is not None:
                 v.nvmlReturn = code
             elif fid in PCIE_BYTES:
                 v.valueType = gpu.pcie_value_type
-                counters.append((i, self.pcie_rate(gpu, fid), gpu.pcie_offset, 2**32 if gpu.pcie_value_type == UINT else 2**64))
+                counters.append((i, self.pcie_rate(gpu, fid), gpu.pcie_offset,
+                                 gpu.pcie_wrap or (2**32 if gpu.pcie_value_type == UINT else 2**64)))
             elif fid == pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT:
                 v.valueType = UINT
                 v.value.uiVal = gpu.links
@@ -471,7 +510,9 @@ class SimNvml:
                 v.nvmlReturn = pynvml.NVML_ERROR_INVALID_ARGUMENT
             elif fid in _COUNTERS:  # the aggregate scope sums every link (nvml.h line 2599)
                 unit = 1 if fid in NVLINK5_BYTES else KIB
-                counters.append((i, sum(self.link_rate(gpu, link, fid) for link in links) / unit, 0, 2**64))
+                v.valueType = gpu.nvlink_value_type
+                counters.append((i, sum(self.link_rate(gpu, link, fid) for link in links) / unit, gpu.nvlink_offset,
+                                 2**32 if gpu.nvlink_value_type == UINT else 2**64))
             elif fid in (*NVLINK_DL_ERRORS, *NVLINK5_ERRORS):
                 rate = _ERROR_RATES.get(fid, 0.0) if scope in gpu.link_errors else 0.0
                 counters.append((i, rate, 0, 2**64))
@@ -526,17 +567,22 @@ class SimNvml:
     def nvmlDeviceGetMaxPcieLinkWidth(self, handle: SimGpu) -> int:
         return self._gpu(handle).pcie_width[1]
 
-    def nvmlDeviceGetGpuFabricInfoV(self, handle: SimGpu, info: ctypes.Structure) -> int:
+    def nvmlDeviceGetGpuFabricInfoV(self, handle: SimGpu, arg: object) -> int:
         """Fills the caller's versioned struct, like the C function (mock bridge/fabric.go: a
-        version other than v2/v3 is ARGUMENT_VERSION_MISMATCH, checked before support)."""
+        version other than v2/v3 is ARGUMENT_VERSION_MISMATCH, checked before support). The
+        struct must come by reference (:func:`_struct_arg`); ``state`` is written as the C
+        library leaves it: one byte, the three bytes after it not NVML's (:data:`PADDING`)."""
         gpu = self._gpu(handle)
+        info = _struct_arg(arg, (pynvml.c_nvmlGpuFabricInfo_v2_t, pynvml.c_nvmlGpuFabricInfo_v3_t))
         p = self.profile
-        if info.version not in (_FABRIC_V2, *((_FABRIC_V3,) if p.fabric_v3 else ())):
+        if info.version not in (_FABRIC_V2, _FABRIC_V3) or info.version != fabric_version(type(info), info.version >> 24):
+            raise _error(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        if info.version == _FABRIC_V3 and not p.fabric_v3:
             raise _error(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
         if p.fabric == "none":
             raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         info.status = pynvml.NVML_SUCCESS
-        info.state = pynvml.NVML_GPU_FABRIC_STATE_COMPLETED
+        info.state = PADDING | pynvml.NVML_GPU_FABRIC_STATE_COMPLETED
         if p.fabric == "nvl72":
             raw = uuidlib.UUID(self.chassis.cluster_uuid).bytes
             for i, b in enumerate(raw):
@@ -548,8 +594,13 @@ class SimNvml:
                                       else pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_LIMITED_CAPACITY)
         return pynvml.NVML_SUCCESS
 
-    def nvmlDeviceGetPlatformInfo(self, handle: SimGpu, info: ctypes.Structure) -> int:
+    def nvmlDeviceGetPlatformInfo(self, handle: SimGpu, arg: object) -> int:
+        """``nvmlPlatformInfo_t *`` (nvml.h 8595): INVALID_ARGUMENT for no struct, ARGUMENT_VERSION_MISMATCH
+        for a version that is not v1/v2 of the struct passed (nvml.h 8590-8593)."""
         gpu = self._gpu(handle)
+        info = _struct_arg(arg, (pynvml.c_nvmlPlatformInfo_v1_t, pynvml.c_nvmlPlatformInfo_v2_t))
+        if info.version not in (_PLATFORM_V1, _PLATFORM_V2) or info.version != fabric_version(type(info), info.version >> 24):
+            raise _error(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
         code = self.profile.platform
         if code is not None:
             raise _error(code)
@@ -560,6 +611,26 @@ class SimNvml:
         info.slotNumber, info.trayIndex, info.hostId = bytes([c.slot]), bytes([c.tray]), bytes([c.host_id])
         info.peerType, info.moduleId = b"\x01", bytes([gpu.module_id])
         return pynvml.NVML_SUCCESS
+
+
+def _struct_arg(arg: object, types: tuple[type[ctypes.Structure], ...]) -> ctypes.Structure:
+    """The struct behind a ``ctypes.byref``/``ctypes.pointer`` argument, as a C function takes it.
+
+    nvidia-ml-py's wrappers (``nvmlDeviceGetGpuFabricInfoV``, ``nvmlDeviceGetPlatformInfo``) pass
+    their argument to C without ``argtypes``; ctypes then copies a bare struct onto the stack by
+    value, and NVML writes through whatever the pointer register held (the agent crashed so).
+    The C stand-in (exporter/sim/libnvml) sees such a call as a bad pointer or a wrong version;
+    this simulator refuses it as INVALID_ARGUMENT, as it refuses anything that is not a pointer
+    to one of ``types``."""
+    if isinstance(arg, ctypes._Pointer):
+        target: object = arg.contents
+    elif type(arg).__name__ == "CArgObject":  # ctypes.byref(...)
+        target = arg._obj  # type: ignore[attr-defined]
+    else:  # a struct by value, None, an int...
+        raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+    if not isinstance(target, types):
+        raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+    return target
 
 
 def i_hex(profile: str, index: int) -> str:

@@ -64,6 +64,8 @@ GPU_RESOURCE = "nvidia.com/gpu"
 GPUS_PER_NODE = 8
 
 
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
 def _ts(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -122,6 +124,7 @@ class Scenario:
     topologies: list[Obj] = field(default_factory=list)
     resource_flavors: list[Obj] = field(default_factory=list)
     local_queues: list[Obj] = field(default_factory=list)
+    cluster_queues: list[Obj] = field(default_factory=list)
     workloads: list[Obj] = field(default_factory=list)
     podgroups: list[Obj] = field(default_factory=list)
     volcano_podgroups: list[Obj] = field(default_factory=list)
@@ -135,7 +138,7 @@ class Scenario:
 
     def all_objects(self) -> list[Obj]:
         return [
-            *self.nodes, *self.topologies, *self.resource_flavors, *self.local_queues,
+            *self.nodes, *self.topologies, *self.resource_flavors, *self.local_queues, *self.cluster_queues,
             *self.workloads, *self.podgroups, *self.volcano_podgroups, *self.gang_objects, *self.job_objects, *self.pods,
         ]
 
@@ -314,6 +317,32 @@ def _set_cond(wl: Obj, cond: Obj) -> None:
     wl["status"]["conditions"] = conds
 
 
+_QUOTA = {"nvidia.com/gpu": "0", "cpu": "2000", "memory": "16Ti", "pods": "1000"}  # a queue's covered resources
+
+
+def _quota_flavor(flavor: str, gpus: int) -> Obj:
+    """One flavor of a ClusterQueue's resource group: its nominal quota of every covered resource."""
+    return {"name": flavor, "resources": [{"name": r, "nominalQuota": str(gpus) if r == "nvidia.com/gpu" else q}
+                                          for r, q in _QUOTA.items()]}
+
+
+def _cluster_queue(name: str, flavors: list[tuple[str, int]]) -> Obj:
+    """An active ClusterQueue of one resource group (GPUs, CPU, memory, pods) over ``flavors``
+    with their GPU quota, its status as Kueue's controller writes it."""
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": name, "uid": _uid("cq", name)},
+        "spec": {
+            "namespaceSelector": {},
+            "resourceGroups": [{"coveredResources": list(_QUOTA),
+                                "flavors": [_quota_flavor(flavor, gpus) for flavor, gpus in flavors]}],
+        },
+        "status": {"conditions": [{"type": "Active", "status": "True", "reason": "Ready", "message": "Can admit new workloads",
+                                   "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
+    }
+
+
 def _podgroup(name: str, namespace: str, owner_uid: str, min_member: int, phase: str, running: int, created: datetime,
               timeout: int | None = None) -> Obj:
     pg: Obj = {
@@ -396,9 +425,17 @@ def build_default(now: datetime | None = None, blocks: int = 2, racks: int = 2, 
             "apiVersion": "kueue.x-k8s.io/v1beta2",
             "kind": "ResourceFlavor",
             "metadata": {"name": "h100-tas", "uid": _uid("rf")},
-            "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, "topologyName": "gpu-topology"},
+            # The GPU operator's taint is on every GPU node; Kueue's placement tolerates only what the
+            # flavor and the pod template tolerate (kueue tas_flavor_snapshot.go:961), as real setups say.
+            "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, "topologyName": "gpu-topology",
+                     "tolerations": [GPU_TOLERATION]},
         }
     )
+    # The ClusterQueues the LocalQueues point at, as Kueue's API holds them: the fit tries only a
+    # Workload's own queue's flavors (kueue flavorassigner.go:1088-1095), so without them no fit is
+    # known. The GB200 flavor is added by _nvl72_rack.
+    for cq, gpus in (("gpu-cluster-queue", 96), ("research-cq", 64)):
+        sc.cluster_queues.append(_cluster_queue(cq, [("h100-tas", gpus)]))
     for ns, lq, cq in (("ml-team", "ml-team-queue", "gpu-cluster-queue"), ("research", "research-queue", "research-cq")):
         sc.local_queues.append(
             {
@@ -576,8 +613,12 @@ def _nvl72_rack(sc: Scenario, now: datetime, block: int) -> None:
             "1821224099871" if odd else "1821224012345", slot=(3 if odd else 10 + i), tray=(0 if odd else i))
     sc.resource_flavors.append({
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "gb200-tas", "uid": _uid("rf-gb200")},
-        "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-GB200"}, "topologyName": "gpu-topology"},
+        "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-GB200"}, "topologyName": "gpu-topology",
+                 "tolerations": [GPU_TOLERATION]},
     })
+    for cq in sc.cluster_queues:  # the GB200 trays are the main queue's second flavor
+        if cq["metadata"]["name"] == "gpu-cluster-queue":
+            cq["spec"]["resourceGroups"][0]["flavors"].append(_quota_flavor("gb200-tas", gpus * len(names)))
     created = now - timedelta(hours=2)
     wl = _workload("llama-gb200", "ml-team", "ml-team-queue", 4, gpus, created, podgroup="llama-gb200")
     _admit(wl, "gpu-cluster-queue", names[:4], created + timedelta(minutes=2), gpus, flavor="gb200-tas")
