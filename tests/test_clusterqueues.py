@@ -152,6 +152,20 @@ def test_store_keeps_records_and_labels_the_flavor_topology() -> None:
     assert store.cluster_queues == {} and family_series(ex, "gangscope_cluster_queue_active") == {}
 
 
+def test_only_shard_0_exports_the_cluster_queues() -> None:
+    """Every shard reads every ClusterQueue (cluster-scoped): one exports them, or sums over
+    shards would count each queue's quota once per shard."""
+    store, ex, h = store_with(cluster_queue("gpu-cq"))
+    assert family_series(ex, "gangscope_cluster_queue_active")
+    store.set_cluster_queue_owner(False)
+    assert family_series(ex, "gangscope_cluster_queue_active") == {}
+    h["clusterqueues"].apply("MODIFIED", cluster_queue("gpu-cq", reserved=8))
+    assert family_series(ex, "gangscope_cluster_queue_reserved") == {}
+    assert store.cluster_queues["gpu-cq"].reservation  # kept for the judgements all the same
+    store.set_cluster_queue_owner(True)
+    assert len(family_series(ex, "gangscope_cluster_queue_reserved")) == 1
+
+
 def test_malformed_cluster_queue_is_skipped_and_counted() -> None:
     store, ex, h = store_with(cluster_queue("good"))
     h["clusterqueues"].apply("ADDED", {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",

@@ -1,6 +1,8 @@
-"""explain's admission text for states Kueue writes (kueue@ff69552e), without a cluster: the store's records in, the sentence out."""
+"""explain's admission text for states Kueue writes (kueue@ff69552e): the store's records in, the sentence out (and once live, against the simulated API server)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from exporter.explain import admission_layer
 from kueue_objects import admitted_conditions, cond, local_queue, node, topology, workload
@@ -74,3 +76,41 @@ def test_the_cohort_tree_from_the_cohort_objects() -> None:
     assert cohort_tree(store, store.cluster_queues["cq"]) == ["team-a", "org"]
     h["cohorts"].replace([])  # a cohort needs no object (clusterqueue_types.go:88-89)
     assert cohort_tree(store, store.cluster_queues["cq"]) == ["team-a"]
+
+
+async def test_live_explain_asks_the_local_queue_when_the_cluster_queue_endpoint_is_forbidden(
+        tmp_path: Any, capsys: Any) -> None:
+    """A user with rights in one namespace: Kueue's ClusterQueue visibility endpoint answers 403,
+    the LocalQueue's (pending_workloads_lq.go) gives the position, of at least the ones seen."""
+    import argparse
+    import asyncio
+    import json
+
+    import structlog
+
+    from exporter import explain
+    from exporter.kube.resources import COLLECTOR_RESOURCES, QUEUE_POSITIONS
+    from exporter.sim.apiserver import SimApiServer
+    from test_queue_positions import pending
+
+    sim = SimApiServer(bookmark_interval=0.2)
+    await sim.start()
+    try:
+        for r in COLLECTOR_RESOURCES:
+            sim.serve(r)
+        sim.forbid(QUEUE_POSITIONS)
+        sim.create(local_queue("q", "team", "gpu-cq"))
+        sim.create(pending("older", 100, "2026-08-20T09:00:00Z"))
+        sim.create(pending("newer", 100, "2026-08-20T09:30:00Z"))
+        p = argparse.ArgumentParser()
+        explain.add_arguments(p)
+        args = p.parse_args(["team/newer", "--kubeconfig", sim.write_kubeconfig(str(tmp_path / "kc")), "--output", "json",
+                             "--sync-timeout", "10"])
+        rc = await asyncio.to_thread(explain.run, args)
+        out, err = capsys.readouterr()
+    finally:
+        await sim.stop()
+        structlog.reset_defaults()
+    assert rc == 0, err
+    admission = json.loads(out)["layers"][0]
+    assert admission["summary"].endswith("; position 2 of at least 2 in gpu-cq (2 in queue q)"), admission["summary"]

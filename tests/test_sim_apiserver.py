@@ -301,3 +301,30 @@ def test_kubeconfig_loads_with_the_kubernetes_package(tmp_path: Any) -> None:
     load_kube_config(config_file=path, client_configuration=cfg, persist_config=False)
     assert cfg.host == "http://127.0.0.1:4321"
     assert cfg.api_key["BearerToken"] == "Bearer abc"
+
+
+async def test_visibility_endpoints_refuse_as_kueue_does(kube_sim: SimApiServer) -> None:
+    """Kueue's visibility API (pkg/visibility/storage/pending_workloads_cq.go:73 and _lq.go:77):
+    404 for a ClusterQueue or LocalQueue it does not know; the LocalQueue endpoint exists only
+    under a namespace, the ClusterQueue endpoint only without one; items paged by limit/offset."""
+    from exporter.kube.resources import LOCAL_QUEUES, QUEUE_POSITIONS, QUEUE_POSITIONS_LOCAL
+    from kueue_objects import local_queue, workload
+
+    for r in (WORKLOADS, LOCAL_QUEUES, QUEUE_POSITIONS, QUEUE_POSITIONS_LOCAL):
+        kube_sim.serve(r)
+    kube_sim.create(local_queue("q", "team", "cq"))
+    for i in range(3):
+        kube_sim.create(workload(f"w{i}", admitted_cq=None, queue="q"))
+    base = "/apis/visibility.kueue.x-k8s.io/v1beta2"
+    status, _, _ = await get(kube_sim, f"{base}/clusterqueues/nope/pendingworkloads")
+    assert status == 404
+    status, _, _ = await get(kube_sim, f"{base}/namespaces/team/localqueues/nope/pendingworkloads")
+    assert status == 404
+    status, _, _ = await get(kube_sim, f"{base}/localqueues/q/pendingworkloads")  # not namespaced: no such path
+    assert status == 404
+    status, _, _ = await get(kube_sim, f"{base}/namespaces/team/clusterqueues/cq/pendingworkloads")
+    assert status == 404
+    status, body, _ = await get(kube_sim, f"{base}/namespaces/team/localqueues/q/pendingworkloads", {"limit": "2", "offset": "1"})
+    assert status == 200
+    assert [(i["metadata"]["name"], i["positionInClusterQueue"], i["positionInLocalQueue"]) for i in body["items"]] == [
+        ("w1", 1, 1), ("w2", 2, 2)]

@@ -326,6 +326,7 @@ class Collector:
         need every Workload only where it sees all (exporter.cluster.capacity, "Sharding")."""
         s = self.scope
         self.store.capacity.set_shards(s.shard, s.total_shards, every_namespace=not (s.namespaces or s.denylist or s.idle))
+        self.store.set_cluster_queue_owner(s.shard == 0)
 
     async def _reshard(self, ordinal: int, replicas: int) -> None:
         self.scope = self.scope.with_shard(ordinal, replicas)

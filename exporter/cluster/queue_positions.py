@@ -152,9 +152,8 @@ class QueuePositionPoller:
         self.client, self.store, self.exposition = client, store, exposition
         self.interval, self.limit, self.discovery_interval, self.clock = interval, limit, discovery_interval, clock
         self.page_size = page_size
-        self.scope = scope or Scope()
         # --namespaces: the namespaced LocalQueue endpoint, which a Role in each namespace grants
-        self.resource = QUEUE_POSITIONS_LOCAL if self.scope.namespaces else QUEUE_POSITIONS
+        self.resource = QUEUE_POSITIONS_LOCAL if scope is not None and scope.namespaces else QUEUE_POSITIONS
         exposition.register(*FAMILIES)
         self.health = SourceHealth(QUEUE_POSITIONS.source, exposition)
         self.version: str | None = None

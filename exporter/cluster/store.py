@@ -45,8 +45,9 @@ exception of any other type is a bug, counted in ``gangscope_internal_errors_tot
 Two things outlive the objects Kueue shows: the last topology assignment of each Workload
 (Kueue clears ``status.admission`` when it evicts), and ``gangscope_topology_evictions_total``,
 which attributes each eviction (a ``status.schedulingStats.evictions`` count going up) once to
-each domain, at ``eviction_level``, where it happened (:mod:`exporter.cluster.evictions`). A domain that no Node has any more
-is dropped ``eviction_grace`` seconds later, so the counter's series do not outlive the cluster.
+each domain, at ``eviction_level``, where it happened (:mod:`exporter.cluster.evictions`). A
+domain that no Node has any more is dropped ``eviction_grace`` seconds later, so the counter's
+series do not outlive the cluster.
 """
 
 from __future__ import annotations
@@ -226,6 +227,9 @@ class ClusterStore:
         self.flavors: dict[str, ResourceFlavor] = {}
         self.nodes: dict[str, Node] = {}
         self.cluster_queues: dict[str, ClusterQueue] = {}
+        # ClusterQueues are cluster-scoped, so every shard reads them all: only shard 0 exports
+        # their series, as it alone exports the Nodes' capacity (exporter.cluster.capacity, "Sharding").
+        self.cluster_queue_owner = shard == 0
         self.cohorts: dict[str, Cohort] = {}
         self.queue_positions: dict[WorkloadKey, QueuePosition] = {}
         self.on_workload_change: list[Callable[[WorkloadKey], None]] = []
@@ -748,16 +752,31 @@ class ClusterStore:
             self.exposition.delete(("clusterqueue", name))
             self._rerender_cluster_queue_workloads(name)
 
+    def set_cluster_queue_owner(self, owner: bool) -> None:
+        """Export the ClusterQueues' series (shard 0) or not (the other shards), from now on."""
+        if owner == self.cluster_queue_owner:
+            return
+        self.cluster_queue_owner = owner
+        for cq in self.cluster_queues.values():
+            if owner:
+                self._render_cluster_queue(cq)
+            else:
+                self.exposition.delete(("clusterqueue", cq.name))
+
     def _render_cluster_queue(self, cq: ClusterQueue) -> None:
+        if not self.cluster_queue_owner:
+            return
         flavors = self.flavors
         self.exposition.set(("clusterqueue", cq.name), render_cluster_queue(
             cq, lambda f: rf.topology_name if (rf := flavors.get(f)) is not None else ""))
 
     def _rerender_cluster_queue_workloads(self, name: str) -> None:
-        """The queue's activity changed: what its waiting Workloads' Kueue messages mean may have
-        (see :func:`exporter.cluster.workload_state.workload_state`)."""
-        self._rerender([k for k, wl in self.workloads.items() if wl.cluster_queue == name and not wl.admitted],
-                       replace_paths=False)
+        """The queue's activity changed: what its waiting Workloads' "ClusterQueue X is inactive"
+        means may have (the one judgement that reads the queue,
+        :func:`exporter.cluster.workload_state.quota_reason_meaning`)."""
+        self._rerender([k for k, wl in self.workloads.items()
+                        if wl.cluster_queue == name and wl.state is not None and wl.state.pending is not None
+                        and wl.state.pending.message.endswith(" is inactive")], replace_paths=False)
 
     def _put_cohort(self, cohort: Cohort) -> None:
         self.cohorts[cohort.name] = cohort
