@@ -151,6 +151,14 @@ def test_bounded_counter_takes_any_wrap_within_the_bound_and_reads_the_rest_as_r
     # forward distance 4.0 GB exceeds what 3.4 GB of bound allows: the device was reset
     total = c.total
     assert c.update(c.last - 294_967_296, 2**32, 3.4e9) == total + c.last
+    # a step beyond the bound that no reset explains (the counter is above its last value, or a
+    # reset would have counted past the bound): the driver refreshed in a burst, taken forward
+    total = c.total
+    assert c.update(c.last + 70_000_000, 2**32, 1e6) == total + 70_000_000
+    burst = MonotonicCounter()  # the same across a wrap: 60 MB after it cannot be a reset within a 1 MB bound
+    burst.update(2**32 - 10_000_000, 2**32, 0)
+    assert burst.update(60_000_000, 2**32, 1e6) == 2**32 + 60_000_000
+    assert burst.update(500_000, 2**32, 1e6) == 2**32 + 60_000_000 + 500_000  # below the last and within the bound: a reset
     # reads further apart than one wrap: as many wraps as the recent rate predicts, counted as a gap
     before = c.total
     c.update((c.last + 1000) % 2**32, 2**32, 5e9)

@@ -27,8 +27,11 @@ class MonotonicCounter:
     - ``bound`` given (the most bytes the link could have moved since the last read, from its
       maximum rate and the monotonic time around the two reads): while ``bound`` is below the
       counter's range ``modulus``, the forward distance ``(raw - last) mod modulus`` is the only
-      possible delta, so wraps are exact at any rate; a forward distance beyond ``bound`` cannot
-      be a wrap, so the device was reset and counted up from zero. A forward step beyond
+      possible delta, so wraps are exact at any rate; a forward distance beyond ``bound`` to a
+      value below the last one and within ``bound`` is a reset (counted up from zero); any other
+      step beyond ``bound`` is the driver refreshing in steps (its value jumped between two reads
+      closer together than the jump's bytes take at the link's rate) and is taken forward: adding
+      the raw value there would invent up to a whole range of bytes. A forward step beyond
       :data:`GAP_SHARE` of the range is still taken, and counted in ``gaps``. When reads are
       further apart than one wrap at the maximum rate (the reader was stalled), the number of
       wraps cannot be known: the one that ``expected`` bytes (the caller's estimate of what moved)
@@ -68,12 +71,15 @@ class MonotonicCounter:
                 self.gaps += 1
                 wraps = min(max(0, round((expected - forward) / modulus)), int(bound // modulus))
                 self.total += forward + wraps * modulus
-            elif forward <= bound:
+            elif forward <= bound or raw >= last or raw > bound:
+                # Within the bound, or beyond it but no reset can explain it (a counter reset to zero
+                # cannot have counted past its old value, nor past the bound, since): a driver that
+                # refreshes its counters in steps larger than the link moves between two close reads.
                 self.total += forward
                 if forward > GAP_SHARE * modulus:
                     self.gaps += 1
             else:
-                self.total += raw
+                self.total += raw  # reset: counted up from zero, at most the bound since
         elif raw >= last:
             self.total += raw - last
         elif modulus and raw + modulus - last <= modulus // 2:
