@@ -196,7 +196,7 @@ async def test_collector_follows_a_real_api_server(live: tuple[Collector, Relay]
     # PodGroups of every API, each in its own namespace: legacy Coscheduling in hpc, native in rl.
     apis = {(dict(k[1])["namespace"].removeprefix(f"{scene.prefix}-"), dict(k[1])["api"]) for k in s
             if k[0] == "gangscope_podgroup_phase" and dict(k[1])["namespace"].startswith(scene.prefix)}
-    assert apis >= {("ml-team", "coscheduling"), ("hpc", "coscheduling"), ("vision", "volcano"), ("rl", "native")}
+    assert apis >= {("ml-team", "coscheduling"), ("hpc", "coscheduling_legacy"), ("vision", "volcano"), ("rl", "native")}
 
     # ADDED, MODIFIED (Kueue evicts for a node failure: status through /status), DELETED
     w.create(workload("new", ns, hosts=[scene.hosts[3]], conditions=admitted_conditions(ready=False)))
