@@ -139,7 +139,9 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path, capsys:
             async with session.get(page) as resp:
                 assert resp.status == 200 and "<title>Prometheus" in await resp.text()
             targets = 1 + len(demo.agents)
-            up = await poll(lambda: prom.query("up"), lambda r: len(r) == targets and all(s["value"][1] == "1" for s in r),
+            # the demo's training processes and Ray head are scraped too (the training layer's own series)
+            up = await poll(lambda: prom.query('up{job=~"gangscope-collector|gangscope-agent"}'),
+                            lambda r: len(r) == targets and all(s["value"][1] == "1" for s in r),
                             30, f"all {targets} targets up")
             all_up = time.monotonic()
             assert {s["metric"]["job"] for s in up} == {"gangscope-collector", "gangscope-agent"}
