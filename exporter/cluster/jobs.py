@@ -54,21 +54,18 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import structlog
-
 from ..exposition import Family, label_pairs
-from ..fields import ParseError, Problems, as_dict, as_int, as_list, as_str, named_metadata, parse_time
-from ..health import SourceHealth
+from ..fields import Problems, as_dict, as_int, as_list, as_str, named_metadata, parse_time
 from .podgroups import Condition, owner_refs, parse_conditions
 from .pods import PodChanges, PodStore
+from .record_handler import RecordHandler
 from .store import ClusterStore
 from . import training
 from .workloads import Workload
-
 
 
 class GangHost(Protocol):
@@ -77,8 +74,6 @@ class GangHost(Protocol):
 
     pods: PodStore | None
     jobs: Any
-
-log = structlog.get_logger(__name__)
 
 DEFAULT_PROGRESS_STALE = 1800.0
 KINDS = {"jobsets": "JobSet", "trainjobs": "TrainJob", "leaderworkersets": "LeaderWorkerSet"}
@@ -321,66 +316,6 @@ class JobView:
     groups: Groups | None
 
 
-class JobHandler:
-    """Informer handler of one job source; parse errors and object counts on ``health``."""
-
-    def __init__(self, index: JobIndex, source: str) -> None:
-        self.index, self.source = index, source
-        self.health: SourceHealth | None = None
-
-    def replace(self, objects: Iterable[Any]) -> None:
-        seen = set()
-        for obj in objects:
-            rec = self._parse(obj)
-            if rec is not None:
-                seen.add(rec.key)
-                self._guarded(self.index.put, rec)
-        for key in [k for k in self.index.jobs if k[1] == KINDS[self.source] and k not in seen]:
-            self._guarded(self.index.delete, key)
-        self._count()
-
-    def apply(self, event_type: str, obj: Any) -> None:
-        if event_type not in ("ADDED", "MODIFIED", "DELETED"):
-            return
-        rec = self._parse(obj)
-        if rec is None:
-            return
-        if event_type == "DELETED":
-            self._guarded(self.index.delete, rec.key)
-        else:
-            self._guarded(self.index.put, rec)
-        self._count()
-
-    def _parse(self, obj: Any) -> JobRecord | None:
-        try:
-            rec = PARSERS[self.source](obj)
-        except ParseError as exc:
-            self._problem(1, str(exc), obj)
-            return None
-        if rec.errors:
-            self._problem(len(rec.errors), "; ".join(rec.errors[:3]), obj)
-        return rec
-
-    def _problem(self, n: int, detail: str, obj: Any) -> None:
-        meta = obj.get("metadata") if isinstance(obj, dict) else None
-        log.warning("object_parse_problems", source=self.source, count=n, detail=detail[:500],
-                    object=meta.get("name") if isinstance(meta, dict) else None)
-        if self.health is not None:
-            self.health.parse_error(n)
-
-    def _guarded(self, fn: Callable[..., None], *args: Any) -> None:
-        try:
-            fn(*args)
-        except Exception:
-            log.exception("job_handler_failed", source=self.source)
-            if self.health is not None:
-                self.health.internal_error()
-
-    def _count(self) -> None:
-        if self.health is not None:
-            self.health.set_objects(sum(1 for k in self.index.jobs if k[1] == KINDS[self.source]))
-
-
 class JobIndex:
     """Job records, their joins to Kueue Workloads, and their series (see the module docstring)."""
 
@@ -392,12 +327,12 @@ class JobIndex:
         self.jobs: dict[tuple[str, str, str], JobRecord] = {}
         self._by_uid: dict[str, tuple[str, str, str]] = {}
         self._children: dict[str, set[str]] = {}  # owner uid -> uids of jobs it controls (TrainJob -> JobSet)
-        self._handlers = {s: JobHandler(self, s) for s in PARSERS}
+        self._handlers = {s: RecordHandler(s, KINDS[s], PARSERS[s], self.jobs, self.put, self.delete) for s in PARSERS}
         store.on_workload_change.append(self._workload_changed)
         if pods is not None:
             pods.on_change.append(self._pods_changed)
 
-    def handlers(self) -> dict[str, JobHandler]:
+    def handlers(self) -> dict[str, RecordHandler[JobRecord]]:
         return dict(self._handlers)
 
     # ---- records

@@ -39,21 +39,17 @@ possible state).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import structlog
-
 from ..exposition import Family, label_pairs
-from ..fields import ParseError, Problems, as_dict, as_int, as_str, named_metadata
-from ..health import SourceHealth
+from ..fields import Problems, as_dict, as_int, as_str, named_metadata
 from .jobs import JOB_INFO
 from .podgroups import owner_refs
+from .record_handler import RecordHandler
 from .store import ClusterStore
 from .workloads import Workload
-
-log = structlog.get_logger(__name__)
 
 KINDS = {"rayjobs": "RayJob", "rayclusters": "RayCluster"}
 WORKER_STATES = ("ready", "available", "desired")
@@ -133,58 +129,6 @@ def parse_raycluster(obj: Any) -> RayRecord:
 PARSERS: dict[str, Callable[[Any], RayRecord]] = {"rayjobs": parse_rayjob, "rayclusters": parse_raycluster}
 
 
-class RayHandler:
-    """Informer handler of one KubeRay source; parse problems and object counts on ``health``."""
-
-    def __init__(self, index: RayIndex, source: str) -> None:
-        self.index, self.source = index, source
-        self.health: SourceHealth | None = None
-
-    def replace(self, objects: Iterable[Any]) -> None:
-        seen = set()
-        for obj in objects:
-            rec = self._parse(obj)
-            if rec is not None:
-                seen.add(rec.key)
-                self.index.put(rec)
-        for key in [k for k in self.index.records if k[1] == KINDS[self.source] and k not in seen]:
-            self.index.delete(key)
-        self._count()
-
-    def apply(self, event_type: str, obj: Any) -> None:
-        if event_type not in ("ADDED", "MODIFIED", "DELETED"):
-            return
-        rec = self._parse(obj)
-        if rec is None:
-            return
-        if event_type == "DELETED":
-            self.index.delete(rec.key)
-        else:
-            self.index.put(rec)
-        self._count()
-
-    def _parse(self, obj: Any) -> RayRecord | None:
-        try:
-            rec = PARSERS[self.source](obj)
-        except ParseError as exc:
-            self._problem(1, str(exc), obj)
-            return None
-        if rec.errors:
-            self._problem(len(rec.errors), "; ".join(rec.errors[:3]), obj)
-        return rec
-
-    def _problem(self, n: int, detail: str, obj: Any) -> None:
-        meta = obj.get("metadata") if isinstance(obj, dict) else None
-        log.warning("object_parse_problems", source=self.source, count=n, detail=detail[:500],
-                    object=meta.get("name") if isinstance(meta, dict) else None)
-        if self.health is not None:
-            self.health.parse_error(n)
-
-    def _count(self) -> None:
-        if self.health is not None:
-            self.health.set_objects(sum(1 for k in self.index.records if k[1] == KINDS[self.source]))
-
-
 class RayIndex:
     """RayJob and RayCluster records, their Workloads, and their series."""
 
@@ -193,10 +137,10 @@ class RayIndex:
         self.exposition = store.exposition
         self.exposition.register(*FAMILIES)
         self.records: dict[tuple[str, str, str], RayRecord] = {}
-        self._handlers = {s: RayHandler(self, s) for s in PARSERS}
+        self._handlers = {s: RecordHandler(s, KINDS[s], PARSERS[s], self.records, self.put, self.delete) for s in PARSERS}
         store.on_workload_change.append(self._workload_changed)
 
-    def handlers(self) -> dict[str, RayHandler]:
+    def handlers(self) -> dict[str, RecordHandler[RayRecord]]:
         return dict(self._handlers)
 
     def put(self, rec: RayRecord) -> None:
