@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 from exporter.kube.client import KubeClient
 from exporter.sim.apiserver import SimApiServer
+
+
+@pytest.fixture(autouse=True)
+def _structlog_defaults() -> Iterator[None]:
+    """Every test starts from structlog's defaults (every level kept): a test that ran an entry
+    point configured a level filter process-wide, and a later test counting debug events would
+    otherwise see none, depending on the order the tests ran in."""
+    structlog.reset_defaults()
+    yield
+    structlog.reset_defaults()
 
 
 # --- Kubernetes API (exporter/kube, exporter/sim/apiserver.py) ---------------------------------

@@ -24,7 +24,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from collectors import started_collector
-from exporter.kube.resources import COLLECTOR_RESOURCES
+from exporter.kube.resources import COLLECTOR_RESOURCES, WORKLOADS
 from exporter.sim.apiserver import SimApiServer
 from waiting import eventually
 
@@ -80,7 +80,13 @@ async def test_readers_and_prometheus_take_a_page_built_from_segments(kube_sim: 
         for _ in range(150):  # the page changes: some members are recompressed, the others kept
             for change in churn.next():
                 verbs[change.verb](change.obj)
-        await asyncio.sleep(1)
+        # the collector has applied every change (polled: a loaded machine only takes longer)
+        wanted = {(w["metadata"]["namespace"], w["metadata"]["name"]) for w in kube_sim.objects(WORKLOADS)}
+
+        async def applied() -> bool:
+            return set(collector.store.workloads) == wanted
+
+        await eventually(applied, timeout=60, interval=0.2)
         body = await scrape(collector.port)
         assert members(body) == 1, "one gzip member, whatever reads it"
         blocks = [b for b in collector.exposition.render_blocks(False) if not isinstance(b, bytes)]

@@ -9,8 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 
-async def eventually(check: Callable[[], Any], timeout: float = 5.0, interval: float = 0.02) -> None:
-    """Wait until ``check()`` (a function or a coroutine function) is truthy; fail after ``timeout`` s."""
+async def eventually(check: Callable[[], Any], timeout: float = 30.0, interval: float = 0.02) -> None:
+    """Wait until ``check()`` (a function or a coroutine function) is truthy; fail after ``timeout`` s
+    (generous by default: it returns as soon as the check holds, and a loaded CI machine only takes longer)."""
     deadline = time.monotonic() + timeout
     while True:
         result = check()
