@@ -330,7 +330,11 @@ async def test_prometheus_records_joins_and_fires_alerts(tmp_path: Path, capsys:
             # (each simulated error rate is well above or well below the demo's threshold)
             held = await prom.query('count_over_time(ALERTS{alertname="GangscopeNVLinkErrorsRising", '
                                     'alertstate="firing"}[30s])')
-            assert {s["metric"]["type"]: float(s["value"][1]) >= 29 for s in held} == {"replay": True}, held  # recovery: 0/s
+            # firing at most evaluations of the window (a loaded machine skips some: 27 of 30 seen) ...
+            assert {s["metric"]["type"]: float(s["value"][1]) >= 20 for s in held} == {"replay": True}, held  # recovery: 0/s
+            # ... and never reset: the time it became active is the same through the window
+            since = await prom.query('changes(ALERTS_FOR_STATE{alertname="GangscopeNVLinkErrorsRising"}[30s])')
+            assert {s["metric"]["type"]: float(s["value"][1]) for s in since} == {"replay": 0.0}, since
 
             # --- every rule evaluated without error ---------------------------------------
             groups = await prom.rules()
