@@ -279,6 +279,7 @@ class GangIndex:
         # Join indexes (the store indexes Workloads by owner uid and owner name).
         self._wl_template = _Multi()  # (ns, api, pg name) -> wl keys
         self._wl_template_keys: dict[WlKey, list[tuple[str, str, str]]] = {}
+        self._wl_records: dict[WlKey, Workload] = {}  # the record each Workload was last joined with
         self._pg_name = _Multi()  # (ns, api, name) -> pg keys
         self._pg_owner_uid = _Multi()  # uid -> pg keys
         self._pg_owner_name = _Multi()  # (ns, name or controllerRef name) -> pg keys
@@ -460,10 +461,22 @@ class GangIndex:
 
     # ---- Workload side
     def _workload_changed(self, key: WlKey) -> None:
-        """The store's hook after a Workload is set, re-rendered or deleted."""
+        """The store's hook after a Workload is set, re-rendered or deleted. A re-render keeps the
+        record (a backoff's end, its gangs' word, its Nodes' paths): the joins and judgements rest
+        on the record alone, so its gangs are not judged again, only shown or hidden with it."""
+        wl = self.store.workloads.get(key)
+        if wl is not None and self._wl_records.get(key) is wl:
+            for pg_key in list(self._joined_to.of(key)):
+                gang = self.gangs.get(pg_key)
+                if gang is not None:
+                    self._render(pg_key, gang)
+            return
+        if wl is None:
+            self._wl_records.pop(key, None)
+        else:
+            self._wl_records[key] = wl
         for k in self._wl_template_keys.pop(key, ()):
             self._wl_template.discard(k, key)
-        wl = self.store.workloads.get(key)
         keys = []
         if wl is not None:
             keys = [(wl.namespace, api, name) for api, name, _ in template_refs(wl)]
