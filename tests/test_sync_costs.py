@@ -3,7 +3,9 @@
 The first sync of a realistic cluster (bench/cluster.py) through the real collector wiring and
 the simulated API server: every Workload is rendered once (the Nodes and Topologies list first),
 every gang judged once (the PodGroups list after the Workloads they join), every capacity domain
-rendered once (held until the sync is in).
+rendered once (held until the sync is in). After it, an event that changes nothing gangscope
+reads (a new resourceVersion, rewritten managedFields) is dropped before it is parsed, and leaves
+the page and every gzip block as they were.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import pytest
 from exporter.cluster import gangs as gangs_module
 from exporter.cluster import store as store_module
 from exporter.cluster.capacity import Capacity
+from exporter.cluster.collector import build_collector
+from exporter.exposition import Block, Exposition
 from exporter.kube.resources import (
     COSCHEDULING_PODGROUPS, LOCAL_QUEUES, NODES, RESOURCE_FLAVORS, TOPOLOGIES, WORKLOADS,
 )
@@ -59,3 +63,49 @@ async def test_the_first_sync_renders_and_judges_each_object_once(
         assert len(collector.store.workloads) == len(collector.gangs.gangs) == 300 and domains > 512
     finally:
         await collector.stop()
+
+
+def _fed_collector(n: int) -> tuple[Any, dict[str, Any], Any]:
+    """The offline collector (``gangscope snapshot``'s wiring) holding a bench cluster of ``n`` Workloads."""
+    cluster = build_cluster(n, nodes=256, seed=5, namespaces=10)
+    expo = Exposition()
+    _, handlers, _ = build_collector(expo)
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for obj in cluster.objects():
+        by_kind.setdefault(obj["kind"], []).append(obj)
+    for source, kind in (("topologies", "Topology"), ("resourceflavors", "ResourceFlavor"), ("nodes", "Node"),
+                         ("localqueues", "LocalQueue"), ("workloads", "Workload"), ("podgroups_coscheduling", "PodGroup")):
+        handlers[source].replace(by_kind.get(kind, []))
+    return expo, handlers, by_kind
+
+
+def _blocks(expo: Exposition) -> list[tuple[int, int]]:
+    return [(id(b), b.version) for b in expo.render_blocks(False) if isinstance(b, Block)]
+
+
+def test_an_event_that_changes_nothing_read_is_not_parsed_and_moves_no_gzip_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    expo, handlers, by_kind = _fed_collector(60)
+    page, blocks = expo.render(False), _blocks(expo)
+    calls: Counter = Counter()
+    counted(monkeypatch, store_module, "parse_workload", calls)
+    real_podgroup = gangs_module.pg.PARSERS["podgroups_coscheduling"]
+
+    def podgroup(*args: Any) -> Any:
+        calls["parse_podgroup"] += 1
+        return real_podgroup(*args)
+
+    monkeypatch.setitem(gangs_module.pg.PARSERS, "podgroups_coscheduling", podgroup)
+    for source, kind in (("workloads", "Workload"), ("podgroups_coscheduling", "PodGroup")):
+        for obj in by_kind[kind]:
+            meta = obj["metadata"]
+            handlers[source].apply("MODIFIED", obj | {"metadata": meta | {
+                "resourceVersion": str(int(meta.get("resourceVersion", "1")) + 1000),
+                "managedFields": [{"manager": "kueue", "operation": "Update", "time": "2026-12-01T00:00:00Z"}]}})
+    assert expo.render(False) == page and _blocks(expo) == blocks
+    assert calls == Counter()
+    # A change that is read is parsed, and moves only the blocks its lines are in.
+    wl = by_kind["Workload"][0]
+    handlers["workloads"].apply("MODIFIED", wl | {"spec": wl["spec"] | {"queueName": "another-queue"}})
+    assert calls == Counter(parse_workload=1)
+    assert expo.render(False) != page
+    assert 0 < sum(a != b for a, b in zip(_blocks(expo), blocks)) < len(blocks) / 2

@@ -73,6 +73,7 @@ from .gang_state import (GANG_STAGES, KAI_DEFAULT_STALENESS_GRACE, PODS_ASSEMBLI
 from .podgroups import NativeWorkload, PodGroupRecord
 from .pods import Pod, PodChanges, PodStore
 from .store import ClusterStore
+from .unchanged import digest
 from .workloads import Workload
 
 
@@ -276,6 +277,8 @@ class GangIndex:
         self._handlers = {source: PodGroupHandler(self, source) for source in pg.PARSERS}
         # source -> (namespace, object name) -> keys of its records (a 1.35 native Workload has several)
         self._objects: dict[str, dict[WlKey, list[PgKey]]] = {source: {} for source in pg.PARSERS}
+        # source -> (namespace, object name) -> its digest (exporter.cluster.unchanged)
+        self._digests: dict[str, dict[WlKey, int]] = {source: {} for source in pg.PARSERS}
         # Join indexes (the store indexes Workloads by owner uid and owner name).
         self._wl_template = _Multi()  # (ns, api, pg name) -> wl keys
         self._wl_template_keys: dict[WlKey, list[tuple[str, str, str]]] = {}
@@ -325,6 +328,16 @@ class GangIndex:
 
     # ---- PodGroup side
     def upsert_object(self, source: str, obj: Any) -> None:
+        fingerprint = digest(obj)
+        digests = self._digests[source]
+        if fingerprint is not None:
+            meta = obj["metadata"]
+            try:
+                okey = (str(meta.get("namespace") or ""), meta["name"])
+                if digests.get(okey) == fingerprint:
+                    return  # it changed nothing read (exporter.cluster.unchanged)
+            except (KeyError, TypeError):  # no usable name: parsing counts it
+                fingerprint = None
         try:
             if source == "workloads_native":
                 native = pg.parse_native_workload(source, obj)
@@ -352,6 +365,10 @@ class GangIndex:
         objects[okey] = [r.key for r in records]
         if native is not None:
             self._put_native_workload(okey, native)
+        if fingerprint is not None and not errors:  # one with problems is taken, and counted, again
+            digests[okey] = fingerprint
+        else:
+            digests.pop(okey, None)
         self._count(source)
 
     def delete_object(self, source: str, obj: Any) -> None:
@@ -359,6 +376,7 @@ class GangIndex:
         if not isinstance(meta, dict):
             return
         okey = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        self._digests[source].pop(okey, None)
         for key in self._objects[source].pop(okey, ()):
             self._drop_podgroup(key)
         if source == "workloads_native":
@@ -379,6 +397,7 @@ class GangIndex:
             if isinstance(meta, dict):
                 seen.add((str(meta.get("namespace") or ""), str(meta.get("name") or "")))
         for okey in before - seen:
+            self._digests[source].pop(okey, None)
             for key in self._objects[source].pop(okey, ()):
                 self._drop_podgroup(key)
             if source == "workloads_native":
