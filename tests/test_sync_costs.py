@@ -22,7 +22,7 @@ from exporter.cluster import gangs as gangs_module
 from exporter.cluster import store as store_module
 from exporter.cluster.capacity import Capacity
 from exporter.cluster.collector import build_collector
-from exporter.exposition import Block, Exposition
+from exporter.exposition import Block, Exposition, Family
 from exporter.kube.resources import (
     COSCHEDULING_PODGROUPS, LOCAL_QUEUES, NODES, RESOURCE_FLAVORS, TOPOLOGIES, WORKLOADS,
 )
@@ -109,3 +109,32 @@ def test_an_event_that_changes_nothing_read_is_not_parsed_and_moves_no_gzip_bloc
     assert calls == Counter(parse_workload=1)
     assert expo.render(False) != page
     assert 0 < sum(a != b for a, b in zip(_blocks(expo), blocks)) < len(blocks) / 2
+
+
+def test_denied_families_are_never_formatted(monkeypatch: pytest.MonkeyPatch) -> None:
+    denied = {"gangscope_gang_info", "gangscope_gang_stage", "gangscope_gang_assembly_stuck", "gangscope_gang_pods",
+              "gangscope_gang_idle_gpus", "gangscope_gang_assembly_deadline_timestamp_seconds",
+              "gangscope_gang_idle_gpu_seconds_total", "gangscope_podgroup_phase", "gangscope_podgroup_info",
+              "gangscope_podgroup_min_member", "gangscope_podgroup_pods", "gangscope_workload_info",
+              "gangscope_domain_gpus", "gangscope_workload_domains_spanned", "gangscope_workload_pending_reason"}
+    formatted: Counter = Counter()
+    for method in ("prefix", "sample", "head", "tail", "line", "lines"):
+        real = getattr(Family, method)
+
+        def wrapper(self: Family, *args: Any, _real: Callable[..., Any] = real, **kwargs: Any) -> Any:
+            formatted[self.name] += 1
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(Family, method, wrapper)
+    cluster = build_cluster(60, nodes=256, seed=5, namespaces=10)
+    expo = Exposition(exported=lambda name: name not in denied)
+    _, handlers, _ = build_collector(expo)
+    kinds = {"Topology": "topologies", "ResourceFlavor": "resourceflavors", "Node": "nodes", "LocalQueue": "localqueues",
+             "Workload": "workloads", "PodGroup": "podgroups_coscheduling"}
+    for kind, source in kinds.items():
+        handlers[source].replace([o for o in cluster.objects() if o["kind"] == kind])
+    assert sorted(denied & set(formatted)) == []
+    assert {"gangscope_workload_stage", "gangscope_workload_locality_ratio", "gangscope_podgroup_phase_timestamp_seconds",
+            "gangscope_domain_placeable_pods"} <= set(formatted)
+    page = expo.render(False).decode()
+    assert all(f"\n{name}{{" not in page and not page.startswith(f"{name}{{") for name in denied)

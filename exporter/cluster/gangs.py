@@ -166,27 +166,29 @@ def add_gang_arguments(p: argparse.ArgumentParser) -> None:
                         "negative: never)")
 
 
-def render_gang(g: Gang) -> dict[Family, list[bytes]]:
+def render_gang(g: Gang, skip: frozenset[Family] = frozenset()) -> dict[Family, list[bytes]]:
+    """The gang's lines but those of the families in ``skip`` (--metric-denylist: never formatted)."""
     rec = g.podgroup
     lead = label_pairs(_GANG, (rec.namespace, g.workload.name if g.workload else "", rec.name))
     out: dict[Family, list[bytes]] = {fam: [] for fam in FAMILIES}
-    if g.workload is not None and g.via is not None:
+    if g.workload is not None and g.via is not None and GANG_INFO not in skip:
         out[GANG_INFO] = [GANG_INFO.line(lead, 1, (rec.api_label, g.via, rec.parent))]
-    out[GANG_STAGE] = [GANG_STAGE.head(lead) + _stage_tail(g.stage)]
-    if g.stage not in ("unreported", "empty"):
+    if GANG_STAGE not in skip:
+        out[GANG_STAGE] = [GANG_STAGE.head(lead) + _stage_tail(g.stage)]
+    if g.stage not in ("unreported", "empty") and GANG_ASSEMBLY_STUCK not in skip:
         out[GANG_ASSEMBLY_STUCK] = [GANG_ASSEMBLY_STUCK.line(lead, 1 if g.stuck else 0)]
-    if g.idle_gpus is not None:
+    if g.idle_gpus is not None and GANG_IDLE_GPUS not in skip:
         out[GANG_IDLE_GPUS] = [GANG_IDLE_GPUS.line(lead, gpus, (reason,)) for reason, gpus in g.idle] or [
             GANG_IDLE_GPUS.line(lead, 0, ("",))]
-    if g.deadline is not None:
+    if g.deadline is not None and GANG_DEADLINE not in skip:
         out[GANG_DEADLINE] = [GANG_DEADLINE.line(lead, g.deadline)]
     m = g.members
-    if m is not None and m.evidence in ("pods", "counters"):
+    if m is not None and m.evidence in ("pods", "counters") and GANG_PODS not in skip:
         out[GANG_PODS] = [GANG_PODS.lines(lead, [GANG_PODS.tail(3, (s,), getattr(m, s)) for s in _POD_STATES
                                                  if getattr(m, s) is not None]
                                           + [GANG_PODS.tail(3, (s,), getattr(m, s)) for s in _POD_STATES_IF_ANY
                                              if getattr(m, s)])]
-    if g.stage in _SAYS_UNSCHEDULABLE and rec.unschedulable:
+    if g.stage in _SAYS_UNSCHEDULABLE and rec.unschedulable and PODGROUP_UNSCHEDULABLE not in skip:
         reasons = sorted({u.reason for u in rec.unschedulable})
         out[PODGROUP_UNSCHEDULABLE] = [PODGROUP_UNSCHEDULABLE.line(label_pairs(_PG, (rec.namespace, rec.name, rec.api_label)), 1, (r,))
                                        for r in reasons]
@@ -271,6 +273,7 @@ class GangIndex:
         self.kai_grace = KAI_DEFAULT_STALENESS_GRACE  # --kai-staleness-grace-period
         self.jobs: OwnerChain | None = None  # set by exporter.cluster.jobs.attach_jobs
         self.exposition.register(*pg.FAMILIES, *FAMILIES, GANG_IDLE_GPU_SECONDS)
+        self._skip = self.exposition.filtered((*pg.FAMILIES, *FAMILIES, GANG_IDLE_GPU_SECONDS))  # --metric-denylist
         self.podgroups: dict[PgKey, PodGroupRecord] = {}
         self.gangs: dict[PgKey, Gang] = {}
         self.native_workloads: dict[WlKey, NativeWorkload] = {}
@@ -433,7 +436,7 @@ class GangIndex:
             self._pg_native_wl.add((ns, rec.workload_ref), key)
         if rec.parent:
             self._children.add((ns, rec.parent), key)
-        lines: dict[Family, list[bytes] | list[str]] = {**pg.render(rec)}
+        lines: dict[Family, list[bytes] | list[str]] = {**pg.render(rec, self._skip)}
         allowlist = self.store.labels_allowlist
         if allowlist is not None:
             lines[PODGROUP_LABELS] = allowlist.lines("podgroups", PODGROUP_LABELS, (rec.namespace, rec.name, rec.api_label),
@@ -626,7 +629,7 @@ class GangIndex:
         was_shown = self._shown.get(key)
         self._shown[key] = shown
         if old is None or not _same_lines(old, gang) or was_shown != shown:  # most pod events change no count it exports
-            self.exposition.set(("gang", *key), render_gang(gang) if shown else {})
+            self.exposition.set(("gang", *key), render_gang(gang, self._skip) if shown else {})
             self._set_idle(key, gang)
             if was_shown is not None and was_shown != shown:
                 self._publish_podgroup(key)
@@ -658,6 +661,8 @@ class GangIndex:
             self.exposition.set(("podgroup", *key), lines if self._shown.get(key, True) else {})
 
     def _render_idle(self, key: PgKey) -> None:
+        if GANG_IDLE_GPU_SECONDS in self._skip:
+            return  # never formatted
         if not self._shown.get(key, True):
             self.exposition.delete(("gang_idle", *key))
             return
