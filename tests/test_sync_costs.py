@@ -5,7 +5,8 @@ the simulated API server: every Workload is rendered once (the Nodes and Topolog
 every gang judged once (the PodGroups list after the Workloads they join), every capacity domain
 rendered once (held until the sync is in). After it, an event that changes nothing gangscope
 reads (a new resourceVersion, rewritten managedFields) is dropped before it is parsed, and leaves
-the page and every gzip block as they were.
+the page and every gzip block as they were. A pod two watches see is parsed once, and a family
+--metric-denylist leaves out is never formatted.
 """
 
 from __future__ import annotations
@@ -19,15 +20,18 @@ from typing import Any
 import pytest
 
 from exporter.cluster import gangs as gangs_module
+from exporter.cluster import pods as pods_module
 from exporter.cluster import store as store_module
 from exporter.cluster.capacity import Capacity
 from exporter.cluster.collector import build_collector
+from exporter.cluster.pods import PodStore
 from exporter.exposition import Block, Exposition, Family
 from exporter.kube.resources import (
     COSCHEDULING_PODGROUPS, LOCAL_QUEUES, NODES, RESOURCE_FLAVORS, TOPOLOGIES, WORKLOADS,
 )
 from exporter.sim.apiserver import SimApiServer
 from collectors import make_collector
+from test_gang_evidence import pod
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from cluster import build_cluster  # noqa: E402
@@ -138,3 +142,19 @@ def test_denied_families_are_never_formatted(monkeypatch: pytest.MonkeyPatch) ->
             "gangscope_domain_placeable_pods"} <= set(formatted)
     page = expo.render(False).decode()
     assert all(f"\n{name}{{" not in page and not page.startswith(f"{name}{{") for name in denied)
+
+
+def test_a_pod_seen_by_two_watches_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: Counter = Counter()
+    counted(monkeypatch, pods_module, "parse_pod", calls)
+    store = PodStore()
+    h = store.handlers()
+    labels = {"kueue.x-k8s.io/podset": "m", "scheduling.x-k8s.io/pod-group": "g"}
+    h["pods_kueue"].replace([pod("a", labels=labels, rv="5")])
+    h["pods_coscheduling"].replace([pod("a", labels=labels, rv="5")])
+    assert calls["parse_pod"] == 1 and list(store.pods) == ["uid-ml-a"]
+    h["pods_kueue"].apply("MODIFIED", pod("a", labels=labels, phase="Running", rv="6"))
+    h["pods_coscheduling"].apply("MODIFIED", pod("a", labels=labels, phase="Running", rv="6"))
+    assert calls["parse_pod"] == 2 and store.pods["uid-ml-a"].phase == "Running"
+    h["pods_kueue"].apply("DELETED", pod("a", labels=labels, phase="Running", rv="7"))
+    assert "uid-ml-a" in store.pods  # still the gang's pod
