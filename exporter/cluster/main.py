@@ -39,8 +39,6 @@ DEFAULT_LISTEN = "0.0.0.0:9400"
 # Cohorts whose flavors its fit and whose Active condition its pending reason read (their
 # first LISTs done, the Workloads are rendered once rather than again when the Nodes arrive).
 FIRST_SOURCES = ("topologies", "resourceflavors", "nodes", "localqueues", "clusterqueues", "cohorts")
-# The PodGroup sources (the gang index's handlers) list last: a PodGroup listed before its
-# Workload is judged alone, then again when the Workload joins it; after it, once.
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -188,6 +186,7 @@ class Collector:
         export_shard(self.exposition, self.scope.shard, self.scope.total_shards)
         self.store, self.handlers, self.gangs = collector_from_args(self.exposition, args)
         self._scope_capacity()
+        self._first_synced = False  # the first sync's held capacity rendered (_first_sync)
         self._backoff = backoff
         self._client_options = dict(client_options or {})
         self.port = 0
@@ -219,7 +218,6 @@ class Collector:
             routes=[(EXPLAIN_ROUTE, "why a job is pending or slow, layer by layer (JSON; &pretty, or a browser, "
                                     "gets it indented)")])
         self.store.capacity.hold()  # until the first sync: its domains rendered once (_first_sync)
-        self._first_synced = False
         self._first_sync_task = asyncio.create_task(self._first_sync(), name="collector:first-sync")
         self.gangs.start_timers()
         self.store.start_timers()
@@ -231,6 +229,8 @@ class Collector:
         if self.autoshard:
             self._shard_task = asyncio.create_task(self._follow_statefulset())
         else:
+            # The PodGroup sources (the gang index's handlers) list last: a PodGroup listed before
+            # its Workload is judged alone, then again when the Workload joins it; after it, once.
             await self.sources.start(first=FIRST_SOURCES, last=self.gangs.handlers())
         self._positions_task = (asyncio.create_task(self._poll_positions(), name="source:queue_positions")
                                 if self.positions is not None and args.queue_position_interval > 0 else None)
