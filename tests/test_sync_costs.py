@@ -26,6 +26,7 @@ from exporter.cluster.capacity import Capacity
 from exporter.cluster.collector import build_collector
 from exporter.cluster.pods import PodStore
 from exporter.exposition import Block, Exposition, Family
+from exporter.health import SourceHealth
 from exporter.kube.resources import (
     COSCHEDULING_PODGROUPS, LOCAL_QUEUES, NODES, RESOURCE_FLAVORS, TOPOLOGIES, WORKLOADS,
 )
@@ -58,12 +59,21 @@ async def test_the_first_sync_renders_and_judges_each_object_once(
     counted(monkeypatch, gangs_module, "evaluate", calls)
     counted(monkeypatch, store_module, "render_workload", calls)
     counted(monkeypatch, Capacity, "_render_domain", calls)
+    health_render = SourceHealth._render
+
+    def health(self: SourceHealth) -> None:
+        calls[f"health:{self.name}"] += 1
+        health_render(self)
+
+    monkeypatch.setattr(SourceHealth, "_render", health)
     collector = make_collector(kube_sim_kubeconfig, "--queue-position-interval", "0")
     await collector.start()
     try:
         await collector.wait_ready(60)
         domains = sum(len(d) for d in collector.store.capacity._domains)
         assert (calls["render_workload"], calls["evaluate"], calls["_render_domain"]) == (300, 300, domains)
+        # The PodGroups' LIST sets its source's object count once, not once per object.
+        assert calls["health:podgroups_coscheduling"] < 10
         assert len(collector.store.workloads) == len(collector.gangs.gangs) == 300 and domains > 512
     finally:
         await collector.stop()
