@@ -378,7 +378,7 @@ class JobHandler:
 
     def _count(self) -> None:
         if self.health is not None:
-            self.health.set_objects(sum(1 for k in self.index.jobs if k[1] == KINDS[self.source]))
+            self.health.set_objects(self.index.kind_counts.get(KINDS[self.source], 0))
 
 
 class JobIndex:
@@ -390,6 +390,7 @@ class JobIndex:
         self.exposition = store.exposition
         self.exposition.register(*FAMILIES)
         self.jobs: dict[tuple[str, str, str], JobRecord] = {}
+        self.kind_counts: dict[str, int] = {}  # kind -> its jobs held (each source's object count, per event)
         self._by_uid: dict[str, tuple[str, str, str]] = {}
         self._children: dict[str, set[str]] = {}  # owner uid -> uids of jobs it controls (TrainJob -> JobSet)
         self._handlers = {s: JobHandler(self, s) for s in PARSERS}
@@ -411,6 +412,8 @@ class JobIndex:
                      or previous.progress_metrics != rec.progress_metrics)
             rec.progress_changed = (rec.progress_updated or self.clock()) if moved else previous.progress_changed  # type: ignore[union-attr]
         self.jobs[rec.key] = rec
+        if previous is None:
+            self.kind_counts[rec.key[1]] = self.kind_counts.get(rec.key[1], 0) + 1
         if rec.uid:
             self._by_uid[rec.uid] = rec.key
         if rec.uid and rec.owner_uids:
@@ -420,6 +423,7 @@ class JobIndex:
     def delete(self, key: tuple[str, str, str]) -> None:
         rec = self.jobs.pop(key, None)
         if rec is not None:
+            self.kind_counts[key[1]] -= 1
             self._unindex(rec)
             self.exposition.delete(("job", *key))
 
