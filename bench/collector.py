@@ -10,11 +10,13 @@ The simulated API server runs in a child process (so its copy of the objects is 
 RSS and its encoding does not share our GIL), and so do the decode-floor measurement and the
 scraper (their payload copies and buffers are not the collector's). Measured:
 
-* sync: from starting the collector to every source's first LIST handed to the store
-  (credentials, discovery, HTTP, pagination, orjson decode, parse, render into the exposition);
+* sync: from starting the collector to its readiness: every source's first LIST handed to the
+  store and the capacity held meanwhile rendered (credentials, discovery, HTTP, pagination,
+  orjson decode, parse, render into the exposition), in wall time and in the collector process's
+  CPU time (the sim and the floor run in other processes; CPU time moves least with the load);
   the modules the collector imports on first use are imported before the clock, like all others;
 * decode floor: ``orjson.loads`` of the same LIST payloads (every source), each in one piece,
-  the least any Python client must spend;
+  the least any Python client must spend (wall and CPU time);
 * the collector's RSS after the sync, its peak, and its RSS after the scrapes, with psutil;
 * scrape: ``GET /metrics`` of an unchanged cluster with gzip (as Prometheus asks) and without,
   and the in-process ``render()``, against prometheus_client's ``generate_latest`` of a registry
@@ -108,18 +110,19 @@ def _decode_floor(url: str, token: str, n_workloads: int, conn) -> None:  # runs
 
     payloads = asyncio.run(fetch())
     tune_gc()  # as `gangscope collector` does; the floor is measured under the same setting
-    times = []
+    times, cpu_times = [], []
     for _ in range(3):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         decoded = [orjson.loads(p) for p in payloads]
         times.append(time.perf_counter() - t)
+        cpu_times.append(time.process_time() - c)
         assert len(decoded[0]["items"]) == n_workloads
         del decoded
     gc.disable()  # as during the collector's first sync (exporter.cluster.main.settle_gc_after_first_sync)
     t = time.perf_counter()
     for p in payloads:
         orjson.loads(p)
-    conn.send((min(times), time.perf_counter() - t, sum(map(len, payloads))))
+    conn.send((min(times), time.perf_counter() - t, sum(map(len, payloads)), min(cpu_times)))
 
 
 def _scraper(port: int, scrapes: int, conn) -> None:  # runs in a child process
@@ -173,7 +176,7 @@ def _import_startup_modules() -> float:
 
 async def _measure(url: str, kubeconfig: str, n_workloads: int, scrapes: int) -> list[tuple[str, str]]:
     token = orjson.loads(Path(kubeconfig).read_bytes())["users"][0]["user"].get("token", "")
-    floor, floor_no_gc, payload_len = in_child(_decode_floor, url, token, n_workloads)
+    floor, floor_no_gc, payload_len, floor_cpu = in_child(_decode_floor, url, token, n_workloads)
     payload_mb = payload_len / 1e6
 
     imports = _import_startup_modules()
@@ -183,10 +186,10 @@ async def _measure(url: str, kubeconfig: str, n_workloads: int, scrapes: int) ->
     add_arguments(parser)
     args = parser.parse_args(["--kubeconfig", kubeconfig, "--listen", "127.0.0.1:0"])  # the defaults
     collector = Collector(args)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     await collector.start()
-    await collector.sources.wait_ready(600, poll=0.005)
-    sync = time.perf_counter() - t0
+    await collector.wait_ready(600)  # every source listed and the capacity it held rendered
+    sync, sync_cpu = time.perf_counter() - t0, time.process_time() - c0
     assert len(collector.store.workloads) == n_workloads, len(collector.store.workloads)
     rss = psutil.Process().memory_info().rss
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -228,6 +231,9 @@ async def _measure(url: str, kubeconfig: str, n_workloads: int, scrapes: int) ->
         ("decode floor (orjson.loads)", f"{floor:.2f} s"),
         ("sync (LIST+decode+parse+render)", f"{sync:.2f} s"),
         ("sync / floor", f"{sync / floor:.1f}x  (target at most 5x: {'met' if sync / floor <= 5 else 'NOT MET'})"),
+        ("decode floor, CPU time", f"{floor_cpu:.2f} s"),
+        ("sync, CPU time of the collector process", f"{sync_cpu:.2f} s  (sync / floor in CPU time: {sync_cpu / floor_cpu:.1f}x; "
+                                                    f"target at most 5x: {'met' if sync_cpu / floor_cpu <= 5 else 'NOT MET'})"),
         ("start-up imports, before the clock", f"{imports:.2f} s  (kubernetes client, server; not in sync)"),
         ("decode floor, cyclic GC off", f"{floor_no_gc:.2f} s  (sync / this: {sync / floor_no_gc:.1f}x)"),
         ("RSS after sync", f"{rss / 2**20:.0f} MiB  (target under 350: {'met' if rss < 350 * 2**20 else 'NOT MET'}; "

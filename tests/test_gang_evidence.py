@@ -161,9 +161,13 @@ def test_zero_watched_pods_of_a_covered_api_is_empty_unless_kueue_admitted_it() 
     assert c.stage("pg1") == "stuck"
     assert c.value("gangscope_gang_assembly_deadline_timestamp_seconds", "pg1") == T0 + 10
     c.now = T0 + 5
+    # An event that changes only the resourceVersion is dropped unparsed (exporter.cluster.unchanged):
+    # the gang is judged again at the new clock as the collector's timers do it.
     c.add("workloads", workload("wl", owner=("Job", "pg1", "u1")) | {"metadata": {
         "name": "wl", "namespace": "ml", "uid": "wl-wl", "resourceVersion": "2", "creationTimestamp": ts(T0 - 600),
         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "pg1", "uid": "u1", "controller": True}]}})
+    assert c.stage("pg1") == "stuck"
+    c.gangs.reevaluate()
     assert c.stage("pg1") == "assembling"  # 5 s after the admission: within the window
 
 

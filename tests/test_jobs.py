@@ -227,3 +227,18 @@ def test_malformed_jobs_are_counted(source: str) -> None:
     h.replace([{"metadata": {"name": "x", "namespace": "n"}, "status": {"conditions": "nope", "restarts": "3"}},
                {"metadata": {}}, 5])
     assert h.health.parse_errors >= 3 and h.health.objects == 1
+
+
+def test_each_job_source_counts_only_its_own_jobs() -> None:
+    c = Cluster()
+    jobsets, trainjobs = c.h["jobsets"], c.h["trainjobs"]
+    jobsets.health, trainjobs.health = SourceHealth("jobsets", c.expo), SourceHealth("trainjobs", c.expo)
+    js = jobset02()
+    jobsets.replace([js, {**js, "metadata": {**js["metadata"], "name": "second", "uid": "u-second"}}])
+    trainjobs.apply("ADDED", trainjob(None, T0))
+    assert (jobsets.health.objects, trainjobs.health.objects) == (2, 1)
+    jobsets.apply("MODIFIED", js)
+    jobsets.apply("DELETED", {**js, "metadata": {**js["metadata"], "name": "second", "uid": "u-second"}})
+    assert (jobsets.health.objects, trainjobs.health.objects) == (1, 1)
+    jobsets.replace([])
+    assert (jobsets.health.objects, trainjobs.health.objects) == (0, 1)

@@ -346,12 +346,27 @@ class Capacity:
     @contextlib.contextmanager
     def deferred(self) -> Iterator[None]:
         """Hold every flush until the block ends (a dump fed object by object), then flush once."""
-        self._hold += 1
+        self.hold()
         try:
             yield
         finally:
-            self._hold -= 1
+            self.release()
+
+    def hold(self) -> None:
+        """Hold every flush, timer or not, until :meth:`release` (the collector's first sync: a
+        timer flush every second while the LISTs arrive rendered each domain about twice before
+        the sync ended, bench/collector.py; held, each is rendered once)."""
+        self._hold += 1
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def release(self) -> None:
+        """End a :meth:`hold`; the last one flushes (offline at once, in the collector by its timer)."""
+        self._hold -= 1
+        if not self._hold:
             self.settle()
+            self._schedule()
 
     def settle(self) -> None:
         """End of a handler call: flush now offline; the collector's timer does it otherwise."""
@@ -359,7 +374,7 @@ class Capacity:
             self.flush()
 
     def _schedule(self) -> None:
-        if self._loop is not None and self._timer is None and self._pending_work():
+        if self._loop is not None and self._timer is None and not self._hold and self._pending_work():
             self._timer = self._loop.call_later(FLUSH_DELAY, self.flush)
 
     def _pending_work(self) -> bool:
@@ -644,7 +659,9 @@ class Capacity:
 
     def flush(self) -> None:
         """Apply the dirty hosts to their domains, render what changed, evaluate fits."""
-        self._timer = None
+        if self._timer is not None:  # called directly (explain, the first sync): the timer has nothing left
+            self._timer.cancel()
+            self._timer = None
         dirty_hosts, self._dirty_hosts = self._dirty_hosts, set()
         for hostname in dirty_hosts:
             self._refresh_host(hostname)

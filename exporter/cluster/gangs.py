@@ -73,6 +73,7 @@ from .gang_state import (GANG_STAGES, KAI_DEFAULT_STALENESS_GRACE, PODS_ASSEMBLI
 from .podgroups import NativeWorkload, PodGroupRecord
 from .pods import Pod, PodChanges, PodStore
 from .store import ClusterStore
+from .unchanged import digest
 from .workloads import Workload
 
 
@@ -165,27 +166,29 @@ def add_gang_arguments(p: argparse.ArgumentParser) -> None:
                         "negative: never)")
 
 
-def render_gang(g: Gang) -> dict[Family, list[bytes]]:
+def render_gang(g: Gang, skip: frozenset[Family] = frozenset()) -> dict[Family, list[bytes]]:
+    """The gang's lines but those of the families in ``skip`` (--metric-denylist: never formatted)."""
     rec = g.podgroup
     lead = label_pairs(_GANG, (rec.namespace, g.workload.name if g.workload else "", rec.name))
     out: dict[Family, list[bytes]] = {fam: [] for fam in FAMILIES}
-    if g.workload is not None and g.via is not None:
+    if g.workload is not None and g.via is not None and GANG_INFO not in skip:
         out[GANG_INFO] = [GANG_INFO.line(lead, 1, (rec.api_label, g.via, rec.parent))]
-    out[GANG_STAGE] = [GANG_STAGE.head(lead) + _stage_tail(g.stage)]
-    if g.stage not in ("unreported", "empty"):
+    if GANG_STAGE not in skip:
+        out[GANG_STAGE] = [GANG_STAGE.head(lead) + _stage_tail(g.stage)]
+    if g.stage not in ("unreported", "empty") and GANG_ASSEMBLY_STUCK not in skip:
         out[GANG_ASSEMBLY_STUCK] = [GANG_ASSEMBLY_STUCK.line(lead, 1 if g.stuck else 0)]
-    if g.idle_gpus is not None:
+    if g.idle_gpus is not None and GANG_IDLE_GPUS not in skip:
         out[GANG_IDLE_GPUS] = [GANG_IDLE_GPUS.line(lead, gpus, (reason,)) for reason, gpus in g.idle] or [
             GANG_IDLE_GPUS.line(lead, 0, ("",))]
-    if g.deadline is not None:
+    if g.deadline is not None and GANG_DEADLINE not in skip:
         out[GANG_DEADLINE] = [GANG_DEADLINE.line(lead, g.deadline)]
     m = g.members
-    if m is not None and m.evidence in ("pods", "counters"):
+    if m is not None and m.evidence in ("pods", "counters") and GANG_PODS not in skip:
         out[GANG_PODS] = [GANG_PODS.lines(lead, [GANG_PODS.tail(3, (s,), getattr(m, s)) for s in _POD_STATES
                                                  if getattr(m, s) is not None]
                                           + [GANG_PODS.tail(3, (s,), getattr(m, s)) for s in _POD_STATES_IF_ANY
                                              if getattr(m, s)])]
-    if g.stage in _SAYS_UNSCHEDULABLE and rec.unschedulable:
+    if g.stage in _SAYS_UNSCHEDULABLE and rec.unschedulable and PODGROUP_UNSCHEDULABLE not in skip:
         reasons = sorted({u.reason for u in rec.unschedulable})
         out[PODGROUP_UNSCHEDULABLE] = [PODGROUP_UNSCHEDULABLE.line(label_pairs(_PG, (rec.namespace, rec.name, rec.api_label)), 1, (r,))
                                        for r in reasons]
@@ -270,15 +273,19 @@ class GangIndex:
         self.kai_grace = KAI_DEFAULT_STALENESS_GRACE  # --kai-staleness-grace-period
         self.jobs: OwnerChain | None = None  # set by exporter.cluster.jobs.attach_jobs
         self.exposition.register(*pg.FAMILIES, *FAMILIES, GANG_IDLE_GPU_SECONDS)
+        self._skip = self.exposition.filtered((*pg.FAMILIES, *FAMILIES, GANG_IDLE_GPU_SECONDS))  # --metric-denylist
         self.podgroups: dict[PgKey, PodGroupRecord] = {}
         self.gangs: dict[PgKey, Gang] = {}
         self.native_workloads: dict[WlKey, NativeWorkload] = {}
         self._handlers = {source: PodGroupHandler(self, source) for source in pg.PARSERS}
         # source -> (namespace, object name) -> keys of its records (a 1.35 native Workload has several)
         self._objects: dict[str, dict[WlKey, list[PgKey]]] = {source: {} for source in pg.PARSERS}
+        # source -> (namespace, object name) -> its digest (exporter.cluster.unchanged)
+        self._digests: dict[str, dict[WlKey, int]] = {source: {} for source in pg.PARSERS}
         # Join indexes (the store indexes Workloads by owner uid and owner name).
         self._wl_template = _Multi()  # (ns, api, pg name) -> wl keys
         self._wl_template_keys: dict[WlKey, list[tuple[str, str, str]]] = {}
+        self._wl_records: dict[WlKey, Workload] = {}  # the record each Workload was last joined with
         self._pg_name = _Multi()  # (ns, api, name) -> pg keys
         self._pg_owner_uid = _Multi()  # uid -> pg keys
         self._pg_owner_name = _Multi()  # (ns, name or controllerRef name) -> pg keys
@@ -323,7 +330,19 @@ class GangIndex:
         self._loop = None
 
     # ---- PodGroup side
-    def upsert_object(self, source: str, obj: Any) -> None:
+    def upsert_object(self, source: str, obj: Any, count: bool = True) -> None:
+        """Put one object of ``source``; ``count``: update the source's object count now (a LIST
+        counts once, at its end: rendering the health series per object was 6% of the sync)."""
+        fingerprint = digest(obj)
+        digests = self._digests[source]
+        if fingerprint is not None:
+            meta = obj["metadata"]
+            try:
+                okey = (str(meta.get("namespace") or ""), meta["name"])
+                if digests.get(okey) == fingerprint:
+                    return  # it changed nothing read (exporter.cluster.unchanged)
+            except (KeyError, TypeError):  # no usable name: parsing counts it
+                fingerprint = None
         try:
             if source == "workloads_native":
                 native = pg.parse_native_workload(source, obj)
@@ -351,13 +370,19 @@ class GangIndex:
         objects[okey] = [r.key for r in records]
         if native is not None:
             self._put_native_workload(okey, native)
-        self._count(source)
+        if fingerprint is not None and not errors:  # one with problems is taken, and counted, again
+            digests[okey] = fingerprint
+        else:
+            digests.pop(okey, None)
+        if count:
+            self._count(source)
 
     def delete_object(self, source: str, obj: Any) -> None:
         meta = obj.get("metadata") if isinstance(obj, dict) else None
         if not isinstance(meta, dict):
             return
         okey = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        self._digests[source].pop(okey, None)
         for key in self._objects[source].pop(okey, ()):
             self._drop_podgroup(key)
         if source == "workloads_native":
@@ -370,7 +395,7 @@ class GangIndex:
         seen = set()
         for obj in objects:
             try:
-                self.upsert_object(source, obj)
+                self.upsert_object(source, obj, count=False)
             except Exception:  # a bug must not lose the rest of the list
                 log.exception("podgroup_handler_failed", source=source)
                 self.internal_error(source)
@@ -378,6 +403,7 @@ class GangIndex:
             if isinstance(meta, dict):
                 seen.add((str(meta.get("namespace") or ""), str(meta.get("name") or "")))
         for okey in before - seen:
+            self._digests[source].pop(okey, None)
             for key in self._objects[source].pop(okey, ()):
                 self._drop_podgroup(key)
             if source == "workloads_native":
@@ -413,7 +439,7 @@ class GangIndex:
             self._pg_native_wl.add((ns, rec.workload_ref), key)
         if rec.parent:
             self._children.add((ns, rec.parent), key)
-        lines: dict[Family, list[bytes] | list[str]] = {**pg.render(rec)}
+        lines: dict[Family, list[bytes] | list[str]] = {**pg.render(rec, self._skip)}
         allowlist = self.store.labels_allowlist
         if allowlist is not None:
             lines[PODGROUP_LABELS] = allowlist.lines("podgroups", PODGROUP_LABELS, (rec.namespace, rec.name, rec.api_label),
@@ -460,10 +486,22 @@ class GangIndex:
 
     # ---- Workload side
     def _workload_changed(self, key: WlKey) -> None:
-        """The store's hook after a Workload is set, re-rendered or deleted."""
+        """The store's hook after a Workload is set, re-rendered or deleted. A re-render keeps the
+        record (a backoff's end, its gangs' word, its Nodes' paths): the joins and judgements rest
+        on the record alone, so its gangs are not judged again, only shown or hidden with it."""
+        wl = self.store.workloads.get(key)
+        if wl is not None and self._wl_records.get(key) is wl:
+            for pg_key in list(self._joined_to.of(key)):
+                gang = self.gangs.get(pg_key)
+                if gang is not None:
+                    self._render(pg_key, gang)
+            return
+        if wl is None:
+            self._wl_records.pop(key, None)
+        else:
+            self._wl_records[key] = wl
         for k in self._wl_template_keys.pop(key, ()):
             self._wl_template.discard(k, key)
-        wl = self.store.workloads.get(key)
         keys = []
         if wl is not None:
             keys = [(wl.namespace, api, name) for api, name, _ in template_refs(wl)]
@@ -594,7 +632,7 @@ class GangIndex:
         was_shown = self._shown.get(key)
         self._shown[key] = shown
         if old is None or not _same_lines(old, gang) or was_shown != shown:  # most pod events change no count it exports
-            self.exposition.set(("gang", *key), render_gang(gang) if shown else {})
+            self.exposition.set(("gang", *key), render_gang(gang, self._skip) if shown else {})
             self._set_idle(key, gang)
             if was_shown is not None and was_shown != shown:
                 self._publish_podgroup(key)
@@ -626,6 +664,8 @@ class GangIndex:
             self.exposition.set(("podgroup", *key), lines if self._shown.get(key, True) else {})
 
     def _render_idle(self, key: PgKey) -> None:
+        if GANG_IDLE_GPU_SECONDS in self._skip:
+            return  # never formatted
         if not self._shown.get(key, True):
             self.exposition.delete(("gang_idle", *key))
             return

@@ -325,9 +325,11 @@ class JobIndex:
         self.exposition = store.exposition
         self.exposition.register(*FAMILIES)
         self.jobs: dict[tuple[str, str, str], JobRecord] = {}
+        self.kind_counts: dict[str, int] = {}  # kind -> its jobs held (each source's object count, per event)
         self._by_uid: dict[str, tuple[str, str, str]] = {}
         self._children: dict[str, set[str]] = {}  # owner uid -> uids of jobs it controls (TrainJob -> JobSet)
-        self._handlers = {s: RecordHandler(s, KINDS[s], PARSERS[s], self.jobs, self.put, self.delete) for s in PARSERS}
+        self._handlers = {s: RecordHandler(s, KINDS[s], PARSERS[s], self.jobs, self.put, self.delete,
+                                           kind_counts=self.kind_counts) for s in PARSERS}
         store.on_workload_change.append(self._workload_changed)
         if pods is not None:
             pods.on_change.append(self._pods_changed)
@@ -346,6 +348,8 @@ class JobIndex:
                      or previous.progress_metrics != rec.progress_metrics)
             rec.progress_changed = (rec.progress_updated or self.clock()) if moved else previous.progress_changed  # type: ignore[union-attr]
         self.jobs[rec.key] = rec
+        if previous is None:
+            self.kind_counts[rec.key[1]] = self.kind_counts.get(rec.key[1], 0) + 1
         if rec.uid:
             self._by_uid[rec.uid] = rec.key
         if rec.uid and rec.owner_uids:
@@ -355,6 +359,7 @@ class JobIndex:
     def delete(self, key: tuple[str, str, str]) -> None:
         rec = self.jobs.pop(key, None)
         if rec is not None:
+            self.kind_counts[key[1]] -= 1
             self._unindex(rec)
             self.exposition.delete(("job", *key))
 

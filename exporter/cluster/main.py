@@ -186,6 +186,7 @@ class Collector:
         export_shard(self.exposition, self.scope.shard, self.scope.total_shards)
         self.store, self.handlers, self.gangs = collector_from_args(self.exposition, args)
         self._scope_capacity()
+        self._first_synced = False  # the first sync's held capacity rendered (_first_sync)
         self._backoff = backoff
         self._client_options = dict(client_options or {})
         self.port = 0
@@ -216,6 +217,8 @@ class Collector:
             title="gangscope collector", sources=self._healths, featured=self._worth_a_look,
             routes=[(EXPLAIN_ROUTE, "why a job is pending or slow, layer by layer (JSON; &pretty, or a browser, "
                                     "gets it indented)")])
+        self.store.capacity.hold()  # until the first sync: its domains rendered once (_first_sync)
+        self._first_sync_task = asyncio.create_task(self._first_sync(), name="collector:first-sync")
         self.gangs.start_timers()
         self.store.start_timers()
         self.port = self.endpoint.port
@@ -226,7 +229,9 @@ class Collector:
         if self.autoshard:
             self._shard_task = asyncio.create_task(self._follow_statefulset())
         else:
-            await self.sources.start(first=FIRST_SOURCES)
+            # The PodGroup sources (the gang index's handlers) list last: a PodGroup listed before
+            # its Workload is judged alone, then again when the Workload joins it; after it, once.
+            await self.sources.start(first=FIRST_SOURCES, last=self.gangs.handlers())
         self._positions_task = (asyncio.create_task(self._poll_positions(), name="source:queue_positions")
                                 if self.positions is not None and args.queue_position_interval > 0 else None)
         log.info("collector_started", listen=args.listen, port=self.port, sources=[s.resource.source for s in specs],
@@ -236,7 +241,24 @@ class Collector:
     def ready(self) -> tuple[bool, str]:
         if self._shard_problem:
             return False, self._shard_problem
-        return self.sources.ready()
+        ready, detail = self.sources.ready()
+        if ready and not self._first_synced:
+            return False, "rendering the first sync"
+        return ready, detail
+
+    async def _first_sync(self, limit: float = FIRST_SYNC_GC_PAUSE) -> None:
+        """Once every source has listed (or after ``limit`` seconds), render the capacity held
+        since the start: each domain once, from every Node and Workload, not once per second
+        of the sync as its numbers grow."""
+        try:
+            async with asyncio.timeout(limit):
+                await self.sources.wait_ready()
+        except TimeoutError:
+            log.warning("first_sync_slow", seconds=limit)
+        finally:
+            self._first_synced = True
+            self.store.capacity.release()
+        self.store.capacity.flush()
 
     async def wait_ready(self, timeout: float | None = None) -> None:
         async with asyncio.timeout(timeout):
@@ -274,7 +296,7 @@ class Collector:
                                          self._backoff)
         await self._reshard(found.ordinal, found.replicas)
         self._shard_problem = ""
-        await self.sources.start(first=FIRST_SOURCES)
+        await self.sources.start(first=FIRST_SOURCES, last=self.gangs.handlers())
         lock = asyncio.Lock()
 
         async def reshard(replicas: int) -> None:
@@ -348,7 +370,7 @@ class Collector:
         await self.positions.run()
 
     async def stop(self) -> None:
-        tasks = [t for t in (self._gc_task, self._positions_task) if t is not None]
+        tasks = [t for t in (self._gc_task, self._first_sync_task, self._positions_task) if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

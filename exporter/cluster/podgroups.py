@@ -653,25 +653,27 @@ def settle_phase_since(rec: PodGroupRecord, previous: PodGroupRecord | None, now
     rec.phase_since, rec.since_source = now, "observed"
 
 
-def render(rec: PodGroupRecord) -> dict[Family, list[bytes]]:
-    """The record's lines for the podgroup families: one escaped lead (namespace, podgroup, api)
-    per record and cached phase tails, since this runs on every PodGroup event."""
+def render(rec: PodGroupRecord, skip: frozenset[Family] = frozenset()) -> dict[Family, list[bytes]]:
+    """The record's lines for the podgroup families but those in ``skip`` (--metric-denylist:
+    never formatted): one escaped lead (namespace, podgroup, api) per record and cached phase
+    tails, since this runs on every PodGroup event."""
     lead = label_pairs(_PG, (rec.namespace, rec.name, rec.api_label))
     out: dict[Family, list[bytes]] = {fam: [] for fam in FAMILIES}
-    if rec.phase is not None:
+    if rec.phase is not None and PODGROUP_PHASE not in skip:
         out[PODGROUP_PHASE] = [PODGROUP_PHASE.head(lead) + _phase_tail(rec.phase)]
-    if rec.min_member is not None:
+    if rec.min_member is not None and PODGROUP_MIN_MEMBER not in skip:
         out[PODGROUP_MIN_MEMBER] = [PODGROUP_MIN_MEMBER.line(lead, rec.min_member)]
-    if rec.running is not None:
+    if rec.running is not None and PODGROUP_PODS not in skip:
         out[PODGROUP_PODS] = [PODGROUP_PODS.lines(lead, [
             PODGROUP_PODS.tail(3, ("running",), rec.running),
             PODGROUP_PODS.tail(3, ("succeeded",), rec.succeeded or 0),
             PODGROUP_PODS.tail(3, ("failed",), rec.failed or 0),
         ])]
-    if rec.phase_since is not None:
+    if rec.phase_since is not None and PODGROUP_PHASE_TIMESTAMP not in skip:
         out[PODGROUP_PHASE_TIMESTAMP] = [PODGROUP_PHASE_TIMESTAMP.line(lead, rec.phase_since)]
-    out[PODGROUP_INFO] = [PODGROUP_INFO.line(lead, 1, (
-        rec.queue, rec.parent, rec.required_topology, rec.preferred_topology, "1" if rec.composite else "0"))]
+    if PODGROUP_INFO not in skip:
+        out[PODGROUP_INFO] = [PODGROUP_INFO.line(lead, 1, (
+            rec.queue, rec.parent, rec.required_topology, rec.preferred_topology, "1" if rec.composite else "0"))]
     return out
 
 

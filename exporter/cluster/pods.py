@@ -139,6 +139,7 @@ class Pod:
     gpus_unknown: bool = False  # GPUs through DRA claims or KAI gpu-memory: held, but how many is not in the pod
     disrupted: str = ""  # the DisruptionTarget condition's reason while True (preemption, eviction, node drain)
     sources: int = 0  # bit set of the sources that currently deliver the pod
+    rv_sources: int = 0  # of those, the ones that have handed over this resourceVersion (see PodHandler._parse)
     requests: Mapping[str, int] = field(default_factory=dict)  # effective requests, Kueue's units (shared)
     tas: bool = False  # a TAS pod (kueue pkg/util/tas/tas.go:58-85): Kueue counts it through its Workload
 
@@ -481,12 +482,14 @@ class PodStore:
             if old.rv > p.rv and p.rv:  # a lagging watch's older state
                 old.sources = p.sources
                 return
+            rv_sources = (old.rv_sources | bit) if old.rv == p.rv else bit
             if _same(old, p):
-                old.sources, old.rv = p.sources, p.rv
+                old.sources, old.rv, old.rv_sources = p.sources, p.rv, rv_sources
                 return
+            p.rv_sources = rv_sources
             self._index(old, False, changes)
         else:
-            p.sources = bit
+            p.sources = p.rv_sources = bit
         self.pods[p.uid] = p
         self._index(p, True, changes)
         if self._pending is None:
@@ -527,6 +530,10 @@ class PodStore:
         changes.covered.add(source)
         if self._pending is None:
             self._announce(changes)
+
+    def source_bit(self, source: str) -> int:
+        """The bit of ``source`` in a pod's ``sources`` and ``rv_sources``."""
+        return self._bits[source]
 
     def uids_from(self, source: str) -> Iterator[str]:
         bit = self._bits[source]
@@ -603,6 +610,16 @@ class PodHandler:
             self._guarded(self.store.put, self.source, p)
 
     def _parse(self, obj: Any) -> Pod | None:
+        """The pod's record: the one the store holds when another watch already handed over this
+        state of the pod (its uid at the same resourceVersion, which names one state of an object:
+        a pod with the Coscheduling label is seen by two watches, and is parsed once), else a new one."""
+        meta = obj.get("metadata") if obj.__class__ is dict else None
+        if meta.__class__ is dict:
+            uid, rv = meta.get("uid"), meta.get("resourceVersion")
+            known = self.store.pods.get(uid) if uid.__class__ is str and rv.__class__ is str and rv.isdigit() else None
+            if (known is not None and known.rv and known.rv == int(rv)
+                    and not known.rv_sources & self.store.source_bit(self.source)):
+                return known
         try:
             p = parse_pod(obj, self.store.gpu_resources)
             if p.phase not in PHASES:  # kept (its node and GPUs are real), judged "unknown" by its gang

@@ -38,12 +38,16 @@ R = TypeVar("R", bound=KeyedRecord)
 class RecordHandler(Generic[R]):
     """Informer handler of one source: ``parse`` turns an object into a record (raising
     ``ParseError`` when it cannot name it), ``put``/``delete`` keep the index, ``records`` is the
-    index's record map (read only, for relists and the object count of this ``kind``)."""
+    index's record map (read only, for relists and the object count of this ``kind``); an index
+    that keeps ``kind_counts`` (kind -> records held) spares the count a scan of every record on
+    every event."""
 
     def __init__(self, source: str, kind: str, parse: Callable[[Any], R], records: Mapping[Key, Any],
-                 put: Callable[[R], None], delete: Callable[[Key], None]) -> None:
+                 put: Callable[[R], None], delete: Callable[[Key], None],
+                 kind_counts: Mapping[str, int] | None = None) -> None:
         self.source, self.kind = source, kind
         self._parse_object, self._records, self._put, self._delete = parse, records, put, delete
+        self._kind_counts = kind_counts
         self.health: SourceHealth | None = None
 
     def replace(self, objects: Iterable[Any]) -> None:
@@ -95,5 +99,9 @@ class RecordHandler(Generic[R]):
                 self.health.internal_error()
 
     def _count(self) -> None:
-        if self.health is not None:
+        if self.health is None:
+            return
+        if self._kind_counts is not None:
+            self.health.set_objects(self._kind_counts.get(self.kind, 0))
+        else:
             self.health.set_objects(sum(1 for k in self._records if k[1] == self.kind))

@@ -74,6 +74,7 @@ from .localqueues import LocalQueue, parse_local_queue
 from .nodes import Node, parse_node
 from .object_labels import WORKLOAD_LABELS, LabelsAllowlist
 from .workload_state import PodsAssembling, workload_state
+from .unchanged import digest
 from .workloads import (
     FAMILIES, RETIRED_STAGES, TOPOLOGY_EVICTIONS, Assignment, Path, Workload, parse_workload, render_workload,
 )
@@ -105,12 +106,16 @@ class ResourceHandler(Generic[R]):
 
     def __init__(self, source: str, parse: Callable[[Any], R], key: Callable[[R], Any],
                  put: Callable[[R], None], remove: Callable[[Any], None], records: Mapping[Any, R],
-                 finish: Callable[[], None] | None = None) -> None:
+                 finish: Callable[[], None] | None = None, raw_key: Callable[[dict], Any] | None = None) -> None:
         self.source = source
         self.health: SourceHealth | None = None
         self._parse, self._key, self._put, self._remove, self._records = parse, key, put, remove, records
         self._finish = finish
         self._seen: set[Any] | None = None  # keys of the LIST in progress
+        # With raw_key (a raw object's record key): each record's digest (exporter.cluster.unchanged),
+        # so an object that changed nothing read is neither parsed nor rendered again.
+        self._raw_key = raw_key
+        self._digests: dict[Any, int] = {}
 
     def replace(self, objects: Iterable[Any]) -> None:
         """A complete LIST: set every object, delete the records it no longer contains."""
@@ -128,10 +133,14 @@ class ResourceHandler(Generic[R]):
         if seen is None:
             raise RuntimeError("add_page outside begin_replace/end_replace")
         for obj in objects:
+            key, fingerprint = self._unchanged(obj)
+            if key is not None:
+                seen.add(key)
+                continue
             rec = self._record(obj)
             if rec is not None:
                 seen.add(self._key(rec))
-                self._guarded(self._put, rec)
+                self._set(rec, fingerprint)
 
     def end_replace(self, complete: bool) -> None:
         """Delete what the list did not contain, only if it arrived whole (a list that failed
@@ -139,6 +148,7 @@ class ResourceHandler(Generic[R]):
         seen, self._seen = self._seen, None
         if complete and seen is not None:
             for k in [k for k in self._records if k not in seen]:
+                self._digests.pop(k, None)
                 self._guarded(self._remove, k)
         if self._finish is not None:
             self._guarded(self._finish)
@@ -147,15 +157,47 @@ class ResourceHandler(Generic[R]):
         """One watch event; BOOKMARK and unknown types are ignored."""
         if event_type not in ("ADDED", "MODIFIED", "DELETED"):
             return
+        fingerprint = None
+        if event_type != "DELETED":
+            key, fingerprint = self._unchanged(obj)
+            if key is not None:
+                return
         rec = self._record(obj)
         if rec is None:
             return
         if event_type == "DELETED":
-            self._guarded(self._remove, self._key(rec))
+            key = self._key(rec)
+            self._digests.pop(key, None)
+            self._guarded(self._remove, key)
         else:
-            self._guarded(self._put, rec)
+            self._set(rec, fingerprint)
         if self._finish is not None:
             self._guarded(self._finish)
+
+    def _unchanged(self, obj: Any) -> tuple[Any, int | None]:
+        """(its key, None) when ``obj`` changes nothing read since its record was put, else
+        (None, its digest: None without raw_key or for an object without a usable digest)."""
+        if self._raw_key is None:
+            return None, None
+        fingerprint = digest(obj)
+        if fingerprint is None:
+            return None, None
+        try:
+            key = self._raw_key(obj)
+            known = self._digests.get(key)  # TypeError: a name that is no string (parsing counts it)
+        except (KeyError, TypeError):
+            return None, None
+        if known == fingerprint and key in self._records:
+            return key, None
+        return None, fingerprint
+
+    def _set(self, rec: R, fingerprint: int | None) -> None:
+        """Put ``rec``; keep its digest only if it went in whole (a record with problems, or one
+        whose put failed, is taken again, and its problems counted, at its next event)."""
+        key = self._key(rec)
+        self._digests.pop(key, None)
+        if self._guarded(self._put, rec) and fingerprint is not None and not getattr(rec, "problems", None):
+            self._digests[key] = fingerprint
 
     def _record(self, obj: Any) -> R | None:
         try:
@@ -172,14 +214,18 @@ class ResourceHandler(Generic[R]):
             self._count(len(problems), "; ".join(problems[:3]), obj)
         return rec
 
-    def _guarded(self, fn: Callable[..., None], *args: Any) -> None:
+    def _guarded(self, fn: Callable[..., None], *args: Any) -> bool:
+        """Call ``fn``; False when it raised (counted and logged, never passed on)."""
         try:
             fn(*args)
         except ParseError as exc:  # e.g. Topologies whose levels collide on one label name
             self._count(1, str(exc), None)
+            return False
         except Exception:
             log.exception("handler_failed", source=self.source)
             self._bug()
+            return False
+        return True
 
     def _count(self, n: int, detail: str, obj: Any) -> None:
         log.warning("object_parse_problems", source=self.source, object=_name(obj), count=n, detail=detail[:500])
@@ -189,6 +235,17 @@ class ResourceHandler(Generic[R]):
     def _bug(self) -> None:
         if self.health is not None:
             self.health.internal_error()
+
+
+def _namespaced_key(obj: dict) -> tuple[str, str]:
+    """A raw namespaced object's record key, (namespace, name)."""
+    meta = obj["metadata"]
+    return (meta["namespace"], meta["name"])
+
+
+def _cluster_key(obj: dict) -> str:
+    """A raw cluster-scoped object's record key, its name."""
+    return obj["metadata"]["name"]
 
 
 def _name(obj: Any) -> str:
@@ -289,20 +346,21 @@ class ClusterStore:
         return {
             "workloads": ResourceHandler("workloads", lambda o: parse_workload(o, self.gpu_resources),
                                          lambda w: w.key, self._put_workload, self._delete_workload, self.workloads,
-                                         finish=settle),
+                                         finish=settle, raw_key=_namespaced_key),
             "localqueues": ResourceHandler("localqueues", parse_local_queue, lambda q: q.key,
                                            self._put_local_queue, self._delete_local_queue, self.local_queues,
-                                           finish=settle),
+                                           finish=settle, raw_key=_namespaced_key),
             "topologies": ResourceHandler("topologies", parse_topology, lambda t: t.name, self._put_topology,
-                                          self._delete_topology, self.topologies, finish=self._topologies_changed),
+                                          self._delete_topology, self.topologies, finish=self._topologies_changed,
+                                          raw_key=_cluster_key),
             "resourceflavors": ResourceHandler("resourceflavors", parse_resource_flavor, lambda f: f.name,
                                                self._put_flavor, self._delete_flavor, self.flavors,
-                                               finish=self._flavors_changed),
+                                               finish=self._flavors_changed, raw_key=_cluster_key),
             "clusterqueues": ResourceHandler("clusterqueues", parse_cluster_queue, lambda q: q.name,
                                              self._put_cluster_queue, self._delete_cluster_queue, self.cluster_queues,
-                                             finish=settle),
+                                             finish=settle, raw_key=_cluster_key),
             "cohorts": ResourceHandler("cohorts", parse_cohort, lambda c: c.name, self._put_cohort,
-                                       self._delete_cohort, self.cohorts),
+                                       self._delete_cohort, self.cohorts, raw_key=_cluster_key),
             "nodes": _NodeHandler("nodes", lambda o: parse_node(o, self.gpu_resources), lambda n: n.name,
                                   self._put_node, self._delete_node, self.nodes, store=self, finish=settle),
         }

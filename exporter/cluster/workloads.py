@@ -820,15 +820,16 @@ def _info_tail(cache: dict, family: Family, key: tuple[str, ...]) -> bytes:
     return tail
 
 
-def _check_lines(wl: Workload, lead: LabelPairs, out: list[tuple[Family, bytes, int]]) -> None:
+def _check_lines(wl: Workload, lead: LabelPairs, out: list[tuple[Family, bytes, int]], skip: Collection[Family]) -> None:
     states, times, n_states, n_times = [], [], 0, 0
+    with_states, with_times = WORKLOAD_ADMISSION_CHECK not in skip, WORKLOAD_ADMISSION_CHECK_TRANSITION not in skip
     for c in wl.admission_checks:
         check = lead.plus(("check",), (c.name,))
-        tail = _CHECK_TAILS.get(c.state)
+        tail = _CHECK_TAILS.get(c.state) if with_states else None
         if tail is not None:
             states.append(WORKLOAD_ADMISSION_CHECK.head(check) + tail)
             n_states += 1
-        if c.last_transition_seconds is not None:
+        if c.last_transition_seconds is not None and with_times:
             times.append(WORKLOAD_ADMISSION_CHECK_TRANSITION.line(check, c.last_transition_seconds))
             n_times += 1
     if n_states:
@@ -858,11 +859,11 @@ def _pod_tails(a: Assignment, fragment: Callable[[Path], LabelPairs]) -> list[by
     return tails
 
 
-def _quality_tails(a: Assignment) -> tuple[list[bytes], list[bytes]]:
+def _quality_tails(a: Assignment, with_spanned: bool = True, with_locality: bool = True) -> tuple[list[bytes], list[bytes]]:
     """Tails (after ``namespace``, ``workload``, ``podset``) of the spanned and the locality
     lines per level above the host where the assignment's pods have a domain: the distinct
     domains of that level, and the largest share of the pods in one of them. Levels outside the
-    flavor's Topology (all values "") are left out."""
+    flavor's Topology (all values "") are left out; so are the tails of a family not ``with``."""
     placed: Sequence[tuple[Path, int]] = a.placed
     total = sum(pods for _, pods in placed)
     spanned: list[bytes] = []
@@ -876,8 +877,10 @@ def _quality_tails(a: Assignment) -> tuple[list[bytes], list[bytes]]:
                     per_domain[domain] = per_domain.get(domain, 0) + pods
             if per_domain:
                 level = (placed[0][0][i][0],)
-                spanned.append(WORKLOAD_DOMAINS_SPANNED.tail(3, level, len(per_domain)))
-                locality.append(WORKLOAD_LOCALITY_RATIO.tail(3, level, max(per_domain.values()) / total))
+                if with_spanned:
+                    spanned.append(WORKLOAD_DOMAINS_SPANNED.tail(3, level, len(per_domain)))
+                if with_locality:
+                    locality.append(WORKLOAD_LOCALITY_RATIO.tail(3, level, max(per_domain.values()) / total))
     return spanned, locality
 
 
@@ -934,42 +937,42 @@ def render_workload(wl: Workload, fragment: Callable[[Path], LabelPairs],
     if state is None:
         raise ValueError(f"workload {wl.namespace}/{wl.name} rendered before its state was set")
     shown = conditions.values() if detail else [c for c in conditions.values() if c.type == "Finished"]
-    out: list[tuple[Family, bytes, int]] = [
-        (WORKLOAD_INFO, WORKLOAD_INFO.line(lead, 1, (
+    out: list[tuple[Family, bytes, int]] = []
+    if WORKLOAD_INFO not in skip:
+        out.append((WORKLOAD_INFO, WORKLOAD_INFO.line(lead, 1, (
             wl.cluster_queue, wl.queue_name, wl.priority_class, owner_kind, owner_name, wl.worker_cluster,
-            ",".join(wl.nominated_clusters))), 1),
-        (WORKLOAD_STAGE, WORKLOAD_STAGE.head(lead) + _STAGE_TAILS[state.stage], 1),
-    ]
-    if skip:
-        out = [chunk for chunk in out if chunk[0] not in skip]
+            ",".join(wl.nominated_clusters))), 1))
+    if WORKLOAD_STAGE not in skip:
+        out.append((WORKLOAD_STAGE, WORKLOAD_STAGE.head(lead) + _STAGE_TAILS[state.stage], 1))
     if shown and WORKLOAD_CONDITION not in skip:
         out.append((WORKLOAD_CONDITION, WORKLOAD_CONDITION.lines(lead, [
             _info_tail(_CONDITION_TAILS, WORKLOAD_CONDITION, (c.type, c.status, c.reason)) for c in shown]), len(shown)))
     pending = state.pending
-    if pending is not None:
+    if pending is not None and WORKLOAD_PENDING_REASON not in skip:
         out.append((WORKLOAD_PENDING_REASON, WORKLOAD_PENDING_REASON.head(lead)
                     + _info_tail(_PENDING_TAILS, WORKLOAD_PENDING_REASON, (pending.reason, pending.category)), 1))
-    if wl.created_seconds is not None:
+    if wl.created_seconds is not None and WORKLOAD_CREATED not in skip:
         out.append((WORKLOAD_CREATED, WORKLOAD_CREATED.line(lead, wl.created_seconds), 1))
     for ctype, fam in _TIMESTAMPS:
         c = conditions.get(ctype)
-        if c is not None and c.status == "True" and c.last_transition_seconds is not None:
+        if c is not None and c.status == "True" and c.last_transition_seconds is not None and fam not in skip:
             out.append((fam, fam.line(lead, c.last_transition_seconds), 1))
     if wl.evictions and WORKLOAD_EVICTIONS not in skip:
         out.append((WORKLOAD_EVICTIONS, WORKLOAD_EVICTIONS.lines(
             lead, [WORKLOAD_EVICTIONS.tail(2, key, n) for key, n in wl.evictions.items()]), len(wl.evictions)))
-    gpus = sum(ps.count * ps.gpus_per_pod for ps in wl.podsets)
-    out.append((WORKLOAD_REQUESTED_GPUS, WORKLOAD_REQUESTED_GPUS.line(lead, gpus), 1))
-    if wl.past_execution_seconds is not None:
+    if WORKLOAD_REQUESTED_GPUS not in skip:
+        gpus = sum(ps.count * ps.gpus_per_pod for ps in wl.podsets)
+        out.append((WORKLOAD_REQUESTED_GPUS, WORKLOAD_REQUESTED_GPUS.line(lead, gpus), 1))
+    if wl.past_execution_seconds is not None and WORKLOAD_PAST_EXECUTION not in skip:
         out.append((WORKLOAD_PAST_EXECUTION, WORKLOAD_PAST_EXECUTION.line(lead, wl.past_execution_seconds), 1))
     if not detail:
-        return out if not skip else [chunk for chunk in out if chunk[0] not in skip]
-    if wl.requeue_count is not None:
+        return out
+    if wl.requeue_count is not None and WORKLOAD_REQUEUE_COUNT not in skip:
         out.append((WORKLOAD_REQUEUE_COUNT, WORKLOAD_REQUEUE_COUNT.line(lead, wl.requeue_count), 1))
-    if wl.requeue_at_seconds is not None:
+    if wl.requeue_at_seconds is not None and WORKLOAD_REQUEUE_AT not in skip:
         out.append((WORKLOAD_REQUEUE_AT, WORKLOAD_REQUEUE_AT.line(lead, wl.requeue_at_seconds), 1))
     if wl.admission_checks:
-        _check_lines(wl, lead, out)
+        _check_lines(wl, lead, out, skip)
     pods, n = b"", 0
     if not wl.condition_true("Finished") and WORKLOAD_TOPOLOGY_PODS not in skip:
         for a in wl.last_assignments:
@@ -978,17 +981,21 @@ def render_workload(wl: Workload, fragment: Callable[[Path], LabelPairs],
             n += len(tails)
     if n:
         out.append((WORKLOAD_TOPOLOGY_PODS, pods, n))
-    if wl.admitted and not (WORKLOAD_DOMAINS_SPANNED in skip and WORKLOAD_LOCALITY_RATIO in skip):
+    with_spanned, with_locality = WORKLOAD_DOMAINS_SPANNED not in skip, WORKLOAD_LOCALITY_RATIO not in skip
+    if wl.admitted and (with_spanned or with_locality):
         spanned, locality, n = b"", b"", 0
         for a in wl.last_assignments:
-            spanned_tails, locality_tails = _quality_tails(a)
-            if spanned_tails:
+            spanned_tails, locality_tails = _quality_tails(a, with_spanned, with_locality)
+            if spanned_tails or locality_tails:
                 podset = lead.plus(("podset",), (a.name,))
-                spanned += WORKLOAD_DOMAINS_SPANNED.lines(podset, spanned_tails)
-                locality += WORKLOAD_LOCALITY_RATIO.lines(podset, locality_tails)
-                n += len(spanned_tails)
-        if n:
+                if with_spanned:
+                    spanned += WORKLOAD_DOMAINS_SPANNED.lines(podset, spanned_tails)
+                if with_locality:
+                    locality += WORKLOAD_LOCALITY_RATIO.lines(podset, locality_tails)
+                n += len(spanned_tails or locality_tails)
+        if n and with_spanned:
             out.append((WORKLOAD_DOMAINS_SPANNED, spanned, n))
+        if n and with_locality:
             out.append((WORKLOAD_LOCALITY_RATIO, locality, n))
     if WORKLOAD_TOPOLOGY_REQUEST not in skip:
         _request_lines(wl, lead, level_name, out)
@@ -996,4 +1003,4 @@ def render_workload(wl: Workload, fragment: Callable[[Path], LabelPairs],
         paths = dict.fromkeys(wl.unhealthy_paths)
         out.append((WORKLOAD_UNHEALTHY_NODE, WORKLOAD_UNHEALTHY_NODE.lines(
             lead, [WORKLOAD_UNHEALTHY_NODE.tail(2, (), 1, fragment(path)) for path in paths]), len(paths)))
-    return out if not skip else [chunk for chunk in out if chunk[0] not in skip]
+    return out

@@ -114,27 +114,34 @@ class SourceSet:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._starter: asyncio.Task[None] | None = None
 
-    async def start(self, first: Collection[str] = (), first_limit: float = 30.0) -> None:
-        """One task per source; the sources named in ``first`` (those the others' records
-        depend on: the collector's Nodes and Topologies, which place every Workload) start
-        alone, the others once each of them has listed or is known down, or after
-        ``first_limit`` seconds, so the dependents are parsed and rendered once, not rendered
-        and then rendered again when the Nodes arrive."""
-        early = [name for name in self.sources if name in first]
+    async def start(self, first: Collection[str] = (), first_limit: float = 30.0, last: Collection[str] = ()) -> None:
+        """One task per source, started in up to three stages: the sources named in ``first``
+        (those the others' records depend on: the collector's Nodes and Topologies, which place
+        every Workload) alone; the others once each of them has listed or is known down, or
+        after ``first_limit`` seconds; those named in ``last`` (the collector's PodGroups, which
+        join the Workloads) once every earlier one has, likewise. So the dependents are parsed
+        and rendered once, not rendered and then rendered again when the Nodes arrive, and each
+        gang is judged once, with its Workload already there."""
+        names = list(self.sources)
+        stages = [[n for n in names if n in first], [n for n in names if n not in first and n not in last],
+                  [n for n in names if n in last and n not in first]]
+        stages = [stage for stage in stages if stage]
         self._tasks = {name: asyncio.create_task(self._supervise(self.sources[name]), name=f"source:{name}")
-                       for name in (early or self.sources)}
-        if early and len(early) < len(self.sources):
-            self._starter = asyncio.create_task(self._start_after(early, first_limit), name="sources:after-first")
+                       for name in stages[0]} if stages else {}
+        if len(stages) > 1:
+            self._starter = asyncio.create_task(self._start_after(stages, first_limit), name="sources:after-first")
 
-    async def _start_after(self, early: list[str], limit: float) -> None:
+    async def _start_after(self, stages: list[list[str]], limit: float) -> None:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + limit
-        while loop.time() < deadline and not all(
-                self.sources[n].synced_once or self.sources[n].phase in ("not_served", "forbidden", "error") for n in early):
-            await asyncio.sleep(0.02)
-        for name, state in self.sources.items():
-            if name not in self._tasks:
-                self._tasks[name] = asyncio.create_task(self._supervise(state), name=f"source:{name}")
+        for stage in stages[1:]:
+            deadline = loop.time() + limit
+            while loop.time() < deadline and not all(
+                    self.sources[n].synced_once or self.sources[n].phase in ("not_served", "forbidden", "error")
+                    for n in self._tasks):
+                await asyncio.sleep(0.02)
+            for name in stage:
+                if name not in self._tasks:  # set_scope may have started it
+                    self._tasks[name] = asyncio.create_task(self._supervise(self.sources[name]), name=f"source:{name}")
 
     async def stop(self) -> None:
         if self._starter is not None:
