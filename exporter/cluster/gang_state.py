@@ -281,10 +281,15 @@ def pod_members(rec: PodGroupRecord, pods: Iterable[Pod]) -> Members:
         placed[""] = running + succeeded + bound
     return Members(
         "pods", running, succeeded, failed, bound, ready, pending, gated, terminating, unknown, members, placed_gpus,
-        terminating_gpus, tuple(sorted((k, v) for k, v in idle.items() if v)), tuple(sorted(gates.items())),
-        tuple(sorted(waiting.items())), tuple(sorted(disrupted.items())), tuple(sorted(unknown_what)),
+        terminating_gpus, tuple(sorted((k, v) for k, v in idle.items() if v)) if idle else (), _items(gates),
+        _items(waiting), _items(disrupted), tuple(sorted(unknown_what)) if unknown_what else (),
         _meets(rec, done, running + succeeded, keys), _meets(rec, placed, running + succeeded + bound, keys),
         gpus_unknown)
+
+
+def _items(counts: dict[str, int]) -> tuple[tuple[str, int], ...]:
+    """Counts by name in name order (most gangs have none: no sort then)."""
+    return tuple(sorted(counts.items())) if counts else ()
 
 
 _NO_GROUP = PodGroupRecord("", "coscheduling", "", "")
