@@ -53,7 +53,9 @@ The stages (``GANG_STAGES``):
 * ``assembled``, ``finished``, ``failed``;
 * ``unreported``: no status and no pods to judge by;
 * ``empty``: its pods are watched and none exists, and no admitted Workload waits for it;
-* ``unknown``: what decides the stage is input gangscope does not know (a pod phase, a gate).
+* ``unknown``: what decides the stage is input gangscope does not know (a pod phase, a gate) or a
+  rule it does not model (a Volcano ``subGroupPolicy``: the scheduler splits the members by pod
+  labels gangscope does not keep; its phase alone, without members, still speaks).
 """
 
 from __future__ import annotations
@@ -348,6 +350,14 @@ def gang_state(rec: PodGroupRecord, m: Members | None) -> str:
         if phase_state in ("finished", "failed"):
             return phase_state
         return "queued" if rec.api == "volcano" and rec.phase in ("Pending", "Inqueue") else "empty"
+    if rec.not_modelled:
+        # Members counted against a minimum whose parts gangscope cannot split (a Volcano
+        # subGroupPolicy): only the scheduler's own terminal or pending word stands.
+        if phase_state in ("finished", "failed"):
+            return phase_state
+        if volcano_unqueued and not (m.running or m.succeeded or m.failed or m.bound):
+            return "queued"
+        return "unknown"
     if m.reached is None:
         return phase_state
     minimum = rec.min_member or 0

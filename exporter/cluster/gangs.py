@@ -73,6 +73,7 @@ from .gang_state import (GANG_STAGES, KAI_DEFAULT_STALENESS_GRACE, PODS_ASSEMBLI
 from .podgroups import NativeWorkload, PodGroupRecord
 from .pods import Pod, PodChanges, PodStore
 from .store import ClusterStore
+from .volcano_queues import VolcanoQueues
 from .workloads import Workload
 
 
@@ -280,6 +281,7 @@ class GangIndex:
         self.pods = pods
         self.kai_grace = KAI_DEFAULT_STALENESS_GRACE  # --kai-staleness-grace-period
         self.jobs: OwnerChain | None = None  # set by exporter.cluster.jobs.attach_jobs
+        self.volcano_queues: VolcanoQueues | None = None  # set by exporter.cluster.collector.build_collector
         self.exposition.register(*pg.FAMILIES, *FAMILIES, GANG_IDLE_GPU_SECONDS)
         self.podgroups: dict[PgKey, PodGroupRecord] = {}
         self.gangs: dict[PgKey, Gang] = {}
