@@ -47,9 +47,12 @@ AGREES: dict[tuple[str, str, Any], frozenset[str]] = {
     ("volcano", "satisfied", False): NOT_PLACED,
     ("KAI-Scheduler", "evicted", True): frozenset({"partially_bound", "stuck"}),
     ("KAI-Scheduler", "evicted", False): NOT_PLACED | PLACED,
-    ("kubernetes", "preenqueue", None): NOT_PLACED,
+    ("kubernetes", "preenqueue", "UnschedulableAndUnresolvable"): NOT_PLACED,
+    ("kubernetes", "preenqueue", "Success"): frozenset({"assembling"}),  # its pods go on to be scheduled
     ("kubernetes", "permit", "Wait"): NOT_PLACED,
     ("kubernetes", "permit", "Success"): PLACED,
+    ("kubernetes", "placement", "Success"): PLACED,  # the group's placement is feasible: its pods bind
+    ("kubernetes", "placement", "Unschedulable"): NOT_PLACED,
 }
 
 
@@ -57,16 +60,17 @@ def agreeing(case: dict[str, Any]) -> frozenset[str]:
     repo = case["upstream"]["repo"].split("/")[1]
     key, value = next(iter(case["asserted"].items()))
     if repo == "kubernetes":
-        value = value.split(":")[0] if key == "permit" else None
+        value = value.split(":")[0]  # the status code, without the plugin's message
     return AGREES[(repo, key, value)]
 
 
 def judge(case: dict[str, Any]) -> Any:
-    groups = [o for o in case["objects"] if o["kind"] != "Pod"]
-    [obj] = groups
-    source = pg.source_of(obj)
-    assert source is not None
-    records = pg.PARSERS[source](source, obj)
+    records = []
+    for obj in case["objects"]:
+        if obj["kind"] != "Pod":
+            source = pg.source_of(obj)
+            assert source is not None
+            records += pg.PARSERS[source](source, obj)
     [rec] = [r for r in records if r.name == case.get("podgroup", r.name)]
     assert rec.errors == []
     pods = [parse_pod(o, ("nvidia.com/gpu",)) for o in case["objects"] if o["kind"] == "Pod"]
