@@ -55,7 +55,7 @@ from typing import Any
 
 import structlog
 
-from ..fields import ParseError, Problems, shared
+from ..fields import SHARED_LIMIT, ParseError, Problems, shared
 from ..health import SourceHealth
 from ..kube.resources import POD_RESOURCES, Resource
 from .resources import pod_requests
@@ -368,7 +368,11 @@ class PodStore:
         self._by_owner: dict[str, list[str]] = {}
         self._by_job: dict[tuple[str, str, str], list[str]] = {}
         self._node_gpus: dict[str, float] = {}
-        self._node_usage: dict[str, dict[str, int]] = {}  # node -> requests of its bound non-TAS pods, and "pods"
+        # node -> requests of its bound non-TAS pods, and "pods": a node with one such pod (the
+        # common case of GPU nodes) holds that pod's shared read-only map (:meth:`_one_pod`), one
+        # with more its own dict (a dict per node was an eighth of the store, bench/pods.py)
+        self._node_usage: dict[str, Mapping[str, int]] = {}
+        self._one_pod_usage: dict[int, tuple[Mapping[str, int], Mapping[str, int]]] = {}
         self._pending: PodChanges | None = None  # collected during a LIST, announced at its end
         self._lists = 0
 
@@ -469,16 +473,32 @@ class PodStore:
                 node_gpus.pop(p.node, None)
             changes.nodes.add(p.node)
         if p.bound and not p.tas:  # tas_non_tas_pod_cache.go:112-135: requests and one pod each
-            usage = self._node_usage.get(p.node)
-            if usage is None:
-                usage = self._node_usage[p.node] = {}
-            sign = 1 if add else -1
-            for k, v in p.requests.items():
-                usage[k] = usage.get(k, 0) + sign * v
-            usage["pods"] = usage.get("pods", 0) + sign
-            if usage["pods"] <= 0:
-                del self._node_usage[p.node]
+            node_usage = self._node_usage
+            usage = node_usage.get(p.node)
+            if usage is None and add:
+                node_usage[p.node] = self._one_pod(p.requests)
+            elif usage is not None and usage.__class__ is not dict and not add:
+                del node_usage[p.node]  # its one pod left
+            elif usage is not None:
+                if usage.__class__ is not dict:
+                    usage = node_usage[p.node] = dict(usage)
+                sign = 1 if add else -1
+                for k, v in p.requests.items():
+                    usage[k] = usage.get(k, 0) + sign * v  # type: ignore[index]
+                usage["pods"] = usage.get("pods", 0) + sign  # type: ignore[index]
+                if usage["pods"] <= 0:
+                    del node_usage[p.node]
             changes.nodes.add(p.node)
+
+    def _one_pod(self, requests: Mapping[str, int]) -> Mapping[str, int]:
+        """The usage of a node with one pod of these requests: one read-only map per distinct
+        requests (they are shared, so their id names them while the entry holds them)."""
+        entry = self._one_pod_usage.get(id(requests))
+        if entry is None or entry[0] is not requests:
+            if len(self._one_pod_usage) >= SHARED_LIMIT:
+                self._one_pod_usage.clear()  # the nodes keep the maps they hold
+            entry = self._one_pod_usage[id(requests)] = (requests, MappingProxyType({**requests, "pods": 1}))
+        return entry[1]
 
     def _move(self, old: Pod, new: Pod, changes: PodChanges) -> None:
         """A new state of a kept pod: most status changes (bound -> running -> ready) leave its
