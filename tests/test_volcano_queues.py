@@ -167,3 +167,43 @@ def test_explain_names_the_queue_through_the_collector() -> None:
         "allocated + 8 > 64; queue research: capability nvidia.com/gpu=64, deserved none, allocated nvidia.com/gpu=60): "
         "PodGroup train (volcano), Pending since 2026-08-20T10:00:00Z (0s), 0/4 running (PodGroup status)")
     assert layer["evidence"]["queue"]["over"] == [("nvidia.com/gpu", 60.0, 8.0, 64.0)]
+
+
+async def test_the_real_queue_crd_keeps_what_explain_reads(real_api: Any, tmp_path: Any) -> None:
+    """Volcano's own Queue CRD (tests/fixtures/realapi/volcano_scheduling.volcano.sh_queues.yaml)
+    on the real kube-apiserver: a cluster-scoped Queue with its status written through /status as
+    the queue controller writes it, and a Pending PodGroup in it; the collector lists both, and
+    explain's word is the one the records above give."""
+    import uuid
+
+    from collectors import started_collector
+    from realapi import Writer
+    from test_realapi_collector import collector_kubeconfig
+    from waiting import eventually
+
+    ns = real_api.namespace(f"vq{uuid.uuid4().hex[:6]}")
+    name = f"research-{uuid.uuid4().hex[:6]}"
+    q = queue(name, capability={"nvidia.com/gpu": "64"}, allocated={"nvidia.com/gpu": "60"})
+    del q["metadata"]["uid"], q["metadata"]["creationTimestamp"]
+    g = group(min_resources={"nvidia.com/gpu": "8"}, queue_name=name)
+    g["metadata"] = {"name": "train", "namespace": ns}
+    writer = Writer(real_api, "volcano-controllers")
+    try:
+        stored = writer.create(q)
+        assert (stored["spec"]["capability"], stored["status"]["state"]) == ({"nvidia.com/gpu": "64"}, "Open")
+        writer.create(g)
+        collector = await started_collector(collector_kubeconfig(real_api, tmp_path / "kc", real_api.port))
+        try:
+            await eventually(lambda: collector.sources.ready()[0], timeout=15)
+            assert collector.sources.sources["queues_volcano"].state == "synced"
+            await eventually(lambda: (ns, "train") in {(k[1], k[2]) for k in collector.gangs.gangs}, timeout=15)
+            [rec] = [gang.podgroup for k, gang in collector.gangs.gangs.items() if k[1:] == (ns, "train")]
+            said, evidence = queue_verdict(rec, collector.gangs.volcano_queues)
+            assert said == (f"waiting for its queue {name}: minResources nvidia.com/gpu=8 do not fit its capability "
+                            f"(nvidia.com/gpu: 60 allocated + 8 > 64; queue {name}: capability nvidia.com/gpu=64, "
+                            "deserved none, allocated nvidia.com/gpu=60)")
+            assert evidence["verdict"] == "over_capability"
+        finally:
+            await collector.stop()
+    finally:
+        writer.cleanup()

@@ -26,8 +26,9 @@ reach its minimum, which is what each scheduler waits for: Coscheduling's
 903da7df pkg/coscheduling/coscheduling.go:217-251, core/core.go:308-330 counts assigned pods);
 Volcano's ``Running`` counts scheduled (bound) tasks (volcano ed72c7c8
 pkg/scheduler/framework/session.go:580-609, getPodGroupPhase); KAI evicts a gang whose allocated
-pods stay below its minimum for its staleness grace period (KAI-Scheduler 72de64fc
-pkg/scheduler/actions/stalegangeviction/stalegangeviction.go:41-56). A placed gang whose members
+pods stay below its minimum for its staleness grace period (NVIDIA/KAI-Scheduler
+72de64fc8eca10fa8cca26a20156178f3edbe092 pkg/scheduler/actions/stalegangeviction/
+stalegangeviction.go:41-56; "72de64fc" below). A placed gang whose members
 have not all started is ``starting``: a node or image matter, not an assembly one (no stuck
 deadline; its own alert only if it lasts). It is ``assembled`` once running and succeeded members
 reach the minimum, as the Coscheduling controller calls ``Running``

@@ -13,7 +13,7 @@ requested, the gang it names, the Kueue Workload annotation, its controller owne
 controller group it belongs to, whether it is being deleted, its scheduling gates, why a bound
 pod has not started, a DisruptionTarget reason); what those mean for a gang is judged in
 :mod:`exporter.cluster.gang_state`; shared pieces (gang, owner, job references) are one object for
-all pods that name them: 100,000 realistic pods take 118 MiB (``bench/pods.py``; target under 150).
+all pods that name them: 100,000 realistic pods take 135 MiB (``bench/pods.py``; target under 150).
 
 How a pod names its gang, by API (first match wins):
 
