@@ -1,8 +1,8 @@
-"""Volcano Queues: explain's word on a Volcano group waiting for its queue, from the Queue object
+"""Volcano in explain: a group waiting for its queue, from the Queue object
 as Volcano writes it (volcano ed72c7c8 staging/src/volcano.sh/apis/pkg/apis/scheduling/v1beta1/
 types.go:350-500) and the enqueue vote of the proportion plugin (pkg/scheduler/plugins/proportion/
 proportion.go:404-438): the records in, the exact sentence out; then through the collector's
-handlers and explain's assembly layer."""
+handlers and explain's assembly layer; and a subGroupPolicy gang, which is not modelled."""
 
 from __future__ import annotations
 
@@ -167,6 +167,27 @@ def test_explain_names_the_queue_through_the_collector() -> None:
         "allocated + 8 > 64; queue research: capability nvidia.com/gpu=64, deserved none, allocated nvidia.com/gpu=60): "
         "PodGroup train (volcano), Pending since 2026-08-20T10:00:00Z (0s), 0/4 running (PodGroup status)")
     assert layer["evidence"]["queue"]["over"] == [("nvidia.com/gpu", 60.0, 8.0, 64.0)]
+
+
+def test_explain_names_what_it_does_not_model() -> None:
+    """A subGroupPolicy gang with members is unknown, and explain says why (types.go:218-268)."""
+    store, handlers, gangs = build_collector(Exposition())
+    gangs.clock = lambda: T0
+    obj = group("Running")
+    obj["spec"]["subGroupPolicy"] = [{"name": "replica", "subGroupSize": 2, "matchLabelKeys": ["volcano.sh/partition-id"]}]
+    handlers["podgroups_volcano"].replace([obj])
+    handlers["pods_volcano"].replace([{
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": f"train-{i}", "namespace": "ml", "uid": f"p{i}", "resourceVersion": "1",
+                     "annotations": {"scheduling.k8s.io/group-name": "train"}},
+        "spec": {"schedulerName": "volcano", "nodeName": f"n{i}", "containers": [{"name": "c"}]},
+        "status": {"phase": "Running"}} for i in range(4)])
+    _, wl, found = resolve(store, gangs, "ml", "train")
+    layer = assembly_layer(wl, found, T0, gangs)
+    assert [g.stage for g in found] == ["unknown"]
+    assert layer["summary"] == (
+        "not judged: gangscope does not understand what decides this gang: PodGroup train (volcano), Running, "
+        "4/4 running (live pods), not modelled: Volcano subGroupPolicy (sub-group minimums by pod labels)")
 
 
 async def test_the_real_queue_crd_keeps_what_explain_reads(real_api: Any, tmp_path: Any) -> None:
