@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from exporter.cluster import podgroups as pg
-from exporter.cluster.gang_state import evaluate, pod_members
+from exporter.cluster.gang_state import children_members, evaluate, pod_members
 from exporter.cluster.pods import parse_pod
 from exporter.fields import parse_time
 
@@ -72,13 +72,23 @@ def judge(case: dict[str, Any]) -> Any:
             assert source is not None
             records += pg.PARSERS[source](source, obj)
     [rec] = [r for r in records if r.name == case.get("podgroup", r.name)]
-    assert rec.errors == []
     pods = [parse_pod(o, ("nvidia.com/gpu",)) for o in case["objects"] if o["kind"] == "Pod"]
-    mine = [p for p in pods if p.gang is not None and p.gang[:2] == (rec.api, rec.name)]
     now = parse_time(case["at"])
     assert now is not None
-    return evaluate(rec, None, None, now, 600.0, pod_members(rec, mine), None,
-                    kai_grace=float(case.get("kai_grace_seconds", 60)))
+    return _evaluate(rec, records, pods, now, float(case.get("kai_grace_seconds", 60)))
+
+
+def _evaluate(rec: pg.PodGroupRecord, records: list[pg.PodGroupRecord], pods: list[Any], now: float, grace: float) -> Any:
+    """A group judged from its pods, a CompositePodGroup from its child groups judged first (as
+    the gang index does)."""
+    assert rec.errors == []
+    if rec.composite:
+        kids = [_evaluate(r, records, pods, now, grace) for r in records
+                if r.parent == rec.name and r.namespace == rec.namespace]
+        members = children_members(rec, kids)
+    else:
+        members = pod_members(rec, [p for p in pods if p.gang is not None and p.gang[:2] == (rec.api, rec.name)])
+    return evaluate(rec, None, None, now, 600.0, members, None, kai_grace=grace)
 
 
 def test_at_least_fifty_cases_from_every_scheduler() -> None:
