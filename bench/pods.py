@@ -16,6 +16,8 @@ Reports: the LIST's time (the handlers' work apart from orjson's decoding), the 
 freed; and the bytes tracemalloc counts in the store, with --tracemalloc, slower), and watch
 events per second on one core: pod status changes (bound, running, ready) through the store and
 the gang index, and changes the store drops as irrelevant (container restarts' counters, probes).
+The garbage collector runs as in the collector (``tune_gc``, and the synced objects frozen before
+the events, as ``settle_gc_after_first_sync`` does).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import orjson
 import psutil
 
 from exporter.cluster.gangs import attach_gangs
+from exporter.cluster.main import tune_gc
 from exporter.cluster.pods import PodStore
 from exporter.cluster.store import ClusterStore
 from exporter.exposition import Exposition
@@ -165,6 +168,7 @@ def main() -> None:
     ap.add_argument("--tracemalloc", action="store_true", help="also count the store's bytes with tracemalloc (slower)")
     args = ap.parse_args()
     n = args.pods
+    tune_gc()  # the collector's garbage collector settings, and its freeze after the first sync (below)
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
     expo = Exposition()
@@ -220,6 +224,7 @@ def main() -> None:
     if args.tracemalloc:
         tracemalloc.stop()
     assert len(pods.pods) == n, len(pods.pods)
+    gc.freeze()  # as settle_gc_after_first_sync does: the events' collections do not rescan the synced pods
     assembled = sum(1 for g in gangs.gangs.values() if g.stage == "assembled")
 
     # Watch events: a gang's pods fall back to Pending and come back (its gang re-judged each time),

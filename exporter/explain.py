@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .cluster.gang_state import workload_members
+from .cluster.volcano_queues import queue_verdict
 from .cluster.workload_fit import is_topological
 from .cluster.workload_state import WAITING_STAGES, in_queue
 from .config import add_kube, add_logging
@@ -495,15 +496,20 @@ def assembly_layer(wl: Workload | None, gangs: Sequence[Gang], now: float, index
         parts.append(texts[rec.key] + _phase_lags(worst))
     if rec.parent:
         parts.append(f"in CompositePodGroup {rec.parent}")
-    label = {"failed": "gang failed", "partially_bound": "partially bound: some pods hold resources, the rest cannot be placed",
-             "stuck": "stuck assembling", "assembling": "assembling", "not_admitted": "waiting for admission",
-             "starting": "placed, not started: all members are bound, some containers have not started (a node or "
-                         "image matter, not the gang scheduler's)",
-             "placing": "waiting for placement: Kueue's topology gate holds the pods until TAS assigns them",
-             "queued": f"waiting for its queue {rec.queue or '?'}: Volcano creates the pods once the group is enqueued"
-                       + (" (minResources " + ", ".join(f"{k}={v}" for k, v in rec.min_resources)
-                          + "; the queue's capacity is not watched)" if rec.min_resources else ""),
-             "unknown": "not judged: gangscope does not understand what decides this gang"}[worst.stage]
+    if worst.stage == "unknown" and rec.not_modelled:
+        parts.append(f"not modelled: {rec.not_modelled}")
+    queue: dict[str, Any] | None = None
+    if worst.stage == "queued":  # Volcano creates the pods once the group is enqueued
+        label, queue = queue_verdict(rec, index.volcano_queues if index is not None else None)
+    else:
+        label = {"failed": "gang failed", "partially_bound": "partially bound: some pods hold resources, the rest cannot be placed",
+                 "stuck": "stuck assembling", "assembling": "assembling", "not_admitted": "waiting for admission",
+                 "starting": "placed, not started: all members are bound, some containers have not started (a node or "
+                             "image matter, not the gang scheduler's)",
+                 "placing": "waiting for placement: Kueue's topology gate holds the pods until TAS assigns them",
+                 "unknown": "not judged: gangscope does not understand what decides this gang"}[worst.stage]
+    if queue is not None:
+        evidence["queue"] = queue
     summary = f"{label}: " + ", ".join(parts)
     if worst.deadline is not None:
         verb = "passed" if worst.stuck else "ends"

@@ -72,6 +72,7 @@ CRD_FILES = (
     "kueue.x-k8s.io_resourceflavors.yaml", "kueue.x-k8s.io_clusterqueues.yaml", "kueue.x-k8s.io_cohorts.yaml",
     "scheduler-plugins_scheduling.x-k8s.io_podgroups.yaml",
     "scheduler-plugins_scheduling.sigs.k8s.io_podgroups.yaml", "volcano_scheduling.volcano.sh_podgroups.yaml",
+    "volcano_scheduling.volcano.sh_queues.yaml",
     "native_scheduling.k8s.io_podgroups_workloads.yaml", "scheduling.run.ai_podgroups.yaml",
     "jobset.x-k8s.io_jobsets.yaml", "trainer.kubeflow.org_trainjobs.yaml", "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
     "ray.io_rayjobs.yaml", "ray.io_rayclusters.yaml",

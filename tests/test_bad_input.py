@@ -545,6 +545,6 @@ async def test_series_limit_drops_counts_and_warns_once(start_collector: StartCo
     assert all(e["log_level"] == "warning" and e["limit"] == 30 for e in warnings)
     assert len({e["family"] for e in warnings}) == len(warnings)
     # the health series stay complete: each family has its own budget
-    # every watched source (26: the 7 pod sources, ClusterQueues, Cohorts and the 2 Ray sources included)
+    # every watched source (27: the 7 pod sources, ClusterQueues, Cohorts, the 2 Ray sources and Volcano's queues included)
     # and queue_positions polled
-    assert len([s for s in samples if s.name == "gangscope_source_up"]) == len(collector.sources.sources) + 1 == 27
+    assert len([s for s in samples if s.name == "gangscope_source_up"]) == len(collector.sources.sources) + 1 == 28

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from exporter.cluster import podgroups as pg
-from exporter.cluster.gang_state import evaluate, pod_members
+from exporter.cluster.gang_state import children_members, evaluate, pod_members
 from exporter.cluster.pods import parse_pod
 from exporter.fields import parse_time
 
@@ -47,9 +47,12 @@ AGREES: dict[tuple[str, str, Any], frozenset[str]] = {
     ("volcano", "satisfied", False): NOT_PLACED,
     ("KAI-Scheduler", "evicted", True): frozenset({"partially_bound", "stuck"}),
     ("KAI-Scheduler", "evicted", False): NOT_PLACED | PLACED,
-    ("kubernetes", "preenqueue", None): NOT_PLACED,
+    ("kubernetes", "preenqueue", "UnschedulableAndUnresolvable"): NOT_PLACED,
+    ("kubernetes", "preenqueue", "Success"): frozenset({"assembling"}),  # its pods go on to be scheduled
     ("kubernetes", "permit", "Wait"): NOT_PLACED,
     ("kubernetes", "permit", "Success"): PLACED,
+    ("kubernetes", "placement", "Success"): PLACED,  # the group's placement is feasible: its pods bind
+    ("kubernetes", "placement", "Unschedulable"): NOT_PLACED,
 }
 
 
@@ -57,24 +60,35 @@ def agreeing(case: dict[str, Any]) -> frozenset[str]:
     repo = case["upstream"]["repo"].split("/")[1]
     key, value = next(iter(case["asserted"].items()))
     if repo == "kubernetes":
-        value = value.split(":")[0] if key == "permit" else None
+        value = value.split(":")[0]  # the status code, without the plugin's message
     return AGREES[(repo, key, value)]
 
 
 def judge(case: dict[str, Any]) -> Any:
-    groups = [o for o in case["objects"] if o["kind"] != "Pod"]
-    [obj] = groups
-    source = pg.source_of(obj)
-    assert source is not None
-    records = pg.PARSERS[source](source, obj)
+    records = []
+    for obj in case["objects"]:
+        if obj["kind"] != "Pod":
+            source = pg.source_of(obj)
+            assert source is not None
+            records += pg.PARSERS[source](source, obj)
     [rec] = [r for r in records if r.name == case.get("podgroup", r.name)]
-    assert rec.errors == []
     pods = [parse_pod(o, ("nvidia.com/gpu",)) for o in case["objects"] if o["kind"] == "Pod"]
-    mine = [p for p in pods if p.gang is not None and p.gang[:2] == (rec.api, rec.name)]
     now = parse_time(case["at"])
     assert now is not None
-    return evaluate(rec, None, None, now, 600.0, pod_members(rec, mine), None,
-                    kai_grace=float(case.get("kai_grace_seconds", 60)))
+    return _evaluate(rec, records, pods, now, float(case.get("kai_grace_seconds", 60)))
+
+
+def _evaluate(rec: pg.PodGroupRecord, records: list[pg.PodGroupRecord], pods: list[Any], now: float, grace: float) -> Any:
+    """A group judged from its pods, a CompositePodGroup from its child groups judged first (as
+    the gang index does)."""
+    assert rec.errors == []
+    if rec.composite:
+        kids = [_evaluate(r, records, pods, now, grace) for r in records
+                if r.parent == rec.name and r.namespace == rec.namespace]
+        members = children_members(rec, kids)
+    else:
+        members = pod_members(rec, [p for p in pods if p.gang is not None and p.gang[:2] == (rec.api, rec.name)])
+    return evaluate(rec, None, None, now, 600.0, members, None, kai_grace=grace)
 
 
 def test_at_least_fifty_cases_from_every_scheduler() -> None:

@@ -167,6 +167,35 @@ def test_volcano_min_task_member() -> None:
     assert judge(rec, [vpod("m", "master"), vpod("w0", "worker"), vpod("w1", "worker")]).stage == "assembled"
 
 
+def test_volcano_sub_group_policy_is_unknown_not_a_guess() -> None:
+    """A subGroupPolicy (types.go:218-268) makes Volcano count sub-groups of the pods chosen by
+    their labels (job_info.go:523-537, allocate.go:214-231), which gangscope does not keep: with
+    members, the gang is unknown, never assembled or stuck; Volcano's own terminal and Pending
+    words still stand."""
+    def sub_grouped(phase: str) -> pg.PodGroupRecord:
+        return pg.parse_volcano("podgroups_volcano", {
+            "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": "g", "namespace": "ml", "uid": "pg", "creationTimestamp": ts(T0)},
+            "spec": {"minMember": 4, "queue": "research", "subGroupPolicy": [
+                {"name": "replica", "subGroupSize": 2, "minSubGroups": 2,
+                 "labelSelector": {"matchLabels": {"volcano.sh/task-spec": "worker"}},
+                 "matchLabelKeys": ["volcano.sh/partition-id"]}]},
+            "status": {"phase": phase}})
+    rec = sub_grouped("Running")
+    assert (rec.not_modelled, rec.errors) == ("Volcano subGroupPolicy (sub-group minimums by pod labels)", [])
+    vol = {"scheduling.k8s.io/group-name": "g"}
+    running = [pod(f"w{i}", ann=vol) for i in range(4)]
+    for pods in (running, running[:1], [pod("w0", ann=vol, node=None, phase="Pending")]):
+        g = judge(rec, pods, wl=admitted_workload())
+        assert (g.stage, g.stuck, g.deadline) == ("unknown", False, None)
+    assert judge(sub_grouped("Completed"), [pod(f"w{i}", ann=vol, phase="Succeeded") for i in range(4)]).stage == "finished"
+    assert judge(sub_grouped("Pending"), [pod("w0", ann=vol, node=None, phase="Pending")]).stage == "queued"
+    # From the counters too: Volcano's Running counts scheduled pods against minMember alone
+    # (session.go:581-606), the running counter is not per sub-group.
+    assert evaluate(sub_grouped("Running"), None, None, T0 + 3600, 600.0).stage == "unknown"
+    assert volcano("Running").not_modelled == ""
+
+
 def kai(annotations: dict[str, str], allocated: bool = True, min_member: int | None = 2) -> pg.PodGroupRecord:
     spec: dict[str, Any] = {"queue": "team-a"}
     if min_member is not None:

@@ -111,6 +111,28 @@ def test_gpus_bound_per_node_and_the_change_callback() -> None:
     assert "n1" not in store.gpus_bound_by_node() and seen[-1].nodes == {"n1"}
 
 
+def test_non_tas_usage_per_node_as_pods_come_go_and_change() -> None:
+    """Kueue's non-TAS usage (tas_non_tas_pod_cache.go:112-135): every request of the bound,
+    non-terminal pods and one ``pods`` unit each, through a node's first pod, a second, a status
+    change, a move and the last pod leaving."""
+    store = PodStore()
+    h = store.handlers()["pods_kueue"]
+    labels = {"kueue.x-k8s.io/podset": "m"}
+    h.replace([pod("a", labels=labels, node="n1", gpus=4), pod("b", labels=labels, node="n2", gpus=4),
+               pod("t", labels=labels, node="n1", gpus=8, annotations={"kueue.x-k8s.io/podset-required-topology": "rack"})])
+    assert dict(store.non_tas_usage_on("n1")) == dict(store.non_tas_usage_on("n2")) == {"nvidia.com/gpu": 4, "pods": 1}
+    h.apply("ADDED", pod("c", labels=labels, node="n1", gpus=2))
+    assert dict(store.non_tas_usage_on("n1")) == {"nvidia.com/gpu": 6, "pods": 2}
+    assert dict(store.non_tas_usage_on("n2")) == {"nvidia.com/gpu": 4, "pods": 1}  # its neighbour's is its own
+    h.apply("MODIFIED", pod("c", labels=labels, node="n1", gpus=2, ready=False, rv="2"))  # not ready: still bound
+    h.apply("DELETED", pod("a", labels=labels))
+    assert dict(store.non_tas_usage_on("n1")) == {"nvidia.com/gpu": 2, "pods": 1}
+    h.apply("MODIFIED", pod("b", labels=labels, node="n2", gpus=4, phase="Succeeded", rv="2"))
+    h.apply("MODIFIED", pod("c", labels=labels, node="n3", gpus=2, rv="3"))
+    assert (dict(store.non_tas_usage_on("n1")), dict(store.non_tas_usage_on("n2"))) == ({}, {})
+    assert dict(store.non_tas_usage_on("n3")) == {"nvidia.com/gpu": 2, "pods": 1}
+
+
 def test_malformed_pods_are_counted_and_the_rest_kept() -> None:
     expo = Exposition()
     store = PodStore()

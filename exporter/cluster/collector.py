@@ -19,6 +19,7 @@ from .gangs import DEFAULT_ASSEMBLY_TIMEOUT, GangIndex, add_gang_arguments, atta
 from .jobs import DEFAULT_PROGRESS_STALE, add_job_arguments, attach_jobs
 from .pods import PodStore, add_pod_arguments
 from .ray import RayIndex
+from .volcano_queues import VolcanoQueues
 from .object_labels import LabelsAllowlist, allowlist_argument
 from .object_labels import from_flag as labels_from_flag
 from .store import DEFAULT_EVICTION_GRACE, DEFAULT_FINISHED_DETAIL, ClusterStore
@@ -38,7 +39,8 @@ def build_collector(exposition: Exposition, *, gpu_resources: Sequence[str] = ("
     sources (podgroups_*, compositepodgroups_native, workloads_native) to the gang index, the
     pod sources (pods_*, and "pods" for dumps) to its pod store (``gangs.pods``; none with
     ``watch_pods=False``), the job controllers (jobsets, trainjobs, leaderworkersets) to its job
-    index (``gangs.jobs``), KubeRay's rayjobs and rayclusters to a :class:`exporter.cluster.ray.RayIndex`. ``shard``/``total_shards`` say which part of the Workloads this
+    index (``gangs.jobs``), KubeRay's rayjobs and rayclusters to a :class:`exporter.cluster.ray.RayIndex`,
+    Volcano's queues_volcano to ``gangs.volcano_queues`` (explain's word on a group waiting for its queue). ``shard``/``total_shards`` say which part of the Workloads this
     collector sees (sharding sets them; the per-domain series follow, see
     exporter.cluster.capacity; ``store.capacity.set_shards`` when they change).
     """
@@ -53,8 +55,9 @@ def build_collector(exposition: Exposition, *, gpu_resources: Sequence[str] = ("
     gangs.kai_grace = kai_grace
     jobs = attach_jobs(store, gangs)
     jobs.stale_after = progress_stale_after
+    gangs.volcano_queues = VolcanoQueues()
     handlers: dict[str, Any] = {**store.handlers(), **gangs.handlers(), **jobs.handlers(), **RayIndex(store).handlers(),
-                                **(pods.handlers() if pods is not None else {})}
+                                **gangs.volcano_queues.handlers(), **(pods.handlers() if pods is not None else {})}
     return store, handlers, gangs
 
 

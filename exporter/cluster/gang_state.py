@@ -26,8 +26,9 @@ reach its minimum, which is what each scheduler waits for: Coscheduling's
 903da7df pkg/coscheduling/coscheduling.go:217-251, core/core.go:308-330 counts assigned pods);
 Volcano's ``Running`` counts scheduled (bound) tasks (volcano ed72c7c8
 pkg/scheduler/framework/session.go:580-609, getPodGroupPhase); KAI evicts a gang whose allocated
-pods stay below its minimum for its staleness grace period (KAI-Scheduler 72de64fc
-pkg/scheduler/actions/stalegangeviction/stalegangeviction.go:41-56). A placed gang whose members
+pods stay below its minimum for its staleness grace period (NVIDIA/KAI-Scheduler
+72de64fc8eca10fa8cca26a20156178f3edbe092 pkg/scheduler/actions/stalegangeviction/
+stalegangeviction.go:41-56; "72de64fc" below). A placed gang whose members
 have not all started is ``starting``: a node or image matter, not an assembly one (no stuck
 deadline; its own alert only if it lasts). It is ``assembled`` once running and succeeded members
 reach the minimum, as the Coscheduling controller calls ``Running``
@@ -53,7 +54,9 @@ The stages (``GANG_STAGES``):
 * ``assembled``, ``finished``, ``failed``;
 * ``unreported``: no status and no pods to judge by;
 * ``empty``: its pods are watched and none exists, and no admitted Workload waits for it;
-* ``unknown``: what decides the stage is input gangscope does not know (a pod phase, a gate).
+* ``unknown``: what decides the stage is input gangscope does not know (a pod phase, a gate) or a
+  rule it does not model (a Volcano ``subGroupPolicy``: the scheduler splits the members by pod
+  labels gangscope does not keep; its phase alone, without members, still speaks).
 """
 
 from __future__ import annotations
@@ -281,10 +284,15 @@ def pod_members(rec: PodGroupRecord, pods: Iterable[Pod]) -> Members:
         placed[""] = running + succeeded + bound
     return Members(
         "pods", running, succeeded, failed, bound, ready, pending, gated, terminating, unknown, members, placed_gpus,
-        terminating_gpus, tuple(sorted((k, v) for k, v in idle.items() if v)), tuple(sorted(gates.items())),
-        tuple(sorted(waiting.items())), tuple(sorted(disrupted.items())), tuple(sorted(unknown_what)),
+        terminating_gpus, tuple(sorted((k, v) for k, v in idle.items() if v)) if idle else (), _items(gates),
+        _items(waiting), _items(disrupted), tuple(sorted(unknown_what)) if unknown_what else (),
         _meets(rec, done, running + succeeded, keys), _meets(rec, placed, running + succeeded + bound, keys),
         gpus_unknown)
+
+
+def _items(counts: dict[str, int]) -> tuple[tuple[str, int], ...]:
+    """Counts by name in name order (most gangs have none: no sort then)."""
+    return tuple(sorted(counts.items())) if counts else ()
 
 
 _NO_GROUP = PodGroupRecord("", "coscheduling", "", "")
@@ -343,6 +351,14 @@ def gang_state(rec: PodGroupRecord, m: Members | None) -> str:
         if phase_state in ("finished", "failed"):
             return phase_state
         return "queued" if rec.api == "volcano" and rec.phase in ("Pending", "Inqueue") else "empty"
+    if rec.not_modelled:
+        # Members counted against a minimum whose parts gangscope cannot split (a Volcano
+        # subGroupPolicy): only the scheduler's own terminal or pending word stands.
+        if phase_state in ("finished", "failed"):
+            return phase_state
+        if volcano_unqueued and not (m.running or m.succeeded or m.failed or m.bound):
+            return "queued"
+        return "unknown"
     if m.reached is None:
         return phase_state
     minimum = rec.min_member or 0

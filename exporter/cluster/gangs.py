@@ -74,6 +74,7 @@ from .podgroups import NativeWorkload, PodGroupRecord
 from .pods import Pod, PodChanges, PodStore
 from .store import ClusterStore
 from .unchanged import digest
+from .volcano_queues import VolcanoQueues
 from .workloads import Workload
 
 
@@ -178,16 +179,14 @@ def render_gang(g: Gang, skip: frozenset[Family] = frozenset()) -> dict[Family, 
     if g.stage not in ("unreported", "empty") and GANG_ASSEMBLY_STUCK not in skip:
         out[GANG_ASSEMBLY_STUCK] = [GANG_ASSEMBLY_STUCK.line(lead, 1 if g.stuck else 0)]
     if g.idle_gpus is not None and GANG_IDLE_GPUS not in skip:
-        out[GANG_IDLE_GPUS] = [GANG_IDLE_GPUS.line(lead, gpus, (reason,)) for reason, gpus in g.idle] or [
-            GANG_IDLE_GPUS.line(lead, 0, ("",))]
+        out[GANG_IDLE_GPUS] = [GANG_IDLE_GPUS.lines(lead, [_idle_tail(reason, gpus) for reason, gpus in g.idle]
+                                                    or [_idle_tail("", 0)])]
     if g.deadline is not None and GANG_DEADLINE not in skip:
         out[GANG_DEADLINE] = [GANG_DEADLINE.line(lead, g.deadline)]
     m = g.members
     if m is not None and m.evidence in ("pods", "counters") and GANG_PODS not in skip:
-        out[GANG_PODS] = [GANG_PODS.lines(lead, [GANG_PODS.tail(3, (s,), getattr(m, s)) for s in _POD_STATES
-                                                 if getattr(m, s) is not None]
-                                          + [GANG_PODS.tail(3, (s,), getattr(m, s)) for s in _POD_STATES_IF_ANY
-                                             if getattr(m, s)])]
+        out[GANG_PODS] = [GANG_PODS.lines(lead, [_pods_tail(s, n) for s in _POD_STATES if (n := getattr(m, s)) is not None]
+                                          + [_pods_tail(s, n) for s in _POD_STATES_IF_ANY if (n := getattr(m, s))])]
     if g.stage in _SAYS_UNSCHEDULABLE and rec.unschedulable and PODGROUP_UNSCHEDULABLE not in skip:
         reasons = sorted({u.reason for u in rec.unschedulable})
         out[PODGROUP_UNSCHEDULABLE] = [PODGROUP_UNSCHEDULABLE.line(label_pairs(_PG, (rec.namespace, rec.name, rec.api_label)), 1, (r,))
@@ -200,6 +199,19 @@ def _stage_tail(stage: str) -> bytes:
     """The current stage's one series (value 1): a state set over every stage cost 9 series per
     gang, 8 of them 0."""
     return GANG_STAGE.tail(3, (stage,), 1)
+
+
+@functools.lru_cache(maxsize=4096)
+def _pods_tail(state: str, pods: int) -> bytes:
+    """A pod count's series after the gang's labels: a gang's counts are small numbers that every
+    gang repeats, and each pod event re-renders them all."""
+    return GANG_PODS.tail(3, (state,), pods)
+
+
+@functools.lru_cache(maxsize=4096)
+def _idle_tail(reason: str, gpus: float) -> bytes:
+    """An idle reason's series after the gang's labels (GPU counts repeat as pod counts do)."""
+    return GANG_IDLE_GPUS.tail(3, (reason,), gpus)
 
 
 def _same_lines(a: Gang, b: Gang) -> bool:
@@ -272,6 +284,7 @@ class GangIndex:
         self.pods = pods
         self.kai_grace = KAI_DEFAULT_STALENESS_GRACE  # --kai-staleness-grace-period
         self.jobs: OwnerChain | None = None  # set by exporter.cluster.jobs.attach_jobs
+        self.volcano_queues: VolcanoQueues | None = None  # set by exporter.cluster.collector.build_collector
         self.exposition.register(*pg.FAMILIES, *FAMILIES, GANG_IDLE_GPU_SECONDS)
         self._skip = self.exposition.filtered((*pg.FAMILIES, *FAMILIES, GANG_IDLE_GPU_SECONDS))  # --metric-denylist
         self.podgroups: dict[PgKey, PodGroupRecord] = {}
@@ -633,7 +646,7 @@ class GangIndex:
         self._shown[key] = shown
         if old is None or not _same_lines(old, gang) or was_shown != shown:  # most pod events change no count it exports
             self.exposition.set(("gang", *key), render_gang(gang, self._skip) if shown else {})
-            self._set_idle(key, gang)
+            self._set_idle(key, gang, was_shown != shown)
             if was_shown is not None and was_shown != shown:
                 self._publish_podgroup(key)
         self._arm(key, gang)
@@ -644,18 +657,22 @@ class GangIndex:
             self._sync_workloads()
 
     # ---- idle GPU-seconds
-    def _set_idle(self, key: PgKey, gang: Gang) -> None:
-        """Advance the gang's idle GPU-seconds to now at its old rate, then take the new rate."""
+    def _set_idle(self, key: PgKey, gang: Gang, shown_changed: bool) -> None:
+        """Advance the gang's idle GPU-seconds to now at its old rate, then take the new rate; the
+        counter's line is rendered again only when its value (or whether it is shown) moved."""
         now = self.clock()
         acc = self._idle.get(key)
         if acc is None:
             if gang.idle_gpus is None:
                 return
             acc = self._idle[key] = [0.0, now, 0.0]
+            shown_changed = True
+        before = acc[0]
         if self._loop is not None:  # offline (no timers) nothing runs over time: the counter stays 0
             acc[0] += acc[2] * max(0.0, now - acc[1])
         acc[1], acc[2] = now, gang.idle_gpus or 0.0
-        self._render_idle(key)
+        if shown_changed or acc[0] != before:
+            self._render_idle(key)
 
     def _publish_podgroup(self, key: PgKey) -> None:
         """The PodGroup's lines into the exposition, or none while its gang is not shown."""

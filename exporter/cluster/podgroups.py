@@ -185,6 +185,7 @@ class PodGroupRecord:
     unschedulable: tuple[Unschedulable, ...] = ()  # the scheduler's typed reasons (KAI, Volcano, native)
     min_task_member: tuple[tuple[str, int], ...] = ()  # Volcano spec.minTaskMember: (task, pods) by volcano.sh/task-spec
     min_resources: tuple[tuple[str, str], ...] = ()  # Volcano spec.minResources, what the queue must fit to enqueue it
+    not_modelled: str = ""  # a rule of the scheduler gangscope does not model for this group (its members are "unknown")
     stale_since: float | None = None  # KAI annotation kai.scheduler/stale-podgroup-timestamp
     last_start: float | None = None  # KAI annotation kai.scheduler/last-start-timestamp
     conditions: tuple[Condition, ...] = ()
@@ -299,6 +300,13 @@ def parse_volcano(source: str, obj: Any) -> PodGroupRecord:
         if (n := as_int(raw, f"spec.minTaskMember.{task}", problems)) is not None))
     rec.min_resources = tuple(sorted(
         (str(k), str(v)) for k, v in as_dict(spec.get("minResources"), "spec.minResources", problems).items()))
+    if as_list(spec.get("subGroupPolicy"), "spec.subGroupPolicy", problems):
+        # volcano ed72c7c8 staging/src/volcano.sh/apis/pkg/apis/scheduling/v1beta1/types.go:218-268:
+        # sub-groups of the pods chosen by labelSelector and matchLabelKeys, each ready at its
+        # subGroupSize, at least minSubGroups of each policy (pkg/scheduler/api/job_info.go:523-537,
+        # sub_job_info.go:170-200; actions/allocate/allocate.go:214-231). The pods' labels are not
+        # kept, so the members cannot be split the way Volcano splits them.
+        rec.not_modelled = "Volcano subGroupPolicy (sub-group minimums by pod labels)"
     rec.phase = as_str(status.get("phase"), "status.phase", problems) or "Pending"
     _counters(rec, status, problems)
     rec.conditions = parse_conditions(status, problems)
@@ -706,5 +714,5 @@ def record_dict(rec: PodGroupRecord) -> dict[str, Any]:
         "subgroups": [{"name": g.name, "parent": g.parent or None, "min_member": g.min_member,
                        "min_subgroups": g.min_subgroups, "required_topology": g.required_topology or None,
                        "preferred_topology": g.preferred_topology or None} for g in rec.subgroups],
-        "min_subgroups": rec.min_subgroups,
+        "min_subgroups": rec.min_subgroups, "not_modelled": rec.not_modelled or None,
     }

@@ -13,7 +13,7 @@ requested, the gang it names, the Kueue Workload annotation, its controller owne
 controller group it belongs to, whether it is being deleted, its scheduling gates, why a bound
 pod has not started, a DisruptionTarget reason); what those mean for a gang is judged in
 :mod:`exporter.cluster.gang_state`; shared pieces (gang, owner, job references) are one object for
-all pods that name them: 100,000 realistic pods take 118 MiB (``bench/pods.py``; target under 150).
+all pods that name them: 100,000 realistic pods take 135 MiB (``bench/pods.py``; target under 150).
 
 How a pod names its gang, by API (first match wins):
 
@@ -55,7 +55,7 @@ from typing import Any
 
 import structlog
 
-from ..fields import ParseError, Problems, shared
+from ..fields import SHARED_LIMIT, ParseError, Problems, shared
 from ..health import SourceHealth
 from ..kube.resources import POD_RESOURCES, Resource
 from .resources import pod_requests
@@ -369,7 +369,11 @@ class PodStore:
         self._by_owner: dict[str, list[str]] = {}
         self._by_job: dict[tuple[str, str, str], list[str]] = {}
         self._node_gpus: dict[str, float] = {}
-        self._node_usage: dict[str, dict[str, int]] = {}  # node -> requests of its bound non-TAS pods, and "pods"
+        # node -> requests of its bound non-TAS pods, and "pods": a node with one such pod (the
+        # common case of GPU nodes) holds that pod's shared read-only map (:meth:`_one_pod`), one
+        # with more its own dict (a dict per node was an eighth of the store, bench/pods.py)
+        self._node_usage: dict[str, Mapping[str, int]] = {}
+        self._one_pod_usage: dict[int, tuple[Mapping[str, int], Mapping[str, int]]] = {}
         self._pending: PodChanges | None = None  # collected during a LIST, announced at its end
         self._lists = 0
 
@@ -425,6 +429,12 @@ class PodStore:
     # ---- changes ----------------------------------------------------------------------------
 
     def _index(self, p: Pod, add: bool, changes: PodChanges) -> None:
+        self._index_keys(p, add)
+        self._index_node(p, add, changes)
+        changes.note(p)
+
+    def _index_keys(self, p: Pod, add: bool) -> None:
+        """The pod's uid in (or out of) the lists of its gang, Workload, owners and job."""
         uid, ns = p.uid, p.namespace
         keys: list[tuple[dict[Any, list[str]], Any]] = []
         if p.gang is not None:
@@ -452,6 +462,9 @@ class PodStore:
                     members.remove(uid)
                     if not members:
                         del index[key]
+
+    def _index_node(self, p: Pod, add: bool, changes: PodChanges) -> None:
+        """The pod's GPUs and requests on (or off) its node's sums."""
         if p.bound and p.gpus:
             node_gpus = self._node_gpus
             left = node_gpus.get(p.node, 0.0) + (p.gpus if add else -p.gpus)
@@ -461,17 +474,47 @@ class PodStore:
                 node_gpus.pop(p.node, None)
             changes.nodes.add(p.node)
         if p.bound and not p.tas:  # tas_non_tas_pod_cache.go:112-135: requests and one pod each
-            usage = self._node_usage.get(p.node)
-            if usage is None:
-                usage = self._node_usage[p.node] = {}
-            sign = 1 if add else -1
-            for k, v in p.requests.items():
-                usage[k] = usage.get(k, 0) + sign * v
-            usage["pods"] = usage.get("pods", 0) + sign
-            if usage["pods"] <= 0:
-                del self._node_usage[p.node]
+            node_usage = self._node_usage
+            usage = node_usage.get(p.node)
+            if usage is None and add:
+                node_usage[p.node] = self._one_pod(p.requests)
+            elif usage is not None and usage.__class__ is not dict and not add:
+                del node_usage[p.node]  # its one pod left
+            elif usage is not None:
+                if usage.__class__ is not dict:
+                    usage = node_usage[p.node] = dict(usage)
+                sign = 1 if add else -1
+                for k, v in p.requests.items():
+                    usage[k] = usage.get(k, 0) + sign * v  # type: ignore[index]
+                usage["pods"] = usage.get("pods", 0) + sign  # type: ignore[index]
+                if usage["pods"] <= 0:
+                    del node_usage[p.node]
             changes.nodes.add(p.node)
-        changes.note(p)
+
+    def _one_pod(self, requests: Mapping[str, int]) -> Mapping[str, int]:
+        """The usage of a node with one pod of these requests: one read-only map per distinct
+        requests (they are shared, so their id names them while the entry holds them)."""
+        entry = self._one_pod_usage.get(id(requests))
+        if entry is None or entry[0] is not requests:
+            if len(self._one_pod_usage) >= SHARED_LIMIT:
+                self._one_pod_usage.clear()  # the nodes keep the maps they hold
+            entry = self._one_pod_usage[id(requests)] = (requests, MappingProxyType({**requests, "pods": 1}))
+        return entry[1]
+
+    def _move(self, old: Pod, new: Pod, changes: PodChanges) -> None:
+        """A new state of a kept pod: most status changes (bound -> running -> ready) leave its
+        keys and its node's sums alone, and then only its keys are announced (a third of a pod
+        event's cost was taking it out of its lists and putting it back)."""
+        if not (new.gang is old.gang and new.workload == old.workload and new.owner is old.owner
+                and new.jobset_uid == old.jobset_uid and new.job is old.job and new.namespace == old.namespace):
+            self._index_keys(old, False)
+            self._index_keys(new, True)
+            changes.note(old)
+        if not (new.bound == old.bound and new.node == old.node and new.gpus == old.gpus
+                and new.requests is old.requests and new.tas == old.tas):
+            self._index_node(old, False, changes)
+            self._index_node(new, True, changes)
+        changes.note(new)
 
     def put(self, source: str, p: Pod) -> None:
         bit = self._bits[source]
@@ -487,11 +530,12 @@ class PodStore:
                 old.sources, old.rv, old.rv_sources = p.sources, p.rv, rv_sources
                 return
             p.rv_sources = rv_sources
-            self._index(old, False, changes)
+            self.pods[p.uid] = p
+            self._move(old, p, changes)
         else:
             p.sources = p.rv_sources = bit
-        self.pods[p.uid] = p
-        self._index(p, True, changes)
+            self.pods[p.uid] = p
+            self._index(p, True, changes)
         if self._pending is None:
             self._announce(changes)
 

@@ -57,8 +57,69 @@ def _container_requests(c: Any, where: str, p: Problems) -> Mapping[str, int]:
     return merged
 
 
+def _resources_key(containers: Any) -> tuple[Any, ...] | None:
+    """The raw requests, limits and restart policy of each container, as a key of the pods'
+    cache; None for a shape the full parse must see (and report)."""
+    if containers is None:
+        return ()
+    if containers.__class__ is not list:
+        return None
+    out = []
+    for c in containers:
+        if c.__class__ is not dict:
+            return None
+        res = c.get("resources")
+        if res is None:
+            out.append(((), (), c.get("restartPolicy")))
+            continue
+        if res.__class__ is not dict:
+            return None
+        req, lim = _quantities(res.get("requests")), _quantities(res.get("limits"))
+        if req is None or lim is None:
+            return None
+        out.append((req, lim, c.get("restartPolicy")))
+    return tuple(out)
+
+
+def _quantities(raw: Any) -> tuple[tuple[Any, str], ...] | None:
+    """A resource list's items when every quantity is a string (as the API server writes them):
+    ``1`` and ``True`` are equal keys, and only one of them is a quantity."""
+    if raw is None:
+        return ()
+    if raw.__class__ is not dict:
+        return None
+    for q in raw.values():
+        if q.__class__ is not str:
+            return None
+    return tuple(raw.items())
+
+
+_PODS: dict[Any, Mapping[str, int]] = {}
+
+
 def pod_requests(spec: Mapping[str, Any], where: str, p: Problems) -> Mapping[str, int]:
-    """One pod's effective requests (see module doc)."""
+    """One pod's effective requests (see module doc), cached by the raw quantities: a job's pods
+    repeat one template, and parsing its quantities was the larger part of parsing a pod event."""
+    overhead = spec.get("overhead")
+    containers, inits = _resources_key(spec.get("containers")), _resources_key(spec.get("initContainers"))
+    extra = _quantities(overhead)
+    key = None
+    if containers is not None and inits is not None and extra is not None:
+        key = (containers, inits, extra)
+        try:
+            hit = _PODS.get(key)
+        except TypeError:  # a resource name or restart policy no key can hold: the full parse reports it
+            key = hit = None
+        if hit is not None:
+            return hit
+    reported = len(p)
+    out = _pod_requests(spec, where, p)
+    if key is not None and len(p) == reported:
+        shared(_PODS, key, out)
+    return out
+
+
+def _pod_requests(spec: Mapping[str, Any], where: str, p: Problems) -> Mapping[str, int]:
     app: dict[str, int] = {}
     for i, c in enumerate(as_list(spec.get("containers"), where + ".containers", p)):
         for k, v in _container_requests(c, f"{where}.containers[{i}]", p).items():

@@ -45,6 +45,10 @@ NODES = Resource("nodes", "", ("v1",), "nodes", "Node", False)
 COSCHEDULING_PODGROUPS = Resource("podgroups_coscheduling", "scheduling.x-k8s.io", ("v1alpha1",), "podgroups", "PodGroup", True)
 COSCHEDULING_LEGACY_PODGROUPS = Resource("podgroups_coscheduling_legacy", "scheduling.sigs.k8s.io", ("v1alpha1",), "podgroups", "PodGroup", True)
 VOLCANO_PODGROUPS = Resource("podgroups_volcano", "scheduling.volcano.sh", ("v1beta1",), "podgroups", "PodGroup", True)
+# Volcano Queues (cluster-scoped; volcano ed72c7c8 staging/src/volcano.sh/apis/pkg/apis/scheduling/
+# v1beta1/types.go:350-371): what a group waiting for its queue waits for, read by
+# exporter.cluster.volcano_queues (explain only). Optional: a cluster without Volcano serves none.
+VOLCANO_QUEUES = Resource("queues_volcano", "scheduling.volcano.sh", ("v1beta1",), "queues", "Queue", False)
 NATIVE_PODGROUPS = Resource("podgroups_native", "scheduling.k8s.io", ("v1beta1", "v1alpha3", "v1alpha2"), "podgroups", "PodGroup", True)
 # 1.35 served only v1alpha1 (Workload with spec.podGroups), 1.36 v1alpha2, 1.37 v1beta1 and v1alpha3
 # (kubernetes/api v0.35.0, v0.36.0, 10b39a39: scheduling/<version>/types.go); each shape is parsed
@@ -99,7 +103,8 @@ QUEUE_POSITIONS_LOCAL = Resource("queue_positions", "visibility.kueue.x-k8s.io",
 
 COLLECTOR_RESOURCES = (
     WORKLOADS, LOCAL_QUEUES, TOPOLOGIES, RESOURCE_FLAVORS, NODES, CLUSTER_QUEUES, COHORTS,
-    COSCHEDULING_PODGROUPS, COSCHEDULING_LEGACY_PODGROUPS, VOLCANO_PODGROUPS, NATIVE_PODGROUPS, NATIVE_WORKLOADS,
+    COSCHEDULING_PODGROUPS, COSCHEDULING_LEGACY_PODGROUPS, VOLCANO_PODGROUPS, VOLCANO_QUEUES, NATIVE_PODGROUPS,
+    NATIVE_WORKLOADS,
     QUEUE_POSITIONS, QUEUE_POSITIONS_LOCAL, NATIVE_COMPOSITE_PODGROUPS, KAI_PODGROUPS, JOBSETS, TRAINJOBS, LEADERWORKERSETS,
     RAYJOBS, RAYCLUSTERS, *POD_RESOURCES,
 )
