@@ -115,6 +115,37 @@ async def test_a_32bit_step_beyond_three_quarters_of_the_range_is_a_gap() -> Non
     sampler.close()
 
 
+async def test_a_call_stretched_before_the_driver_takes_its_value_stays_exact() -> None:
+    """A loaded machine stretches a call before the driver takes its value (the thread descheduled
+    in the wrapper): 120 ms here, 1.4 wraps at 48 GiB/s, then the next read 80 ms later. Each read
+    is a gap (its window spans the stretch) whose estimate, from the calls' midpoints, is off by
+    the time the value was taken from the middle of its call; the next read's estimate is off by
+    the same time the other way, so the total is exact again once the reads are."""
+    clock = Clock()
+    sim = SimNvml(gpus=1, clock=clock)
+    sim.set_pcie_rate(0, 48 * 1024**3, UINT)
+    sim.gpus[0].pcie_rate = 48 * 1024**3  # the 20 ms throughput the gap is estimated with
+    expo, _, sampler = make(sim)
+    assert await sampler.start()
+    await sampler.sample_once()
+    await drive(sim, clock, sampler, 0.5)
+    lib = sampler.reader.lib.__dict__  # the reader's TimedLibrary keeps each function it wrapped
+
+    def stretched(handle, fields):
+        clock.t += 0.12
+        return sim.nvmlDeviceGetFieldValues(handle, fields)
+
+    read, lib["nvmlDeviceGetFieldValues"] = lib["nvmlDeviceGetFieldValues"], stretched
+    sampler.read_pcie_now()
+    lib["nvmlDeviceGetFieldValues"] = read
+    clock.t += 0.08
+    sampler.read_pcie_now()
+    await sampler.sample_once()
+    assert tx(expo) == truth(sim)
+    assert gaps(expo) == 2 * 2  # both reads, both directions
+    sampler.close()
+
+
 async def test_a_driver_that_refreshes_every_100ms_is_detected_and_read_no_faster() -> None:
     """Values change only every 100 ms: reads in between return the same value while traffic
     flows. The reader notes the refresh, stops reading faster than it, and stays exact."""

@@ -287,14 +287,17 @@ class NvmlReader:
         """Every field family on every link in one call; the answers decide what is read from now on."""
         request = [(fid, link) for fam in FF.FIELD_FAMILIES if fam.per_link for link in range(dev.links) for fid in fam.ids]
         request += [(fid, 0) for fid in FF.PCIE_BYTES.ids]
+        t0 = self.clock()
         try:
             values = self.lib.nvmlDeviceGetFieldValues(dev.handle, request)
         except pynvml.NVMLError_NotSupported:
             dev.field_values = False
             values = []
+        t1 = self.clock()
         answered: dict[str, bool] = {}
         pcie_modulus: dict[int, int] = {}
         pcie_values: dict[int, int] = {}
+        pcie_stamps: dict[int, int] = {}
         pcie_transient = False
         for key, fv in zip(request, values):
             fam = FF.FAMILY_OF[key[0]]
@@ -305,6 +308,7 @@ class NvmlReader:
                     value, modulus = FF.field_value(fv)
                     pcie_modulus[key[0]] = modulus
                     pcie_values[key[0]] = int(value)
+                    pcie_stamps[key[0]] = int(fv.timestamp)
                 continue
             if ret == pynvml.NVML_ERROR_GPU_IS_LOST:
                 raise pynvml.NVMLError(ret)
@@ -343,6 +347,9 @@ class NvmlReader:
             dev.requests.clear()
             return
         self._choose_pcie(dev, pcie_modulus, pcie_values, out)
+        if dev.pcie_mode in ("fast", "field"):  # the probe's reads are the counters' first observations
+            for fid, value in pcie_values.items():
+                self._fold_pcie(dev, PCIE_DIRECTIONS[fid], value, t0, t1, pcie_stamps[fid])
         dev.probed = True
         dev.requests.clear()
 
