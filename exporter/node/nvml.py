@@ -41,7 +41,7 @@ from . import families as F
 from . import fields as FF
 from .counters import MonotonicCounter
 from .hardware import FabricInfo, PlatformInfo, read_fabric, read_platform
-from .worker import GpuWorker, TimedLibrary
+from .worker import GpuWorker, TimedLibrary, stamp_busy
 
 log = structlog.get_logger(__name__)
 
@@ -64,6 +64,27 @@ BOUND_BYTES = 65536
 
 def _text(value: str | bytes) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+class FieldRequest:
+    """One ``nvmlDeviceGetFieldValues`` request, its ``nvmlFieldValue_t`` array built once.
+
+    nvidia-ml-py's wrapper builds a new array and sets each entry's ids through ctypes at every
+    call (pynvml.py ``nvmlDeviceGetFieldValues``): 140 us of the interpreter for a 90-entry sample
+    and a third of a fast PCIe read. Where the library is nvidia-ml-py, the reader calls the same C
+    function pointer the wrapper calls (``_nvmlGetFunctionPointer``, the wrapper's own cache) with
+    this array, reset from its template first, by reference as the wrapper passes it
+    (``nvmlFieldValue_t *values``, nvml.h 3043). The simulator gets the wrapper's call instead."""
+
+    __slots__ = ("array", "count", "specs", "template")
+
+    def __init__(self, specs: list[tuple[int, int]]) -> None:
+        self.specs = specs
+        self.count = ctypes.c_int32(len(specs))
+        self.array = (pynvml.c_nvmlFieldValue_t * len(specs))()
+        for entry, (fid, scope) in zip(self.array, specs):
+            entry.fieldId, entry.scopeId = fid, scope
+        self.template = bytes(self.array)
 
 
 @dataclass
@@ -114,9 +135,12 @@ class GpuDevice:
     pcie_stale: dict[str, bool] = field(default_factory=dict)  # direction -> reads since the last change returned the same value
     pcie_bps: dict[str, float] = field(default_factory=dict)  # direction -> bytes/s between the last two reads
     pcie_rate: tuple[int, int] | None = None  # last nvmlDeviceGetPcieThroughput answer (bytes/s)
+    curr_gen: int | None = None  # current PCIe link generation and width, read with the slow samples
+    curr_width: int | None = None
     fast_failures: int = 0
     clock_steps: int = 0  # reads whose NVML wall-clock interval disagreed with the monotonic one
-    requests: dict[bool, list[tuple[int, int]]] = field(default_factory=dict)  # slow? -> field request
+    requests: dict[bool, FieldRequest] = field(default_factory=dict)  # slow? -> field request
+    fast_request: FieldRequest | None = None  # the fast PCIe read's own array (its thread, under ``lock``)
     # Held while the GPU's own worker samples it or the fast reader reads it: their folds never interleave.
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -159,6 +183,7 @@ class NvmlReader:
         # Intervals between counter reads come from this clock, read around each call; NVML's own
         # timestamps are wall-clock time, which NTP steps (and they are only cross-checked).
         self.clock = clock
+        self._get_field_values: Any = None  # nvidia-ml-py's C function pointer, where the library is nvidia-ml-py
 
     @property
     def log(self) -> Any:
@@ -170,7 +195,26 @@ class NvmlReader:
     def init(self) -> tuple[str, int]:
         """``nvmlInit``, the driver version and the GPU count; raises ``pynvml.NVMLError`` when NVML is unusable."""
         self.lib.nvmlInit()
+        pointer = getattr(self.lib, "_nvmlGetFunctionPointer", None)
+        if pointer is not None:
+            try:
+                self._get_field_values = pointer("nvmlDeviceGetFieldValues")
+            except pynvml.NVMLError:  # FUNCTION_NOT_FOUND: the wrapper's call raises it per GPU, as the probe expects
+                self._get_field_values = None
         return _text(self.lib.nvmlSystemGetDriverVersion()), int(self.lib.nvmlDeviceGetCount())
+
+    def _field_values(self, dev: GpuDevice, request: FieldRequest) -> list[tuple[int, int, int, int]]:
+        """(timestamp, return code, value, counter range) of each field of ``request``; raises what
+        the wrapper raises for a failed call."""
+        fn = self._get_field_values
+        if fn is None:
+            return FF.unpack_fields(self.lib.nvmlDeviceGetFieldValues(dev.handle, request.specs))
+        ctypes.memmove(request.array, request.template, len(request.template))
+        stamp_busy()
+        ret = fn(dev.handle, request.count, ctypes.byref(request.array))
+        if ret != pynvml.NVML_SUCCESS:
+            raise pynvml.NVMLError(ret)
+        return FF.unpack_fields(request.array)
 
     # ----- discovery ---------------------------------------------------------------------------
 
@@ -381,16 +425,18 @@ class NvmlReader:
 
     # ----- sampling ----------------------------------------------------------------------------
 
-    def _request(self, dev: GpuDevice, slow: bool) -> list[tuple[int, int]]:
+    def _request(self, dev: GpuDevice, slow: bool) -> FieldRequest:
+        """The sample's fields: NVLink counters and state (versions and errors with the slow
+        samples), and the PCIe counters in the same call, so a sample is one call per GPU."""
         request = dev.requests.get(slow)
         if request is None:
             ids = [*dev.data_ids, *FF.NVLINK_RAW.ids, FI_STATE]
             if slow:
                 ids += [FI_VERSION, *dev.error_ids]
             wanted = [(fid, link) for link in range(dev.links) for fid in ids]
-            if dev.pcie_mode == "field":
+            if dev.pcie_mode in ("field", "fast"):
                 wanted += [(fid, 0) for fid in FF.PCIE_BYTES.ids]
-            request = dev.requests[slow] = [spec for spec in wanted if spec not in dev.unsupported]
+            request = dev.requests[slow] = FieldRequest([spec for spec in wanted if spec not in dev.unsupported])
         return request
 
     def sample(self, dev: GpuDevice, slow: bool) -> GpuSample:
@@ -408,9 +454,7 @@ class NvmlReader:
             if dev.field_values:
                 self._read_fields(dev, slow, out)
             self._read_state_fallback(dev, out)
-            if dev.pcie_mode == "fast":  # the sample's totals are as fresh as its other counters
-                self.read_pcie(dev)
-            self._read_pcie(dev, out)
+            self._read_pcie(dev, out, slow)
             if slow:
                 if dev.error_api:
                     self._read_error_api(dev, out)
@@ -445,18 +489,17 @@ class NvmlReader:
 
     def _read_fields(self, dev: GpuDevice, slow: bool, out: GpuSample) -> None:
         request = self._request(dev, slow)
-        if not request:
+        if not request.specs:
             return
         t0 = self.clock()
         try:
-            values = self.lib.nvmlDeviceGetFieldValues(dev.handle, request)
+            values = self._field_values(dev, request)
         except pynvml.NVMLError_NotSupported:
             dev.field_values = False
             return
         t1 = self.clock()
         last, dev.fields_ts = dev.fields_ts, (t0, t1)
-        for key, fv in zip(request, values):  # NVML fills the array in request order
-            ret = fv.nvmlReturn
+        for key, (ts, ret, value, modulus) in zip(request.specs, values):  # NVML fills the array in request order
             if ret != pynvml.NVML_SUCCESS:
                 if ret == pynvml.NVML_ERROR_GPU_IS_LOST:
                     raise pynvml.NVMLError(ret)
@@ -468,23 +511,24 @@ class NvmlReader:
                 continue
             fid, link = key
             if fid == FI_STATE:
-                out.link_up[link] = 1 if fv.value.uiVal in FF.LINK_UP_STATES else 0
+                out.link_up[link] = 1 if value in FF.LINK_UP_STATES else 0
             elif fid == FI_VERSION:
-                out.version[link] = int(FF.field_value(fv)[0])
+                out.version[link] = value
             elif fid in PCIE_DIRECTIONS:
-                value, _ = FF.field_value(fv)
-                self._fold_pcie(dev, PCIE_DIRECTIONS[fid], int(value), t0, t1, int(fv.timestamp))
+                self._fold_pcie(dev, PCIE_DIRECTIONS[fid], value, t0, t1, ts)
             elif fid in FF.ERROR_TYPES:
-                value, modulus = FF.field_value(fv)
-                counter = dev.error_counters.setdefault((link, FF.ERROR_TYPES[fid]), MonotonicCounter())
-                counter.update(int(value), modulus)
+                counter = dev.error_counters.get((link, FF.ERROR_TYPES[fid]))
+                if counter is None:
+                    counter = dev.error_counters[(link, FF.ERROR_TYPES[fid])] = MonotonicCounter()
+                counter.update(value, modulus)
             else:
-                value, modulus = FF.field_value(fv)
-                counter = dev.link_counters.setdefault(key, MonotonicCounter())
+                counter = dev.link_counters.get(key)
+                if counter is None:
+                    counter = dev.link_counters[key] = MonotonicCounter()
                 if 0 < modulus < 2**64 and last is not None:
-                    self._fold_link(dev, key, counter, int(value), modulus, last, (t0, t1))
+                    self._fold_link(dev, key, counter, value, modulus, last, (t0, t1))
                 else:
-                    counter.update(int(value), modulus)
+                    counter.update(value, modulus)
 
     def _fold_pcie(self, dev: GpuDevice, direction: str, value: int, t0: float, t1: float, wall_us: int) -> None:
         """A PCIe byte counter read between monotonic times ``t0`` and ``t1``: wraps are unambiguous
@@ -583,9 +627,12 @@ class NvmlReader:
         counted into the next sample; a lost GPU is left to the next sample to report."""
         if dev.handle is None or dev.pcie_mode != "fast":
             return
+        request = dev.fast_request
+        if request is None:
+            request = dev.fast_request = FieldRequest(FAST_REQUEST)
         t0 = self.clock()
         try:
-            values = self.lib.nvmlDeviceGetFieldValues(dev.handle, FAST_REQUEST)
+            values = self._field_values(dev, request)
         except pynvml.NVMLError_GpuIsLost:
             self._lost(dev)
             return
@@ -593,7 +640,7 @@ class NvmlReader:
             dev.fast_failures += 1
             return
         t1 = self.clock()
-        for fid, ts, ret, value, _ in FF.unpack_counters(values):
+        for (fid, _), (ts, ret, value, _) in zip(FAST_REQUEST, values):
             if ret == pynvml.NVML_SUCCESS:
                 self._fold_pcie(dev, PCIE_DIRECTIONS[fid], value, t0, t1, ts)
             else:
@@ -609,7 +656,7 @@ class NvmlReader:
             except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_InvalidArgument):
                 continue
 
-    def _read_pcie(self, dev: GpuDevice, out: GpuSample) -> None:
+    def _read_pcie(self, dev: GpuDevice, out: GpuSample, slow: bool) -> None:
         if dev.pcie_mode == "throughput":
             tx = self._call(dev, "nvmlDeviceGetPcieThroughput", pynvml.NVML_PCIE_UTIL_TX_BYTES, out=out)
             rx = self._call(dev, "nvmlDeviceGetPcieThroughput", pynvml.NVML_PCIE_UTIL_RX_BYTES, out=out)
@@ -624,8 +671,11 @@ class NvmlReader:
                     counter.total += 0 if last is None else int(r * (now - last[1]))
                     dev.pcie_ts[direction] = (now, now)
                 dev.pcie_rate = rate
-        out.gen = (self._call(dev, "nvmlDeviceGetCurrPcieLinkGeneration", out=out, family=FF.PCIE_LINK), dev.max_gen)
-        out.width = (self._call(dev, "nvmlDeviceGetCurrPcieLinkWidth", out=out), dev.max_width)
+        if slow or dev.curr_gen is None:  # a link trains down rarely: read with the errors, every 10 s
+            dev.curr_gen = self._call(dev, "nvmlDeviceGetCurrPcieLinkGeneration", out=out, family=FF.PCIE_LINK)
+            dev.curr_width = self._call(dev, "nvmlDeviceGetCurrPcieLinkWidth", out=out)
+        out.gen = (dev.curr_gen, dev.max_gen)
+        out.width = (dev.curr_width, dev.max_width)
 
     def _read_error_api(self, dev: GpuDevice, out: GpuSample) -> None:
         for link in range(dev.links):

@@ -29,6 +29,13 @@ log = structlog.get_logger(__name__)
 _WORKERS: dict[int, GpuWorker] = {}  # thread ident -> its worker
 
 
+def stamp_busy() -> None:
+    """A driver call starts on this thread: the deadline of the worker running it counts from now."""
+    worker = _WORKERS.get(threading.get_ident())
+    if worker is not None:
+        worker.busy_since = time.monotonic()
+
+
 class TimedLibrary:
     """The NVML library seen through the GPU workers: each call stamps :attr:`GpuWorker.busy_since`
     of the worker it runs on, so a deadline counts from the start of the call in progress."""
@@ -42,9 +49,7 @@ class TimedLibrary:
             return attr
 
         def call(*args: Any) -> Any:
-            worker = _WORKERS.get(threading.get_ident())
-            if worker is not None:
-                worker.busy_since = time.monotonic()
+            stamp_busy()
             return attr(*args)
 
         self.__dict__[name] = call  # later lookups skip __getattr__
