@@ -50,6 +50,7 @@ FI_STATE, FI_VERSION = pynvml.NVML_FI_DEV_NVLINK_GET_STATE, pynvml.NVML_FI_DEV_N
 FI_PCIE_TX, FI_PCIE_RX = FF.PCIE_BYTES.ids
 PCIE_DIRECTIONS = {FI_PCIE_TX: "transmit", FI_PCIE_RX: "receive"}
 FAST_REQUEST = [(FI_PCIE_TX, 0), (FI_PCIE_RX, 0)]
+NVLINK_BYTE_FAMILIES = (FF.NVLINK_DATA, FF.NVLINK_RAW, FF.NVLINK5_BYTES)
 # NVLink errors change rarely: read them (and the fabric state) every Nth sample, every 10 s at
 # the default interval, which alerts on increase() over minutes cannot notice.
 SLOW_SAMPLE_EVERY = 10
@@ -123,7 +124,12 @@ class GpuDevice:
     fabric: FabricInfo | None = None
     # monotonic totals, folded on this thread
     link_counters: dict[tuple[int, int], MonotonicCounter] = field(default_factory=dict)
-    link_32bit: set[tuple[int, int]] = field(default_factory=set)  # (field id, link) of byte counters reported 32-bit
+    link_32bit: set[tuple[int, int]] = field(default_factory=set)  # (field id, link) of byte counters read as 32-bit
+    # NVLink byte counter field id -> the range assumed: 2**32 where typed so, or typed 64-bit while
+    # no value above 2**32 was seen (as for PCIe); absent: 64-bit
+    link_modulus: dict[int, int] = field(default_factory=dict)
+    nvlink_period: float | None = None  # seconds between fast reads of the NVLink byte counters (None: with the sample)
+    nvlink_ts: tuple[float, float] | None = None  # monotonic (before, after) the last read of the fast-read NVLink counters
     fields_ts: tuple[float, float] | None = None  # monotonic (before, after) the last sample's field-value call
     error_counters: dict[tuple[int, str], MonotonicCounter] = field(default_factory=dict)
     pcie: dict[str, MonotonicCounter] = field(default_factory=dict)  # direction -> bytes
@@ -139,10 +145,15 @@ class GpuDevice:
     curr_width: int | None = None
     fast_failures: int = 0
     clock_steps: int = 0  # reads whose NVML wall-clock interval disagreed with the monotonic one
-    requests: dict[bool, FieldRequest] = field(default_factory=dict)  # slow? -> field request
-    fast_request: FieldRequest | None = None  # the fast PCIe read's own array (its thread, under ``lock``)
+    # slow? -> the sample's field request; None -> the fast read's (its thread, under ``lock``)
+    requests: dict[bool | None, FieldRequest] = field(default_factory=dict)
     # Held while the GPU's own worker samples it or the fast reader reads it: their folds never interleave.
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def fast(self) -> bool:
+        """Whether the fast reader reads this GPU (32-bit PCIe or NVLink counters that wrap between samples)."""
+        return self.pcie_mode == "fast" or self.nvlink_period is not None
 
     def counters(self) -> list[MonotonicCounter]:
         return [*self.link_counters.values(), *self.error_counters.values(), *self.pcie.values()]
@@ -175,9 +186,10 @@ class NvmlReader:
     """NVML access for one library; every method may block in the driver, so each runs on its GPU's thread."""
 
     def __init__(self, lib: Any, pcie_interval: float | None = None, clock: Callable[[], float] = time.monotonic,
-                 node: str = "") -> None:
+                 node: str = "", sample_interval: float = 1.0) -> None:
         self.node = node
         self.lib = lib
+        self.sample_interval = sample_interval  # a 32-bit NVLink counter that can wrap faster is read by the fast reader
         # None: per device from valueType and link rate; 0: PCIe counters only with the sample; > 0: fixed
         self.pcie_interval = pcie_interval
         # Intervals between counter reads come from this clock, read around each call; NVML's own
@@ -342,6 +354,8 @@ class NvmlReader:
         pcie_modulus: dict[int, int] = {}
         pcie_values: dict[int, int] = {}
         pcie_stamps: dict[int, int] = {}
+        link_moduli: dict[int, int] = {}  # NVLink byte counter field id -> typed range, and its largest value
+        link_largest: dict[int, int] = {}
         pcie_transient = False
         for key, fv in zip(request, values):
             fam = FF.FAMILY_OF[key[0]]
@@ -353,6 +367,10 @@ class NvmlReader:
                     pcie_modulus[key[0]] = modulus
                     pcie_values[key[0]] = int(value)
                     pcie_stamps[key[0]] = int(fv.timestamp)
+                elif fam in NVLINK_BYTE_FAMILIES:
+                    value, modulus = FF.field_value(fv)
+                    link_moduli[key[0]] = min(modulus, link_moduli.get(key[0], modulus))
+                    link_largest[key[0]] = max(int(value), link_largest.get(key[0], 0))
                 continue
             if ret == pynvml.NVML_ERROR_GPU_IS_LOST:
                 raise pynvml.NVMLError(ret)
@@ -379,6 +397,7 @@ class NvmlReader:
             dev.data_ids, dev.data_unit = FF.NVLINK_DATA.ids, 1024
         else:
             dev.data_ids = ()
+        self._choose_nvlink(dev, link_moduli, link_largest)
         dev.error_ids = tuple(fid for fam in (FF.NVLINK_ERRORS, FF.NVLINK5_ERRORS) if sup.get(fam.name) for fid in fam.ids)
         dev.error_api = False
         if not dev.error_ids and dev.links:
@@ -396,6 +415,26 @@ class NvmlReader:
                 self._fold_pcie(dev, PCIE_DIRECTIONS[fid], value, t0, t1, pcie_stamps[fid])
         dev.probed = True
         dev.requests.clear()
+
+    def _choose_nvlink(self, dev: GpuDevice, moduli: dict[int, int], largest: dict[int, int]) -> None:
+        """The range each NVLink byte counter is read with, and whether the fast reader reads them.
+
+        As for PCIe, a counter typed 64-bit whose values are below 2**32 is read as 32-bit until a
+        value above proves otherwise. A 32-bit counter that can wrap within the sample interval at
+        the link's maximum rate (202/204 count bytes: 2**32 of them pass in 67 ms) is read between
+        samples too, by the fast reader, every 3/4 of that time (50 ms), so that its wraps are
+        counted; the KiB counters 138-141 take over a minute to wrap and are read with the sample."""
+        dev.link_modulus = {fid: 2**32 if m == 2**64 else m for fid, m in moduli.items()
+                            if 0 < m < 2**64 or (m == 2**64 and largest.get(fid, 0) < 2**32)}
+        dev.nvlink_period = None
+        unit = 1 if dev.data_ids == FF.NVLINK5_BYTES.ids else 1024
+        wrapping = [dev.link_modulus[fid] * unit for fid in dev.data_ids if fid in dev.link_modulus]
+        if wrapping:
+            period = FF.fast_period(min(wrapping), FF.NVLINK_MAX_RATE)
+            if period < self.sample_interval:
+                dev.nvlink_period = period
+        if wrapping:
+            self.log.info("nvml_nvlink_counters", gpu=dev.index, bits=32, fast_period=dev.nvlink_period)
 
     def _choose_pcie(self, dev: GpuDevice, moduli: dict[int, int], values: dict[int, int], out: GpuSample) -> None:
         """Field 197/198 with the sample (64-bit), between samples too (32-bit), or the integrated rate.
@@ -485,7 +524,7 @@ class NvmlReader:
         dev.pcie_stale.clear()
         dev.lost = True
         dev.probed = False  # a replaced board or new driver may answer differently
-        dev.pcie_period = None
+        dev.pcie_period = dev.nvlink_period = dev.nvlink_ts = None
 
     def _read_fields(self, dev: GpuDevice, slow: bool, out: GpuSample) -> None:
         request = self._request(dev, slow)
@@ -499,6 +538,7 @@ class NvmlReader:
             return
         t1 = self.clock()
         last, dev.fields_ts = dev.fields_ts, (t0, t1)
+        fast_links = False
         for key, (ts, ret, value, modulus) in zip(request.specs, values):  # NVML fills the array in request order
             if ret != pynvml.NVML_SUCCESS:
                 if ret == pynvml.NVML_ERROR_GPU_IS_LOST:
@@ -521,14 +561,20 @@ class NvmlReader:
                 if counter is None:
                     counter = dev.error_counters[(link, FF.ERROR_TYPES[fid])] = MonotonicCounter()
                 counter.update(value, modulus)
+            elif dev.nvlink_period is not None and fid in dev.data_ids:
+                self._fold_fast_link(dev, key, value, (t0, t1))
+                fast_links = True
             else:
                 counter = dev.link_counters.get(key)
                 if counter is None:
                     counter = dev.link_counters[key] = MonotonicCounter()
+                modulus = self._link_range(dev, fid, value, modulus)
                 if 0 < modulus < 2**64 and last is not None:
                     self._fold_link(dev, key, counter, value, modulus, last, (t0, t1))
                 else:
                     counter.update(value, modulus)
+        if fast_links:
+            dev.nvlink_ts = (t0, t1)
 
     def _fold_pcie(self, dev: GpuDevice, direction: str, value: int, t0: float, t1: float, wall_us: int) -> None:
         """A PCIe byte counter read between monotonic times ``t0`` and ``t1``: wraps are unambiguous
@@ -576,6 +622,35 @@ class NvmlReader:
         dev.pcie_ts[direction] = (t0, t1)
         dev.pcie_wall[direction] = wall_us
 
+    def _link_range(self, dev: GpuDevice, fid: int, value: int, typed: int) -> int:
+        """The range an NVLink byte counter is read with: 64-bit once a value above 2**32 proves it."""
+        assumed = dev.link_modulus.get(fid)
+        if assumed is None:
+            return typed
+        if value >= assumed:  # typed 64-bit and now past 2**32: 64-bit, read with the sample from now on
+            del dev.link_modulus[fid]
+            dev.link_32bit -= {key for key in dev.link_32bit if key[0] == fid}
+            if fid in dev.data_ids and dev.nvlink_period is not None:
+                dev.nvlink_period = None
+                dev.requests.clear()
+            self.log.info("nvml_nvlink_counters_64bit", gpu=dev.index, field=fid)
+            return typed
+        return assumed
+
+    def _fold_fast_link(self, dev: GpuDevice, key: tuple[int, int], value: int, now: tuple[float, float]) -> None:
+        """A fast-read NVLink byte counter, read by the fast reader or the sample: its bound counts
+        from the last read of any of them (both read every link at once)."""
+        counter = dev.link_counters.get(key)
+        if counter is None:
+            counter = dev.link_counters[key] = MonotonicCounter()
+        modulus = self._link_range(dev, key[0], value, 2**64)
+        if dev.nvlink_ts is not None and modulus < 2**64:
+            self._fold_link(dev, key, counter, value, modulus, dev.nvlink_ts, now)
+        else:
+            counter.update(value, modulus)
+            if modulus < 2**64:
+                dev.link_32bit.add(key)
+
     def _fold_link(self, dev: GpuDevice, key: tuple[int, int], counter: MonotonicCounter, value: int, modulus: int,
                    last: tuple[float, float], now: tuple[float, float]) -> None:
         """An NVLink byte counter the driver reports 32-bit, guarded as PCIe is: wraps are exact
@@ -584,7 +659,8 @@ class NvmlReader:
         independent rate exists for a link: the counter's own would only repeat its undercount),
         so none is added, the total is a lower bound, and the read is counted in
         ``gangscope_nvlink_read_gaps_total``. 138-141 count KiB (2**32 of them take 68 s at that
-        rate: exact with 1 s samples); 202/204 count bytes (67 ms: every sample is a gap, and says so)."""
+        rate: exact with 1 s samples); 202/204 count bytes (67 ms: read by the fast reader, see
+        :meth:`_choose_nvlink`)."""
         unit = 1 if key[0] in FF.NVLINK5_BYTES.ids else 1024
         wide = now[1] - last[0]
         bound = FF.NVLINK_MAX_RATE * wide * BOUND_SLACK / unit + BOUND_BYTES
@@ -622,14 +698,18 @@ class NvmlReader:
             dev.pcie_period = dev.pcie_refresh
             log.info("nvml_pcie_refresh_slower_than_reads", gpu=dev.index, refresh=round(dev.pcie_refresh, 4))
 
-    def read_pcie(self, dev: GpuDevice) -> None:
-        """A fast read of the 32-bit PCIe counters (the caller holds ``dev.lock``). Failures are
-        counted into the next sample; a lost GPU is left to the next sample to report."""
-        if dev.handle is None or dev.pcie_mode != "fast":
+    def read_fast(self, dev: GpuDevice) -> None:
+        """A fast read of the 32-bit PCIe and NVLink byte counters that wrap between samples (the
+        caller holds ``dev.lock``), in one call. Failures are counted into the next sample; a lost
+        GPU is left to the next sample to report."""
+        if dev.handle is None or not dev.fast:
             return
-        request = dev.fast_request
+        request = dev.requests.get(None)
         if request is None:
-            request = dev.fast_request = FieldRequest(FAST_REQUEST)
+            wanted = FAST_REQUEST if dev.pcie_mode == "fast" else []
+            if dev.nvlink_period is not None:
+                wanted = [*wanted, *((fid, link) for link in range(dev.links) for fid in dev.data_ids)]
+            request = dev.requests[None] = FieldRequest([spec for spec in wanted if spec not in dev.unsupported])
         t0 = self.clock()
         try:
             values = self._field_values(dev, request)
@@ -640,11 +720,15 @@ class NvmlReader:
             dev.fast_failures += 1
             return
         t1 = self.clock()
-        for (fid, _), (ts, ret, value, _) in zip(FAST_REQUEST, values):
-            if ret == pynvml.NVML_SUCCESS:
-                self._fold_pcie(dev, PCIE_DIRECTIONS[fid], value, t0, t1, ts)
-            else:
+        for key, (ts, ret, value, _) in zip(request.specs, values):
+            if ret != pynvml.NVML_SUCCESS:
                 dev.fast_failures += 1
+            elif key[0] in PCIE_DIRECTIONS:
+                self._fold_pcie(dev, PCIE_DIRECTIONS[key[0]], value, t0, t1, ts)
+            else:
+                self._fold_fast_link(dev, key, value, (t0, t1))
+        if dev.nvlink_period is not None:
+            dev.nvlink_ts = (t0, t1)
 
     def _read_state_fallback(self, dev: GpuDevice, out: GpuSample) -> None:
         """``nvmlDeviceGetNvLinkState`` for links whose state field is not answered (older drivers)."""
@@ -770,7 +854,7 @@ class NvmlSampler:
         self.timeout = timeout
         self.pcie_interval = pcie_interval
         self.on_inventory = on_inventory
-        # False: no fast-read thread; the caller drives read_pcie_now() (tests with their own clock)
+        # False: no fast-read thread; the caller drives read_fast_now() (tests with their own clock)
         self.background_pcie = background_pcie
         self._fast: GpuWorker | None = None
         self._fast_generation = 0
@@ -823,7 +907,7 @@ class NvmlSampler:
         Each GPU is opened and probed on its own thread by its first sample."""
         try:
             lib = self._lib_factory()
-            reader = NvmlReader(TimedLibrary(lib), self.pcie_interval, self.clock, self.node)
+            reader = NvmlReader(TimedLibrary(lib), self.pcie_interval, self.clock, self.node, self.interval)
             fut = self._init_pool.submit(reader.init)
             driver, count = await asyncio.wait_for(asyncio.wrap_future(fut), self.timeout * 5)
         except (pynvml.NVMLError, OSError) as exc:
@@ -872,7 +956,8 @@ class NvmlSampler:
         self._fast = GpuWorker(f"nvml-pcie-{generation}", lambda: self._read_fast(generation), self._fast_period)
 
     def _fast_period(self) -> float | None:
-        periods = [st.dev.pcie_period for st in self.gpus.values() if st.dev.pcie_period and not st.fast_excluded]
+        periods = [p for st in self.gpus.values() if not st.fast_excluded
+                   for p in (st.dev.pcie_period if st.dev.pcie_mode == "fast" else None, st.dev.nvlink_period) if p]
         return min(periods) if periods else None
 
     def _read_fast(self, generation: int) -> None:
@@ -880,11 +965,11 @@ class NvmlSampler:
         for st in list(self.gpus.values()):
             if generation != self._fast_generation:
                 return  # replaced while stuck in an earlier GPU's read
-            if st.fast_excluded or st.dev.pcie_mode != "fast" or not st.dev.lock.acquire(blocking=False):
+            if st.fast_excluded or not st.dev.fast or not st.dev.lock.acquire(blocking=False):
                 continue  # its own worker is sampling it, and reads the counters itself
             try:
                 self._fast_on = st
-                self.reader.read_pcie(st.dev)
+                self.reader.read_fast(st.dev)
             finally:
                 self._fast_on = None
                 st.dev.lock.release()
@@ -906,8 +991,8 @@ class NvmlSampler:
         """Rounds of fast PCIe reads done by the current reader thread."""
         return self._fast.ticks if self._fast is not None else 0
 
-    def read_pcie_now(self) -> None:
-        """Every GPU's fast PCIe read, here and now (tests drive it with their own clock)."""
+    def read_fast_now(self) -> None:
+        """Every GPU's fast read, here and now (tests drive it with their own clock)."""
         self._read_fast(self._fast_generation)
 
     async def sample_once(self) -> None:
