@@ -342,3 +342,33 @@ async def test_nvlink_gap_series_until_64bit_typed_counters_pass_2_32() -> None:
     assert value(expo, "gangscope_nvlink_transmit_bytes_total", gpu="0", link="0") == (
         sim.link_counter(sim.gpus[0], 0, fid) + sim.gpus[0].nvlink_offset) * 1024
     sampler.close()
+
+
+async def test_a_gap_never_waits_for_the_throughput_on_the_fast_reader() -> None:
+    """nvmlDeviceGetPcieThroughput blocks for its 20 ms window: made by the fast reader at a gap it
+    delayed every other GPU's read past its wrap, and one gap caused the next. A gap is estimated
+    from the last measurement (or the counter's own rate) and the GPU's worker measures after its
+    sample, outside the lock the fast reader takes."""
+    clock = Clock()
+    sim = SimNvml(gpus=1, clock=clock)
+    sim.set_pcie_rate(0, 40 * GB, UINT)
+    calls: list[str] = []
+    throughput = sim.nvmlDeviceGetPcieThroughput
+
+    def counted(handle, counter):
+        calls.append("locked" if sampler.gpus[0].dev.lock.locked() else "free")
+        return throughput(handle, counter)
+
+    sim.nvmlDeviceGetPcieThroughput = counted
+    expo, _, sampler = make(sim)
+    assert await sampler.start()
+    await sampler.sample_once()
+    assert calls == ["free", "free"]  # measured once after the probe, ready for the first gap
+    await drive(sim, clock, sampler, 0.5)
+    clock.t += 0.2  # the fast reader missed three periods: a gap in each direction
+    sampler.read_fast_now()
+    assert gaps(expo) == 0 and calls == ["free", "free"]  # not rendered yet, and nothing measured meanwhile
+    await sampler.sample_once()
+    assert gaps(expo) == 2 and tx(expo) == truth(sim)
+    assert calls == ["free"] * 4  # the worker measured again after its sample, without the lock
+    sampler.close()

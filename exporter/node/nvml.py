@@ -137,7 +137,8 @@ class GpuDevice:
     pcie_wall: dict[str, int] = field(default_factory=dict)  # direction -> NVML's timestamp (us) of that read: a cross-check only
     pcie_refresh: float = 0.0  # the driver's refresh period as seen (a value unchanged while traffic flows)
     pcie_seen_64: bool = False  # a PCIe value above 2**32 was seen: 64-bit for good (a re-probe after a reset keeps it)
-    gap_rate: dict[str, tuple[float, float]] = field(default_factory=dict)  # direction -> (when, bytes/s) of the last gap estimate
+    gap_rate: dict[str, tuple[float, float]] = field(default_factory=dict)  # direction -> (when, bytes/s) of the 20 ms throughput
+    gap_rate_wanted: bool = False  # a gap asked the GPU's worker to measure the throughput after its sample
     pcie_stale: dict[str, bool] = field(default_factory=dict)  # direction -> reads since the last change returned the same value
     pcie_bps: dict[str, float] = field(default_factory=dict)  # direction -> bytes/s between the last two reads
     pcie_rate: tuple[int, int] | None = None  # last nvmlDeviceGetPcieThroughput answer (bytes/s)
@@ -454,6 +455,7 @@ class NvmlReader:
         if dev.pcie_typed == 2**64 and not dev.pcie_seen_64:
             dev.pcie_modulus = 2**32
         wraps = 0 < dev.pcie_modulus < 2**64
+        dev.gap_rate_wanted = wraps  # have the throughput ready for the first gap
         if not wraps or self.pcie_interval == 0:
             dev.pcie_mode, dev.pcie_period = "field", None
         else:
@@ -481,7 +483,9 @@ class NvmlReader:
     def sample(self, dev: GpuDevice, slow: bool) -> GpuSample:
         """Read one GPU. Never raises for NVML errors: a failed GPU comes back with ``ok=False``."""
         with dev.lock:
-            return self._sample(dev, slow)
+            out = self._sample(dev, slow)
+        self.refresh_gap_rate(dev)
+        return out
 
     def _sample(self, dev: GpuDevice, slow: bool) -> GpuSample:
         out = GpuSample(dev.index)
@@ -599,7 +603,7 @@ class NvmlReader:
         if dev.pcie_stale.pop(direction, False) and value != counter.last and 0 < since < MAX_REFRESH:
             dev.pcie_refresh = max(dev.pcie_refresh, since)
             self._adapt_period(dev)
-        before = counter.total
+        before, gaps = counter.total, counter.gaps
         wide = t1 - last[0] if last is not None else 0.0  # the most time that can separate the two values
         mid = (t0 + t1) / 2 - (last[0] + last[1]) / 2 if last is not None else 0.0
         if 0 < modulus < 2**64 and last is not None:
@@ -610,7 +614,7 @@ class NvmlReader:
             counter.update(value, modulus, bound, expected)
         else:
             counter.update(value, modulus)
-        if mid > 0:
+        if mid > 0 and gaps == counter.gaps:  # a rate from an estimate would carry its error to the next gap
             dev.pcie_bps[direction] = (counter.total - before) / mid
         if last is not None and direction in dev.pcie_wall:
             wall = (wall_us - dev.pcie_wall[direction]) / 1e6
@@ -668,21 +672,33 @@ class NvmlReader:
         dev.link_32bit.add(key)
 
     def _gap_rate(self, dev: GpuDevice, direction: str) -> float:
-        """Bytes/s to estimate a gap with: the driver's 20 ms ``nvmlDeviceGetPcieThroughput`` (KB/s,
-        nvml.h 638-639), else the counter's own recent rate. The call blocks for its 20 ms window,
-        so it is made at most once a second per GPU and direction (a stalled reader must not stall
-        itself further); in between the last answer stands."""
-        now = self.clock()
+        """Bytes/s to estimate a gap with, without blocking: the driver's 20 ms
+        ``nvmlDeviceGetPcieThroughput`` (KB/s, nvml.h 638-639) as the GPU's own worker last measured
+        it, while under a sample interval and a second old, else the counter's own rate over its
+        last interval that was no gap (a rate from an estimate would carry its error on). Each gap
+        asks the worker for a fresh measurement after its next sample (:meth:`refresh_gap_rate`).
+
+        The call blocks for its 20 ms window (21 ms measured). Made on the fast reader it held up
+        every other GPU's read past its wrap time: one gap then caused the next, one per GPU and
+        direction each second for good, under CPU contention or with slow NVML calls."""
+        dev.gap_rate_wanted = True
         cached = dev.gap_rate.get(direction)
-        if cached is not None and now - cached[0] < 1.0:
+        if cached is not None and self.clock() - cached[0] < self.sample_interval + 1.0:
             return cached[1]
-        counter = pynvml.NVML_PCIE_UTIL_TX_BYTES if direction == "transmit" else pynvml.NVML_PCIE_UTIL_RX_BYTES
-        try:
-            rate = float(self.lib.nvmlDeviceGetPcieThroughput(dev.handle, counter)) * 1024
-        except pynvml.NVMLError:
-            rate = dev.pcie_bps.get(direction, 0.0)
-        dev.gap_rate[direction] = (now, rate)
-        return rate
+        return dev.pcie_bps.get(direction, 0.0)
+
+    def refresh_gap_rate(self, dev: GpuDevice) -> None:
+        """On the GPU's own worker, outside ``dev.lock`` (so the fast reader reads on meanwhile):
+        measure the 20 ms PCIe throughput a gap asked for."""
+        if not dev.gap_rate_wanted or dev.handle is None:
+            return
+        dev.gap_rate_wanted = False
+        for direction, counter in (("transmit", pynvml.NVML_PCIE_UTIL_TX_BYTES), ("receive", pynvml.NVML_PCIE_UTIL_RX_BYTES)):
+            try:
+                rate = float(self.lib.nvmlDeviceGetPcieThroughput(dev.handle, counter)) * 1024
+            except pynvml.NVMLError:  # unsupported, or the GPU was lost: the counter's own rate stands in
+                continue
+            dev.gap_rate[direction] = (self.clock(), rate)
 
     def _proven_64bit(self, dev: GpuDevice) -> None:
         """A 64-bit-typed PCIe counter passed 2**32: it is 64-bit, read with the sample from now on."""
