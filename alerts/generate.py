@@ -1167,7 +1167,14 @@ def dcgm_rules(cfg: Config) -> list[dict[str, Any]]:
     internal/pkg/transformation/const.go), which Prometheus renames exported_namespace/exported_pod
     when the ServiceMonitor does not honour labels (dcgm-exporter#85). The fields joined by default
     kept their names and units in every tag from 3.3.9-3.6.1 to 4.5.3-4.8.2 and at d5e5f51
-    (etc/default-counters.csv 23-24, 29, 51, 72).
+    (etc/default-counters.csv 23-24, 29, 51, 72), and at 4.6.0-4.8.3. 4.9.0 renames "the 23
+    default and profiling-preset fields that DCGM 4.7 deprecates" and changes utilization from a
+    percentage to a 0-1 ratio (its release notes); which new names the joined fields get is not
+    verified here, so on 4.9.0 and later their joins stay empty (no value, never a wrong one) until
+    ``dcgm_join`` in alerts/config.yaml names them. Its driver label becomes
+    ``DCGM_FI_SYSTEM_DRIVER_VERSION``, passed through like any other. 4.10.0 renames the profiling
+    ``DCGM_FI_PROF_{PCIE,NVLINK}_{TX,RX}_BYTES`` to ``..._BYTES_PER_SECOND`` (its release notes);
+    none of them is joined by default.
 
     The join goes by UUID (``uuid`` copied into ``UUID`` first, so both namespaces join), and on
     a MIG instance by (parent UUID, GPU_I_ID) to the workload holding that instance; else by

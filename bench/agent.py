@@ -17,11 +17,12 @@ simulator answers in microseconds: gangscope's own cost), ``idle`` (``--nvml sim
 every call takes the time a real one takes, spent waiting), ``spin`` (``sim:latency``: the
 same time spent on the CPU, as a driver polling for the GPU's reply would; the upper bound) and
 ``spin-slow-pcie`` (``spin`` with ``--pcie-interval 0``: what the fast PCIe reads cost), and
-``c-abi``: ``--nvml real``, the real nvidia-ml-py wrappers (ctypes, the structs they build, the
-``nvmlFieldValue_t`` arrays) over the C stand-in ``libnvidia-ml.so.1`` (exporter/sim/libnvml,
-built with gcc here) whose every call spins ``--call-us`` (default 30) microseconds on the CPU:
-what the simulator at the pynvml boundary cannot charge, the wrapper's own cost, included.
-The per-call times and their source are ``exporter.sim.nvml.CALL_COSTS``. The h100 profile reads
+``c-abi``: ``--nvml real``, the real nvidia-ml-py over the C stand-in ``libnvidia-ml.so.1``
+(exporter/sim/libnvml, built with gcc here) whose every call spins ``--call-us`` (default 30)
+microseconds on the CPU: nvidia-ml-py's wrappers, ctypes and the structs they build, and for the
+field values the C function the wrapper calls with the agent's own arrays (``FieldRequest`` in
+exporter/node/nvml.py), all charged as on a real node, which the simulator at the pynvml boundary
+cannot do. The per-call times and their source are ``exporter.sim.nvml.CALL_COSTS``. The h100 profile reads
 its 32-bit PCIe counters every 50 ms, so the CPU includes the fast PCIe reads. Measured:
 
 - scrape latency p50/p99 over ``--scrapes`` sequential scrapes (Prometheus text, and

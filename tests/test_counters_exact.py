@@ -5,6 +5,7 @@ simulator's exact truth (rate x time on its clock, which the sampler reads its i
 from __future__ import annotations
 
 import pynvml
+import pytest
 
 from exporter.sim.gpus import UINT, ULL
 from exporter.sim.nvml import SimNvml
@@ -19,7 +20,7 @@ async def drive(sim: SimNvml, clock: Clock, sampler, seconds: float, step: float
         dt = step or dev.pcie_period or 1.0
         clock.t += dt
         t += dt
-        sampler.read_pcie_now()
+        sampler.read_fast_now()
         if between is not None:
             between(t)
         if int(t + 1e-9) != int(t - dt + 1e-9):
@@ -112,6 +113,37 @@ async def test_a_32bit_step_beyond_three_quarters_of_the_range_is_a_gap() -> Non
     await drive(sim, clock, sampler, 0.6, step=0.06)
     assert tx(expo) == truth(sim)
     assert gaps(expo) == 10  # ten reads of transmit (receive moves 80% of it: 3.07 GB, below 3/4)
+    sampler.close()
+
+
+async def test_a_call_stretched_before_the_driver_takes_its_value_stays_exact() -> None:
+    """A loaded machine stretches a call before the driver takes its value (the thread descheduled
+    in the wrapper): 120 ms here, 1.4 wraps at 48 GiB/s, then the next read 80 ms later. Each read
+    is a gap (its window spans the stretch) whose estimate, from the calls' midpoints, is off by
+    the time the value was taken from the middle of its call; the next read's estimate is off by
+    the same time the other way, so the total is exact again once the reads are."""
+    clock = Clock()
+    sim = SimNvml(gpus=1, clock=clock)
+    sim.set_pcie_rate(0, 48 * 1024**3, UINT)
+    sim.gpus[0].pcie_rate = 48 * 1024**3  # the 20 ms throughput the gap is estimated with
+    expo, _, sampler = make(sim)
+    assert await sampler.start()
+    await sampler.sample_once()
+    await drive(sim, clock, sampler, 0.5)
+    lib = sampler.reader.lib.__dict__  # the reader's TimedLibrary keeps each function it wrapped
+
+    def stretched(handle, fields):
+        clock.t += 0.12
+        return sim.nvmlDeviceGetFieldValues(handle, fields)
+
+    read, lib["nvmlDeviceGetFieldValues"] = lib["nvmlDeviceGetFieldValues"], stretched
+    sampler.read_fast_now()
+    lib["nvmlDeviceGetFieldValues"] = read
+    clock.t += 0.08
+    sampler.read_fast_now()
+    await sampler.sample_once()
+    assert tx(expo) == truth(sim)
+    assert gaps(expo) == 2 * 2  # both reads, both directions
     sampler.close()
 
 
@@ -224,10 +256,49 @@ async def test_a_32bit_nvlink_kib_counter_wraps_exactly_and_says_nothing() -> No
     sampler.close()
 
 
-async def test_a_32bit_nvlink5_byte_counter_read_each_second_is_a_counted_lower_bound() -> None:
-    """202/204 reported 32-bit wrap every 0.1-0.2 s at NVLink5 rates: a 1 s sample cannot see its
-    wraps, and a link has no independent rate to estimate them with. Each read is counted as a gap
-    and adds only the forward distance: a lower bound, and the series says so."""
+def link_truth(sim: SimNvml, link: int, fid: int) -> int:
+    """Bytes a GPU 0 NVLink5 counter counted since it started (before any wrap)."""
+    return sim.gpus[0].nvlink_offset + sim.link_counter(sim.gpus[0], link, fid)
+
+
+async def nvlink5_32bit(wrap_only: bool) -> None:
+    """202/204 wrapping at 32 bits (typed so, or typed 64-bit: values never above 2**32) wrap every
+    0.1-0.2 s at NVLink5 rates, within a 1 s sample: the fast reader reads them every 50 ms, and
+    every wrap is counted, on every link, with no gap."""
+    clock = Clock()
+    sim = SimNvml(profile="gb200", gpus=1, clock=clock)
+    if wrap_only:
+        sim.gpus[0].nvlink_wrap = 2**32
+    else:
+        sim.gpus[0].nvlink_value_type = UINT
+    expo, _, sampler = make(sim)
+    assert await sampler.start()
+    await sampler.sample_once()
+    dev = sampler.gpus[0].dev
+    assert dev.nvlink_period == pytest.approx(0.75 * 2**32 / 64e9)
+    assert dev.fast
+    await drive(sim, clock, sampler, 3, step=dev.nvlink_period)
+    fid = pynvml.NVML_FI_DEV_NVLINK_COUNT_XMIT_BYTES
+    assert link_truth(sim, 0, fid) > 20 * 2**32
+    for link in range(sim.gpus[0].links):
+        assert value(expo, "gangscope_nvlink_transmit_bytes_total", gpu="0", link=str(link)) == link_truth(sim, link, fid)
+        assert value(expo, "gangscope_nvlink_receive_bytes_total", gpu="0", link=str(link)) == link_truth(
+            sim, link, pynvml.NVML_FI_DEV_NVLINK_COUNT_RCV_BYTES)
+    assert value(expo, "gangscope_nvlink_read_gaps_total", gpu="0") == 0
+    sampler.close()
+
+
+async def test_a_32bit_nvlink5_byte_counter_is_read_by_the_fast_reader_and_stays_exact() -> None:
+    await nvlink5_32bit(wrap_only=False)
+
+
+async def test_a_64bit_typed_nvlink5_counter_below_2_32_is_read_as_32bit() -> None:
+    await nvlink5_32bit(wrap_only=True)
+
+
+async def test_a_32bit_nvlink5_counter_read_too_late_is_a_counted_lower_bound() -> None:
+    """The fast reader stalled for a second: the wraps across it cannot be known (a link has no
+    independent rate), so each counter adds only its forward distance, and each read is a gap."""
     clock = Clock()
     sim = SimNvml(profile="gb200", gpus=1, clock=clock)
     sim.gpus[0].nvlink_value_type = UINT
@@ -235,27 +306,69 @@ async def test_a_32bit_nvlink5_byte_counter_read_each_second_is_a_counted_lower_
     assert await sampler.start()
     await sampler.sample_once()
     fid = pynvml.NVML_FI_DEV_NVLINK_COUNT_XMIT_BYTES
-    raw = [sim.link_counter(sim.gpus[0], 0, fid) % 2**32]
-    for _ in range(5):
-        clock.t += 1
-        await sampler.sample_once()
-        raw.append(sim.link_counter(sim.gpus[0], 0, fid) % 2**32)
-    forward = raw[0] + sum((b - a) % 2**32 for a, b in zip(raw, raw[1:]))
-    assert value(expo, "gangscope_nvlink_transmit_bytes_total", gpu="0", link="0") == forward
-    assert forward < sim.link_counter(sim.gpus[0], 0, fid)
-    # every read after the first, of both counters (raw ones are absent on GB200), on every link
-    assert value(expo, "gangscope_nvlink_read_gaps_total", gpu="0") == 5 * 2 * sim.gpus[0].links
-    assert value(expo, "gangscope_nvlink_read_gaps_total", gpu="0") is not None
+    before = value(expo, "gangscope_nvlink_transmit_bytes_total", gpu="0", link="0")
+    raw = sim.link_counter(sim.gpus[0], 0, fid) % 2**32
+    clock.t += 1
+    await sampler.sample_once()
+    forward = (sim.link_counter(sim.gpus[0], 0, fid) - raw) % 2**32
+    assert value(expo, "gangscope_nvlink_transmit_bytes_total", gpu="0", link="0") == before + forward
+    assert before + forward < link_truth(sim, 0, fid)
+    assert value(expo, "gangscope_nvlink_read_gaps_total", gpu="0") == 2 * sim.gpus[0].links  # tx and rx, every link
     sampler.close()
 
 
-async def test_no_nvlink_gap_series_where_the_counters_are_64bit() -> None:
+async def test_nvlink_gap_series_until_64bit_typed_counters_pass_2_32() -> None:
+    """KiB counters typed 64-bit below 2**32 are read as 32-bit (a gap series, at 0); once a
+    value passes 2**32 they are 64-bit and the series goes; counters above it from the start never
+    have one."""
     clock = Clock()
-    sim = SimNvml(gpus=1, clock=clock)
+    sim = SimNvml(gpus=2, clock=clock)
+    sim.gpus[0].nvlink_offset = 2**32 - 100_000_000  # KiB: passes 2**32 within the first seconds
+    sim.gpus[1].nvlink_offset = 2**33
     expo, _, sampler = make(sim)
     assert await sampler.start()
-    for _ in range(3):
+    await sampler.sample_once()
+    clock.t += 1
+    await sampler.sample_once()
+    assert value(expo, "gangscope_nvlink_read_gaps_total", gpu="0") == 0
+    assert sampler.gpus[0].dev.nvlink_period is None  # KiB: 2**32 of them take over a minute at line rate
+    for _ in range(10):
         clock.t += 1
         await sampler.sample_once()
+    fid = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
+    assert sim.link_counter(sim.gpus[0], 0, fid) + sim.gpus[0].nvlink_offset > 2**32
     assert value(expo, "gangscope_nvlink_read_gaps_total", gpu="0") is None
+    assert value(expo, "gangscope_nvlink_read_gaps_total", gpu="1") is None
+    assert value(expo, "gangscope_nvlink_transmit_bytes_total", gpu="0", link="0") == (
+        sim.link_counter(sim.gpus[0], 0, fid) + sim.gpus[0].nvlink_offset) * 1024
+    sampler.close()
+
+
+async def test_a_gap_never_waits_for_the_throughput_on_the_fast_reader() -> None:
+    """nvmlDeviceGetPcieThroughput blocks for its 20 ms window: made by the fast reader at a gap it
+    delayed every other GPU's read past its wrap, and one gap caused the next. A gap is estimated
+    from the last measurement (or the counter's own rate) and the GPU's worker measures after its
+    sample, outside the lock the fast reader takes."""
+    clock = Clock()
+    sim = SimNvml(gpus=1, clock=clock)
+    sim.set_pcie_rate(0, 40 * GB, UINT)
+    calls: list[str] = []
+    throughput = sim.nvmlDeviceGetPcieThroughput
+
+    def counted(handle, counter):
+        calls.append("locked" if sampler.gpus[0].dev.lock.locked() else "free")
+        return throughput(handle, counter)
+
+    sim.nvmlDeviceGetPcieThroughput = counted
+    expo, _, sampler = make(sim)
+    assert await sampler.start()
+    await sampler.sample_once()
+    assert calls == ["free", "free"]  # measured once after the probe, ready for the first gap
+    await drive(sim, clock, sampler, 0.5)
+    clock.t += 0.2  # the fast reader missed three periods: a gap in each direction
+    sampler.read_fast_now()
+    assert gaps(expo) == 0 and calls == ["free", "free"]  # not rendered yet, and nothing measured meanwhile
+    await sampler.sample_once()
+    assert gaps(expo) == 2 and tx(expo) == truth(sim)
+    assert calls == ["free"] * 4  # the worker measured again after its sample, without the lock
     sampler.close()

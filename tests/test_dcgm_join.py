@@ -133,10 +133,13 @@ def test_generator_joins_every_configured_family() -> None:
 # (internal/pkg/rendermetrics/render_metrics.go 47) and hostname from d5e5f51 on (#655, "Rename
 # Hostname label to hostname"); --use-old-namespace renames UUID and the pod labels (OLD_NAMESPACE);
 # a ServiceMonitor without honorLabels turns namespace/pod into exported_namespace/exported_pod.
-# The joined fields keep their names and units in etc/default-counters.csv at every one of those tags.
+# The joined fields keep their names and units in etc/default-counters.csv at every one of those tags
+# (and at 4.6.0-4.8.3, the next tag). 4.9.0 renames the driver label DCGM_FI_DRIVER_VERSION to
+# DCGM_FI_SYSTEM_DRIVER_VERSION (its release notes, "Metrics"); the join passes it through as any label.
 VERSIONS = {
     "3.3.9-3.6.1 to 4.5.3-4.8.2": {},
     "after 4.5.3-4.8.2 (d5e5f51)": {"Hostname": "hostname"},
+    "4.9.0 and 4.10.0": {"Hostname": "hostname", "DCGM_FI_DRIVER_VERSION": "DCGM_FI_SYSTEM_DRIVER_VERSION"},
     "--use-old-namespace": OLD_NAMESPACE,
     "scraped without honorLabels": {"namespace": "exported_namespace", "pod": "exported_pod", "container": "exported_container"},
 }

@@ -225,7 +225,7 @@ async def run_pcie(rate: float, value_type: int, seconds: int, reset_at: int | N
         clock.t += step
         t += step
         moved += rate * step
-        sampler.read_pcie_now()
+        sampler.read_fast_now()
         if reset_at is not None and abs(t - reset_at) < step / 2:
             await sampler.sample_once()  # the last read before the failure (what moves after it is unobservable)
             sim.lose(0)
@@ -380,7 +380,7 @@ async def test_every_generation_is_read_from_what_it_answers(profile: str) -> No
     await sampler.sample_once()
     clock.t += 20
     for _ in range(SLOW := 10):
-        sampler.read_pcie_now()
+        sampler.read_fast_now()
         await sampler.sample_once()
     del SLOW
     p = sim.profile

@@ -110,8 +110,9 @@ PCIE_GAPS = Family(
 NVLINK_GAPS = Family(
     "gangscope_nvlink_read_gaps_total", "counter",
     "Reads of the GPU's NVLink byte counters, over all links, too far apart to count every wrap, on a GPU whose "
-    "driver reports them 32-bit (absent where they are 64-bit): no wrap is added across them, so the NVLink byte "
-    "totals are a lower bound. One series per GPU.",
+    "driver reports them 32-bit or whose 64-bit-typed values have not passed 2**32 yet (absent once they are known "
+    "to be 64-bit): no wrap is added across them, so the NVLink byte totals are a lower bound. Byte counters that "
+    "can wrap within a sample (202/204) are read every 50 ms between samples. One series per GPU.",
     ("gpu", "node"), topology=True,
 )
 PCIE_THROUGHPUT = Family(

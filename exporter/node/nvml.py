@@ -41,7 +41,7 @@ from . import families as F
 from . import fields as FF
 from .counters import MonotonicCounter
 from .hardware import FabricInfo, PlatformInfo, read_fabric, read_platform
-from .worker import GpuWorker, TimedLibrary
+from .worker import GpuWorker, TimedLibrary, stamp_busy
 
 log = structlog.get_logger(__name__)
 
@@ -50,6 +50,7 @@ FI_STATE, FI_VERSION = pynvml.NVML_FI_DEV_NVLINK_GET_STATE, pynvml.NVML_FI_DEV_N
 FI_PCIE_TX, FI_PCIE_RX = FF.PCIE_BYTES.ids
 PCIE_DIRECTIONS = {FI_PCIE_TX: "transmit", FI_PCIE_RX: "receive"}
 FAST_REQUEST = [(FI_PCIE_TX, 0), (FI_PCIE_RX, 0)]
+NVLINK_BYTE_FAMILIES = (FF.NVLINK_DATA, FF.NVLINK_RAW, FF.NVLINK5_BYTES)
 # NVLink errors change rarely: read them (and the fabric state) every Nth sample, every 10 s at
 # the default interval, which alerts on increase() over minutes cannot notice.
 SLOW_SAMPLE_EVERY = 10
@@ -64,6 +65,27 @@ BOUND_BYTES = 65536
 
 def _text(value: str | bytes) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+class FieldRequest:
+    """One ``nvmlDeviceGetFieldValues`` request, its ``nvmlFieldValue_t`` array built once.
+
+    nvidia-ml-py's wrapper builds a new array and sets each entry's ids through ctypes at every
+    call (pynvml.py ``nvmlDeviceGetFieldValues``): 140 us of the interpreter for a 90-entry sample
+    and a third of a fast PCIe read. Where the library is nvidia-ml-py, the reader calls the same C
+    function pointer the wrapper calls (``_nvmlGetFunctionPointer``, the wrapper's own cache) with
+    this array, reset from its template first, by reference as the wrapper passes it
+    (``nvmlFieldValue_t *values``, nvml.h 3043). The simulator gets the wrapper's call instead."""
+
+    __slots__ = ("array", "count", "specs", "template")
+
+    def __init__(self, specs: list[tuple[int, int]]) -> None:
+        self.specs = specs
+        self.count = ctypes.c_int32(len(specs))
+        self.array = (pynvml.c_nvmlFieldValue_t * len(specs))()
+        for entry, (fid, scope) in zip(self.array, specs):
+            entry.fieldId, entry.scopeId = fid, scope
+        self.template = bytes(self.array)
 
 
 @dataclass
@@ -102,7 +124,12 @@ class GpuDevice:
     fabric: FabricInfo | None = None
     # monotonic totals, folded on this thread
     link_counters: dict[tuple[int, int], MonotonicCounter] = field(default_factory=dict)
-    link_32bit: set[tuple[int, int]] = field(default_factory=set)  # (field id, link) of byte counters reported 32-bit
+    link_32bit: set[tuple[int, int]] = field(default_factory=set)  # (field id, link) of byte counters read as 32-bit
+    # NVLink byte counter field id -> the range assumed: 2**32 where typed so, or typed 64-bit while
+    # no value above 2**32 was seen (as for PCIe); absent: 64-bit
+    link_modulus: dict[int, int] = field(default_factory=dict)
+    nvlink_period: float | None = None  # seconds between fast reads of the NVLink byte counters (None: with the sample)
+    nvlink_ts: tuple[float, float] | None = None  # monotonic (before, after) the last read of the fast-read NVLink counters
     fields_ts: tuple[float, float] | None = None  # monotonic (before, after) the last sample's field-value call
     error_counters: dict[tuple[int, str], MonotonicCounter] = field(default_factory=dict)
     pcie: dict[str, MonotonicCounter] = field(default_factory=dict)  # direction -> bytes
@@ -110,15 +137,24 @@ class GpuDevice:
     pcie_wall: dict[str, int] = field(default_factory=dict)  # direction -> NVML's timestamp (us) of that read: a cross-check only
     pcie_refresh: float = 0.0  # the driver's refresh period as seen (a value unchanged while traffic flows)
     pcie_seen_64: bool = False  # a PCIe value above 2**32 was seen: 64-bit for good (a re-probe after a reset keeps it)
-    gap_rate: dict[str, tuple[float, float]] = field(default_factory=dict)  # direction -> (when, bytes/s) of the last gap estimate
+    gap_rate: dict[str, tuple[float, float]] = field(default_factory=dict)  # direction -> (when, bytes/s) of the 20 ms throughput
+    gap_rate_wanted: bool = False  # a gap asked the GPU's worker to measure the throughput after its sample
     pcie_stale: dict[str, bool] = field(default_factory=dict)  # direction -> reads since the last change returned the same value
     pcie_bps: dict[str, float] = field(default_factory=dict)  # direction -> bytes/s between the last two reads
     pcie_rate: tuple[int, int] | None = None  # last nvmlDeviceGetPcieThroughput answer (bytes/s)
+    curr_gen: int | None = None  # current PCIe link generation and width, read with the slow samples
+    curr_width: int | None = None
     fast_failures: int = 0
     clock_steps: int = 0  # reads whose NVML wall-clock interval disagreed with the monotonic one
-    requests: dict[bool, list[tuple[int, int]]] = field(default_factory=dict)  # slow? -> field request
+    # slow? -> the sample's field request; None -> the fast read's (its thread, under ``lock``)
+    requests: dict[bool | None, FieldRequest] = field(default_factory=dict)
     # Held while the GPU's own worker samples it or the fast reader reads it: their folds never interleave.
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def fast(self) -> bool:
+        """Whether the fast reader reads this GPU (32-bit PCIe or NVLink counters that wrap between samples)."""
+        return self.pcie_mode == "fast" or self.nvlink_period is not None
 
     def counters(self) -> list[MonotonicCounter]:
         return [*self.link_counters.values(), *self.error_counters.values(), *self.pcie.values()]
@@ -151,14 +187,16 @@ class NvmlReader:
     """NVML access for one library; every method may block in the driver, so each runs on its GPU's thread."""
 
     def __init__(self, lib: Any, pcie_interval: float | None = None, clock: Callable[[], float] = time.monotonic,
-                 node: str = "") -> None:
+                 node: str = "", sample_interval: float = 1.0) -> None:
         self.node = node
         self.lib = lib
+        self.sample_interval = sample_interval  # a 32-bit NVLink counter that can wrap faster is read by the fast reader
         # None: per device from valueType and link rate; 0: PCIe counters only with the sample; > 0: fixed
         self.pcie_interval = pcie_interval
         # Intervals between counter reads come from this clock, read around each call; NVML's own
         # timestamps are wall-clock time, which NTP steps (and they are only cross-checked).
         self.clock = clock
+        self._get_field_values: Any = None  # nvidia-ml-py's C function pointer, where the library is nvidia-ml-py
 
     @property
     def log(self) -> Any:
@@ -170,7 +208,26 @@ class NvmlReader:
     def init(self) -> tuple[str, int]:
         """``nvmlInit``, the driver version and the GPU count; raises ``pynvml.NVMLError`` when NVML is unusable."""
         self.lib.nvmlInit()
+        pointer = getattr(self.lib, "_nvmlGetFunctionPointer", None)
+        if pointer is not None:
+            try:
+                self._get_field_values = pointer("nvmlDeviceGetFieldValues")
+            except pynvml.NVMLError:  # FUNCTION_NOT_FOUND: the wrapper's call raises it per GPU, as the probe expects
+                self._get_field_values = None
         return _text(self.lib.nvmlSystemGetDriverVersion()), int(self.lib.nvmlDeviceGetCount())
+
+    def _field_values(self, dev: GpuDevice, request: FieldRequest) -> list[tuple[int, int, int, int]]:
+        """(timestamp, return code, value, counter range) of each field of ``request``; raises what
+        the wrapper raises for a failed call."""
+        fn = self._get_field_values
+        if fn is None:
+            return FF.unpack_fields(self.lib.nvmlDeviceGetFieldValues(dev.handle, request.specs))
+        ctypes.memmove(request.array, request.template, len(request.template))
+        stamp_busy()
+        ret = fn(dev.handle, request.count, ctypes.byref(request.array))
+        if ret != pynvml.NVML_SUCCESS:
+            raise pynvml.NVMLError(ret)
+        return FF.unpack_fields(request.array)
 
     # ----- discovery ---------------------------------------------------------------------------
 
@@ -287,14 +344,19 @@ class NvmlReader:
         """Every field family on every link in one call; the answers decide what is read from now on."""
         request = [(fid, link) for fam in FF.FIELD_FAMILIES if fam.per_link for link in range(dev.links) for fid in fam.ids]
         request += [(fid, 0) for fid in FF.PCIE_BYTES.ids]
+        t0 = self.clock()
         try:
             values = self.lib.nvmlDeviceGetFieldValues(dev.handle, request)
         except pynvml.NVMLError_NotSupported:
             dev.field_values = False
             values = []
+        t1 = self.clock()
         answered: dict[str, bool] = {}
         pcie_modulus: dict[int, int] = {}
         pcie_values: dict[int, int] = {}
+        pcie_stamps: dict[int, int] = {}
+        link_moduli: dict[int, int] = {}  # NVLink byte counter field id -> typed range, and its largest value
+        link_largest: dict[int, int] = {}
         pcie_transient = False
         for key, fv in zip(request, values):
             fam = FF.FAMILY_OF[key[0]]
@@ -305,6 +367,11 @@ class NvmlReader:
                     value, modulus = FF.field_value(fv)
                     pcie_modulus[key[0]] = modulus
                     pcie_values[key[0]] = int(value)
+                    pcie_stamps[key[0]] = int(fv.timestamp)
+                elif fam in NVLINK_BYTE_FAMILIES:
+                    value, modulus = FF.field_value(fv)
+                    link_moduli[key[0]] = min(modulus, link_moduli.get(key[0], modulus))
+                    link_largest[key[0]] = max(int(value), link_largest.get(key[0], 0))
                 continue
             if ret == pynvml.NVML_ERROR_GPU_IS_LOST:
                 raise pynvml.NVMLError(ret)
@@ -331,6 +398,7 @@ class NvmlReader:
             dev.data_ids, dev.data_unit = FF.NVLINK_DATA.ids, 1024
         else:
             dev.data_ids = ()
+        self._choose_nvlink(dev, link_moduli, link_largest)
         dev.error_ids = tuple(fid for fam in (FF.NVLINK_ERRORS, FF.NVLINK5_ERRORS) if sup.get(fam.name) for fid in fam.ids)
         dev.error_api = False
         if not dev.error_ids and dev.links:
@@ -343,8 +411,31 @@ class NvmlReader:
             dev.requests.clear()
             return
         self._choose_pcie(dev, pcie_modulus, pcie_values, out)
+        if dev.pcie_mode in ("fast", "field"):  # the probe's reads are the counters' first observations
+            for fid, value in pcie_values.items():
+                self._fold_pcie(dev, PCIE_DIRECTIONS[fid], value, t0, t1, pcie_stamps[fid])
         dev.probed = True
         dev.requests.clear()
+
+    def _choose_nvlink(self, dev: GpuDevice, moduli: dict[int, int], largest: dict[int, int]) -> None:
+        """The range each NVLink byte counter is read with, and whether the fast reader reads them.
+
+        As for PCIe, a counter typed 64-bit whose values are below 2**32 is read as 32-bit until a
+        value above proves otherwise. A 32-bit counter that can wrap within the sample interval at
+        the link's maximum rate (202/204 count bytes: 2**32 of them pass in 67 ms) is read between
+        samples too, by the fast reader, every 3/4 of that time (50 ms), so that its wraps are
+        counted; the KiB counters 138-141 take over a minute to wrap and are read with the sample."""
+        dev.link_modulus = {fid: 2**32 if m == 2**64 else m for fid, m in moduli.items()
+                            if 0 < m < 2**64 or (m == 2**64 and largest.get(fid, 0) < 2**32)}
+        dev.nvlink_period = None
+        unit = 1 if dev.data_ids == FF.NVLINK5_BYTES.ids else 1024
+        wrapping = [dev.link_modulus[fid] * unit for fid in dev.data_ids if fid in dev.link_modulus]
+        if wrapping:
+            period = FF.fast_period(min(wrapping), FF.NVLINK_MAX_RATE)
+            if period < self.sample_interval:
+                dev.nvlink_period = period
+        if wrapping:
+            self.log.info("nvml_nvlink_counters", gpu=dev.index, bits=32, fast_period=dev.nvlink_period)
 
     def _choose_pcie(self, dev: GpuDevice, moduli: dict[int, int], values: dict[int, int], out: GpuSample) -> None:
         """Field 197/198 with the sample (64-bit), between samples too (32-bit), or the integrated rate.
@@ -364,6 +455,7 @@ class NvmlReader:
         if dev.pcie_typed == 2**64 and not dev.pcie_seen_64:
             dev.pcie_modulus = 2**32
         wraps = 0 < dev.pcie_modulus < 2**64
+        dev.gap_rate_wanted = wraps  # have the throughput ready for the first gap
         if not wraps or self.pcie_interval == 0:
             dev.pcie_mode, dev.pcie_period = "field", None
         else:
@@ -374,22 +466,26 @@ class NvmlReader:
 
     # ----- sampling ----------------------------------------------------------------------------
 
-    def _request(self, dev: GpuDevice, slow: bool) -> list[tuple[int, int]]:
+    def _request(self, dev: GpuDevice, slow: bool) -> FieldRequest:
+        """The sample's fields: NVLink counters and state (versions and errors with the slow
+        samples), and the PCIe counters in the same call, so a sample is one call per GPU."""
         request = dev.requests.get(slow)
         if request is None:
             ids = [*dev.data_ids, *FF.NVLINK_RAW.ids, FI_STATE]
             if slow:
                 ids += [FI_VERSION, *dev.error_ids]
             wanted = [(fid, link) for link in range(dev.links) for fid in ids]
-            if dev.pcie_mode == "field":
+            if dev.pcie_mode in ("field", "fast"):
                 wanted += [(fid, 0) for fid in FF.PCIE_BYTES.ids]
-            request = dev.requests[slow] = [spec for spec in wanted if spec not in dev.unsupported]
+            request = dev.requests[slow] = FieldRequest([spec for spec in wanted if spec not in dev.unsupported])
         return request
 
     def sample(self, dev: GpuDevice, slow: bool) -> GpuSample:
         """Read one GPU. Never raises for NVML errors: a failed GPU comes back with ``ok=False``."""
         with dev.lock:
-            return self._sample(dev, slow)
+            out = self._sample(dev, slow)
+        self.refresh_gap_rate(dev)
+        return out
 
     def _sample(self, dev: GpuDevice, slow: bool) -> GpuSample:
         out = GpuSample(dev.index)
@@ -401,9 +497,7 @@ class NvmlReader:
             if dev.field_values:
                 self._read_fields(dev, slow, out)
             self._read_state_fallback(dev, out)
-            if dev.pcie_mode == "fast":  # the sample's totals are as fresh as its other counters
-                self.read_pcie(dev)
-            self._read_pcie(dev, out)
+            self._read_pcie(dev, out, slow)
             if slow:
                 if dev.error_api:
                     self._read_error_api(dev, out)
@@ -434,22 +528,22 @@ class NvmlReader:
         dev.pcie_stale.clear()
         dev.lost = True
         dev.probed = False  # a replaced board or new driver may answer differently
-        dev.pcie_period = None
+        dev.pcie_period = dev.nvlink_period = dev.nvlink_ts = None
 
     def _read_fields(self, dev: GpuDevice, slow: bool, out: GpuSample) -> None:
         request = self._request(dev, slow)
-        if not request:
+        if not request.specs:
             return
         t0 = self.clock()
         try:
-            values = self.lib.nvmlDeviceGetFieldValues(dev.handle, request)
+            values = self._field_values(dev, request)
         except pynvml.NVMLError_NotSupported:
             dev.field_values = False
             return
         t1 = self.clock()
         last, dev.fields_ts = dev.fields_ts, (t0, t1)
-        for key, fv in zip(request, values):  # NVML fills the array in request order
-            ret = fv.nvmlReturn
+        fast_links = False
+        for key, (ts, ret, value, modulus) in zip(request.specs, values):  # NVML fills the array in request order
             if ret != pynvml.NVML_SUCCESS:
                 if ret == pynvml.NVML_ERROR_GPU_IS_LOST:
                     raise pynvml.NVMLError(ret)
@@ -461,23 +555,30 @@ class NvmlReader:
                 continue
             fid, link = key
             if fid == FI_STATE:
-                out.link_up[link] = 1 if fv.value.uiVal in FF.LINK_UP_STATES else 0
+                out.link_up[link] = 1 if value in FF.LINK_UP_STATES else 0
             elif fid == FI_VERSION:
-                out.version[link] = int(FF.field_value(fv)[0])
+                out.version[link] = value
             elif fid in PCIE_DIRECTIONS:
-                value, _ = FF.field_value(fv)
-                self._fold_pcie(dev, PCIE_DIRECTIONS[fid], int(value), t0, t1, int(fv.timestamp))
+                self._fold_pcie(dev, PCIE_DIRECTIONS[fid], value, t0, t1, ts)
             elif fid in FF.ERROR_TYPES:
-                value, modulus = FF.field_value(fv)
-                counter = dev.error_counters.setdefault((link, FF.ERROR_TYPES[fid]), MonotonicCounter())
-                counter.update(int(value), modulus)
+                counter = dev.error_counters.get((link, FF.ERROR_TYPES[fid]))
+                if counter is None:
+                    counter = dev.error_counters[(link, FF.ERROR_TYPES[fid])] = MonotonicCounter()
+                counter.update(value, modulus)
+            elif dev.nvlink_period is not None and fid in dev.data_ids:
+                self._fold_fast_link(dev, key, value, (t0, t1))
+                fast_links = True
             else:
-                value, modulus = FF.field_value(fv)
-                counter = dev.link_counters.setdefault(key, MonotonicCounter())
+                counter = dev.link_counters.get(key)
+                if counter is None:
+                    counter = dev.link_counters[key] = MonotonicCounter()
+                modulus = self._link_range(dev, fid, value, modulus)
                 if 0 < modulus < 2**64 and last is not None:
-                    self._fold_link(dev, key, counter, int(value), modulus, last, (t0, t1))
+                    self._fold_link(dev, key, counter, value, modulus, last, (t0, t1))
                 else:
-                    counter.update(int(value), modulus)
+                    counter.update(value, modulus)
+        if fast_links:
+            dev.nvlink_ts = (t0, t1)
 
     def _fold_pcie(self, dev: GpuDevice, direction: str, value: int, t0: float, t1: float, wall_us: int) -> None:
         """A PCIe byte counter read between monotonic times ``t0`` and ``t1``: wraps are unambiguous
@@ -502,7 +603,7 @@ class NvmlReader:
         if dev.pcie_stale.pop(direction, False) and value != counter.last and 0 < since < MAX_REFRESH:
             dev.pcie_refresh = max(dev.pcie_refresh, since)
             self._adapt_period(dev)
-        before = counter.total
+        before, gaps = counter.total, counter.gaps
         wide = t1 - last[0] if last is not None else 0.0  # the most time that can separate the two values
         mid = (t0 + t1) / 2 - (last[0] + last[1]) / 2 if last is not None else 0.0
         if 0 < modulus < 2**64 and last is not None:
@@ -513,7 +614,7 @@ class NvmlReader:
             counter.update(value, modulus, bound, expected)
         else:
             counter.update(value, modulus)
-        if mid > 0:
+        if mid > 0 and gaps == counter.gaps:  # a rate from an estimate would carry its error to the next gap
             dev.pcie_bps[direction] = (counter.total - before) / mid
         if last is not None and direction in dev.pcie_wall:
             wall = (wall_us - dev.pcie_wall[direction]) / 1e6
@@ -525,6 +626,35 @@ class NvmlReader:
         dev.pcie_ts[direction] = (t0, t1)
         dev.pcie_wall[direction] = wall_us
 
+    def _link_range(self, dev: GpuDevice, fid: int, value: int, typed: int) -> int:
+        """The range an NVLink byte counter is read with: 64-bit once a value above 2**32 proves it."""
+        assumed = dev.link_modulus.get(fid)
+        if assumed is None:
+            return typed
+        if value >= assumed:  # typed 64-bit and now past 2**32: 64-bit, read with the sample from now on
+            del dev.link_modulus[fid]
+            dev.link_32bit -= {key for key in dev.link_32bit if key[0] == fid}
+            if fid in dev.data_ids and dev.nvlink_period is not None:
+                dev.nvlink_period = None
+                dev.requests.clear()
+            self.log.info("nvml_nvlink_counters_64bit", gpu=dev.index, field=fid)
+            return typed
+        return assumed
+
+    def _fold_fast_link(self, dev: GpuDevice, key: tuple[int, int], value: int, now: tuple[float, float]) -> None:
+        """A fast-read NVLink byte counter, read by the fast reader or the sample: its bound counts
+        from the last read of any of them (both read every link at once)."""
+        counter = dev.link_counters.get(key)
+        if counter is None:
+            counter = dev.link_counters[key] = MonotonicCounter()
+        modulus = self._link_range(dev, key[0], value, 2**64)
+        if dev.nvlink_ts is not None and modulus < 2**64:
+            self._fold_link(dev, key, counter, value, modulus, dev.nvlink_ts, now)
+        else:
+            counter.update(value, modulus)
+            if modulus < 2**64:
+                dev.link_32bit.add(key)
+
     def _fold_link(self, dev: GpuDevice, key: tuple[int, int], counter: MonotonicCounter, value: int, modulus: int,
                    last: tuple[float, float], now: tuple[float, float]) -> None:
         """An NVLink byte counter the driver reports 32-bit, guarded as PCIe is: wraps are exact
@@ -533,7 +663,8 @@ class NvmlReader:
         independent rate exists for a link: the counter's own would only repeat its undercount),
         so none is added, the total is a lower bound, and the read is counted in
         ``gangscope_nvlink_read_gaps_total``. 138-141 count KiB (2**32 of them take 68 s at that
-        rate: exact with 1 s samples); 202/204 count bytes (67 ms: every sample is a gap, and says so)."""
+        rate: exact with 1 s samples); 202/204 count bytes (67 ms: read by the fast reader, see
+        :meth:`_choose_nvlink`)."""
         unit = 1 if key[0] in FF.NVLINK5_BYTES.ids else 1024
         wide = now[1] - last[0]
         bound = FF.NVLINK_MAX_RATE * wide * BOUND_SLACK / unit + BOUND_BYTES
@@ -541,21 +672,33 @@ class NvmlReader:
         dev.link_32bit.add(key)
 
     def _gap_rate(self, dev: GpuDevice, direction: str) -> float:
-        """Bytes/s to estimate a gap with: the driver's 20 ms ``nvmlDeviceGetPcieThroughput`` (KB/s,
-        nvml.h 638-639), else the counter's own recent rate. The call blocks for its 20 ms window,
-        so it is made at most once a second per GPU and direction (a stalled reader must not stall
-        itself further); in between the last answer stands."""
-        now = self.clock()
+        """Bytes/s to estimate a gap with, without blocking: the driver's 20 ms
+        ``nvmlDeviceGetPcieThroughput`` (KB/s, nvml.h 638-639) as the GPU's own worker last measured
+        it, while under a sample interval and a second old, else the counter's own rate over its
+        last interval that was no gap (a rate from an estimate would carry its error on). Each gap
+        asks the worker for a fresh measurement after its next sample (:meth:`refresh_gap_rate`).
+
+        The call blocks for its 20 ms window (21 ms measured). Made on the fast reader it held up
+        every other GPU's read past its wrap time: one gap then caused the next, one per GPU and
+        direction each second for good, under CPU contention or with slow NVML calls."""
+        dev.gap_rate_wanted = True
         cached = dev.gap_rate.get(direction)
-        if cached is not None and now - cached[0] < 1.0:
+        if cached is not None and self.clock() - cached[0] < self.sample_interval + 1.0:
             return cached[1]
-        counter = pynvml.NVML_PCIE_UTIL_TX_BYTES if direction == "transmit" else pynvml.NVML_PCIE_UTIL_RX_BYTES
-        try:
-            rate = float(self.lib.nvmlDeviceGetPcieThroughput(dev.handle, counter)) * 1024
-        except pynvml.NVMLError:
-            rate = dev.pcie_bps.get(direction, 0.0)
-        dev.gap_rate[direction] = (now, rate)
-        return rate
+        return dev.pcie_bps.get(direction, 0.0)
+
+    def refresh_gap_rate(self, dev: GpuDevice) -> None:
+        """On the GPU's own worker, outside ``dev.lock`` (so the fast reader reads on meanwhile):
+        measure the 20 ms PCIe throughput a gap asked for."""
+        if not dev.gap_rate_wanted or dev.handle is None:
+            return
+        dev.gap_rate_wanted = False
+        for direction, counter in (("transmit", pynvml.NVML_PCIE_UTIL_TX_BYTES), ("receive", pynvml.NVML_PCIE_UTIL_RX_BYTES)):
+            try:
+                rate = float(self.lib.nvmlDeviceGetPcieThroughput(dev.handle, counter)) * 1024
+            except pynvml.NVMLError:  # unsupported, or the GPU was lost: the counter's own rate stands in
+                continue
+            dev.gap_rate[direction] = (self.clock(), rate)
 
     def _proven_64bit(self, dev: GpuDevice) -> None:
         """A 64-bit-typed PCIe counter passed 2**32: it is 64-bit, read with the sample from now on."""
@@ -571,14 +714,21 @@ class NvmlReader:
             dev.pcie_period = dev.pcie_refresh
             log.info("nvml_pcie_refresh_slower_than_reads", gpu=dev.index, refresh=round(dev.pcie_refresh, 4))
 
-    def read_pcie(self, dev: GpuDevice) -> None:
-        """A fast read of the 32-bit PCIe counters (the caller holds ``dev.lock``). Failures are
-        counted into the next sample; a lost GPU is left to the next sample to report."""
-        if dev.handle is None or dev.pcie_mode != "fast":
+    def read_fast(self, dev: GpuDevice) -> None:
+        """A fast read of the 32-bit PCIe and NVLink byte counters that wrap between samples (the
+        caller holds ``dev.lock``), in one call. Failures are counted into the next sample; a lost
+        GPU is left to the next sample to report."""
+        if dev.handle is None or not dev.fast:
             return
+        request = dev.requests.get(None)
+        if request is None:
+            wanted = FAST_REQUEST if dev.pcie_mode == "fast" else []
+            if dev.nvlink_period is not None:
+                wanted = [*wanted, *((fid, link) for link in range(dev.links) for fid in dev.data_ids)]
+            request = dev.requests[None] = FieldRequest([spec for spec in wanted if spec not in dev.unsupported])
         t0 = self.clock()
         try:
-            values = self.lib.nvmlDeviceGetFieldValues(dev.handle, FAST_REQUEST)
+            values = self._field_values(dev, request)
         except pynvml.NVMLError_GpuIsLost:
             self._lost(dev)
             return
@@ -586,11 +736,15 @@ class NvmlReader:
             dev.fast_failures += 1
             return
         t1 = self.clock()
-        for fid, ts, ret, value, _ in FF.unpack_counters(values):
-            if ret == pynvml.NVML_SUCCESS:
-                self._fold_pcie(dev, PCIE_DIRECTIONS[fid], value, t0, t1, ts)
-            else:
+        for key, (ts, ret, value, _) in zip(request.specs, values):
+            if ret != pynvml.NVML_SUCCESS:
                 dev.fast_failures += 1
+            elif key[0] in PCIE_DIRECTIONS:
+                self._fold_pcie(dev, PCIE_DIRECTIONS[key[0]], value, t0, t1, ts)
+            else:
+                self._fold_fast_link(dev, key, value, (t0, t1))
+        if dev.nvlink_period is not None:
+            dev.nvlink_ts = (t0, t1)
 
     def _read_state_fallback(self, dev: GpuDevice, out: GpuSample) -> None:
         """``nvmlDeviceGetNvLinkState`` for links whose state field is not answered (older drivers)."""
@@ -602,7 +756,7 @@ class NvmlReader:
             except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_InvalidArgument):
                 continue
 
-    def _read_pcie(self, dev: GpuDevice, out: GpuSample) -> None:
+    def _read_pcie(self, dev: GpuDevice, out: GpuSample, slow: bool) -> None:
         if dev.pcie_mode == "throughput":
             tx = self._call(dev, "nvmlDeviceGetPcieThroughput", pynvml.NVML_PCIE_UTIL_TX_BYTES, out=out)
             rx = self._call(dev, "nvmlDeviceGetPcieThroughput", pynvml.NVML_PCIE_UTIL_RX_BYTES, out=out)
@@ -617,8 +771,11 @@ class NvmlReader:
                     counter.total += 0 if last is None else int(r * (now - last[1]))
                     dev.pcie_ts[direction] = (now, now)
                 dev.pcie_rate = rate
-        out.gen = (self._call(dev, "nvmlDeviceGetCurrPcieLinkGeneration", out=out, family=FF.PCIE_LINK), dev.max_gen)
-        out.width = (self._call(dev, "nvmlDeviceGetCurrPcieLinkWidth", out=out), dev.max_width)
+        if slow or dev.curr_gen is None:  # a link trains down rarely: read with the errors, every 10 s
+            dev.curr_gen = self._call(dev, "nvmlDeviceGetCurrPcieLinkGeneration", out=out, family=FF.PCIE_LINK)
+            dev.curr_width = self._call(dev, "nvmlDeviceGetCurrPcieLinkWidth", out=out)
+        out.gen = (dev.curr_gen, dev.max_gen)
+        out.width = (dev.curr_width, dev.max_width)
 
     def _read_error_api(self, dev: GpuDevice, out: GpuSample) -> None:
         for link in range(dev.links):
@@ -713,7 +870,7 @@ class NvmlSampler:
         self.timeout = timeout
         self.pcie_interval = pcie_interval
         self.on_inventory = on_inventory
-        # False: no fast-read thread; the caller drives read_pcie_now() (tests with their own clock)
+        # False: no fast-read thread; the caller drives read_fast_now() (tests with their own clock)
         self.background_pcie = background_pcie
         self._fast: GpuWorker | None = None
         self._fast_generation = 0
@@ -766,7 +923,7 @@ class NvmlSampler:
         Each GPU is opened and probed on its own thread by its first sample."""
         try:
             lib = self._lib_factory()
-            reader = NvmlReader(TimedLibrary(lib), self.pcie_interval, self.clock, self.node)
+            reader = NvmlReader(TimedLibrary(lib), self.pcie_interval, self.clock, self.node, self.interval)
             fut = self._init_pool.submit(reader.init)
             driver, count = await asyncio.wait_for(asyncio.wrap_future(fut), self.timeout * 5)
         except (pynvml.NVMLError, OSError) as exc:
@@ -815,7 +972,8 @@ class NvmlSampler:
         self._fast = GpuWorker(f"nvml-pcie-{generation}", lambda: self._read_fast(generation), self._fast_period)
 
     def _fast_period(self) -> float | None:
-        periods = [st.dev.pcie_period for st in self.gpus.values() if st.dev.pcie_period and not st.fast_excluded]
+        periods = [p for st in self.gpus.values() if not st.fast_excluded
+                   for p in (st.dev.pcie_period if st.dev.pcie_mode == "fast" else None, st.dev.nvlink_period) if p]
         return min(periods) if periods else None
 
     def _read_fast(self, generation: int) -> None:
@@ -823,11 +981,11 @@ class NvmlSampler:
         for st in list(self.gpus.values()):
             if generation != self._fast_generation:
                 return  # replaced while stuck in an earlier GPU's read
-            if st.fast_excluded or st.dev.pcie_mode != "fast" or not st.dev.lock.acquire(blocking=False):
+            if st.fast_excluded or not st.dev.fast or not st.dev.lock.acquire(blocking=False):
                 continue  # its own worker is sampling it, and reads the counters itself
             try:
                 self._fast_on = st
-                self.reader.read_pcie(st.dev)
+                self.reader.read_fast(st.dev)
             finally:
                 self._fast_on = None
                 st.dev.lock.release()
@@ -849,8 +1007,8 @@ class NvmlSampler:
         """Rounds of fast PCIe reads done by the current reader thread."""
         return self._fast.ticks if self._fast is not None else 0
 
-    def read_pcie_now(self) -> None:
-        """Every GPU's fast PCIe read, here and now (tests drive it with their own clock)."""
+    def read_fast_now(self) -> None:
+        """Every GPU's fast read, here and now (tests drive it with their own clock)."""
         self._read_fast(self._fast_generation)
 
     async def sample_once(self) -> None:

@@ -29,6 +29,13 @@ log = structlog.get_logger(__name__)
 _WORKERS: dict[int, GpuWorker] = {}  # thread ident -> its worker
 
 
+def stamp_busy() -> None:
+    """A driver call starts on this thread: the deadline of the worker running it counts from now."""
+    worker = _WORKERS.get(threading.get_ident())
+    if worker is not None:
+        worker.busy_since = time.monotonic()
+
+
 class TimedLibrary:
     """The NVML library seen through the GPU workers: each call stamps :attr:`GpuWorker.busy_since`
     of the worker it runs on, so a deadline counts from the start of the call in progress."""
@@ -42,9 +49,7 @@ class TimedLibrary:
             return attr
 
         def call(*args: Any) -> Any:
-            worker = _WORKERS.get(threading.get_ident())
-            if worker is not None:
-                worker.busy_since = time.monotonic()
+            stamp_busy()
             return attr(*args)
 
         self.__dict__[name] = call  # later lookups skip __getattr__
@@ -53,7 +58,8 @@ class TimedLibrary:
 
 class GpuWorker:
     """A daemon thread that runs submitted jobs and, if given a ``tick``, runs it every ``period()``
-    seconds while idle. It waits on a :class:`queue.SimpleQueue` (implemented in C)."""
+    seconds while idle. It waits on a :class:`queue.SimpleQueue` (implemented in C), or, while it
+    ticks, sleeps to the next tick (jobs, :meth:`wake` and :meth:`close` then wait for it)."""
 
     def __init__(self, name: str, tick: Callable[[], None] | None = None,
                  period: Callable[[], float | None] = lambda: None) -> None:
@@ -94,12 +100,16 @@ class GpuWorker:
             _WORKERS.pop(threading.get_ident(), None)
 
     def _loop(self) -> None:
-        monotonic, get = time.monotonic, self._jobs.get
+        monotonic, get, jobs = time.monotonic, self._jobs.get, self._jobs
         next_tick = monotonic()
         while not self._closed:
             period = self._period()
+            if period is not None and jobs.empty():
+                # Ticking: sleep to the tick. A timed wait on the queue cost twice the CPU of a sleep
+                # (0.2% against 0.1% of a core at 20 wake-ups a second); a job or wake() waits for the tick.
+                time.sleep(max(0.0, next_tick - monotonic()))
             try:
-                job = get(timeout=self._idle) if period is None else get(timeout=max(0.0, next_tick - monotonic()))
+                job = get(timeout=self._idle) if period is None else jobs.get_nowait()
             except queue.Empty:
                 job = None
             if self._closed:

@@ -171,6 +171,7 @@ class SimGpu:
     refresh: float = 0.0  # the driver refreshes this GPU's counters every so many seconds (0: on every read)
     nvlink_value_type: int = ULL  # UINT: a driver that reports the NVLink byte counters 32-bit
     nvlink_offset: int = 0  # where the NVLink byte counters start (in the field's unit)
+    nvlink_wrap: int | None = None  # the range the NVLink byte counters wrap at, whatever valueType says
     minor: int = 0  # /dev/nvidiaN; the driver numbers GPUs in probe order, not NVML's PCI order
 
 
@@ -533,7 +534,7 @@ class SimNvml:
                 unit = 1 if fid in NVLINK5_BYTES else KIB
                 v.valueType = gpu.nvlink_value_type
                 counters.append((i, sum(self.link_rate(gpu, link, fid) for link in links) / unit, gpu.nvlink_offset,
-                                 2**32 if gpu.nvlink_value_type == UINT else 2**64))
+                                 gpu.nvlink_wrap or (2**32 if gpu.nvlink_value_type == UINT else 2**64)))
             elif fid in (*NVLINK_DL_ERRORS, *NVLINK5_ERRORS):
                 rate = _ERROR_RATES.get(fid, 0.0) if scope in gpu.link_errors else 0.0
                 counters.append((i, rate, 0, 2**64))

@@ -26,7 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SOURCES = {"libnvidia-ml.so.1": "nvml_stub.c", "libcuda.so.1": "cuda_stub.c"}
 PROFILES = ("a100", "h100", "h200", "b200", "gb200")
-MAX_GPUS, MAX_LINKS = 8, 18
+MAX_GPUS, MAX_LINKS, SEEN = 8, 18, 64
 MAGIC = 0x4E564D4C
 
 
@@ -44,6 +44,15 @@ class StubGpu(ctypes.Structure):
         ("link_down", ctypes.c_uint32),
         ("fabric_health", ctypes.c_uint32),
         ("pad", ctypes.c_uint32),
+        ("pcie_flow", ctypes.c_uint64),
+        ("flow_from_ns", ctypes.c_int64),
+        ("late_ns", ctypes.c_int64),
+        ("pcie_first", ctypes.c_uint64 * 2),
+        ("pcie_seen", (ctypes.c_uint64 * SEEN) * 2),
+        ("pcie_seen_late", (ctypes.c_uint64 * SEEN) * 2),
+        ("pcie_seen_n", ctypes.c_uint64 * 2),
+        ("pcie_last_ns", ctypes.c_int64 * 2),
+        ("pcie_late", ctypes.c_uint64 * 2),
     ]
 
 

@@ -549,6 +549,30 @@ static unsigned long long link_value(int gpu, unsigned int fid, unsigned int lin
     }
 }
 
+static long long monotonic_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* A PCIe counter's value now (dir 0: tx, 1: rx): its bytes plus the flow since it started,
+ * recorded in the read history the tests compare the agent's totals with. */
+static unsigned long long pcie_read(struct stub_gpu *g, int dir) {
+    long long now = monotonic_ns();
+    unsigned long long bytes = dir == 0 ? g->pcie_tx : g->pcie_rx;
+    if (g->pcie_flow && now > g->flow_from_ns)
+        bytes += (unsigned long long)((unsigned __int128)g->pcie_flow * (unsigned long long)(now - g->flow_from_ns)
+                                      / 1000000000u);
+    uint64_t n = g->pcie_seen_n[dir];
+    if (n == 0) g->pcie_first[dir] = bytes;
+    else if (g->late_ns > 0 && now - g->pcie_last_ns[dir] > g->late_ns) g->pcie_late[dir]++;
+    g->pcie_seen[dir][n % STUB_SEEN] = bytes;
+    g->pcie_seen_late[dir][n % STUB_SEEN] = g->pcie_late[dir];
+    g->pcie_last_ns[dir] = now;
+    __atomic_store_n(&g->pcie_seen_n[dir], n + 1, __ATOMIC_RELEASE);
+    return bytes;
+}
+
 static void field(int gpu, nvmlFieldValue_t *v) {
     unsigned int fid = v->fieldId, scope = v->scopeId;
     v->timestamp = wall_us() + S->wall_offset_us;
@@ -558,7 +582,7 @@ static void field(int gpu, nvmlFieldValue_t *v) {
     if (fid >= NVML_FI_MAX) { v->nvmlReturn = NVML_ERROR_INVALID_ARGUMENT; return; }
     if (fid == FI_PCIE_TX || fid == FI_PCIE_RX) {
         if (P->pcie_value_type < 0) { v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED; return; }
-        unsigned long long bytes = fid == FI_PCIE_TX ? S->gpu[gpu].pcie_tx : S->gpu[gpu].pcie_rx;
+        unsigned long long bytes = pcie_read(&S->gpu[gpu], fid == FI_PCIE_TX ? 0 : 1);
         v->valueType = P->pcie_value_type;
         if (v->valueType == NVML_VALUE_TYPE_UNSIGNED_INT) {
             /* NVML writes the 4-byte member only; the union's high half keeps what was there. */

@@ -11,6 +11,7 @@
 
 #define STUB_MAX_GPUS 8
 #define STUB_MAX_LINKS 18
+#define STUB_SEEN 64
 
 struct stub_gpu {
     uint64_t pcie_tx, pcie_rx;                 /* bytes */
@@ -22,6 +23,21 @@ struct stub_gpu {
     uint32_t link_down;                        /* bit per link: state INACTIVE */
     uint32_t fabric_health;                    /* healthMask on NVL72 profiles */
     uint32_t pad;
+    /* A steady flow for tests that run in real time: both PCIe counters also count pcie_flow
+     * bytes/s since flow_from_ns (CLOCK_MONOTONIC), so what a read returns needs no writer. */
+    uint64_t pcie_flow;
+    int64_t flow_from_ns;
+    /* What the reads returned, 64-bit (before the field's width): the first value of each
+     * counter (tx, rx), the last STUB_SEEN with the count of late reads up to each, their count,
+     * and the reads that came more than late_ns after the previous read of the same counter (0:
+     * none counted). */
+    int64_t late_ns;
+    uint64_t pcie_first[2];
+    uint64_t pcie_seen[2][STUB_SEEN];
+    uint64_t pcie_seen_late[2][STUB_SEEN];
+    uint64_t pcie_seen_n[2];
+    int64_t pcie_last_ns[2];
+    uint64_t pcie_late[2];
 };
 
 struct stub_state {
