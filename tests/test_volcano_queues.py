@@ -141,13 +141,13 @@ def test_the_handler_follows_the_queues_and_counts_bad_quantities() -> None:
     expo = Exposition()
     h.health = SourceHealth("queues_volcano", expo)
     h.replace([queue("a"), queue("b", capability={"nvidia.com/gpu": "lots"})])
-    assert sorted(q.queues) == ["a", "b"] and q.listed
+    assert q.names() == ["a", "b"] and q.listed
     assert q.get("b").capability == () and q.get("b").errors == ["spec.capability: bad quantity for nvidia.com/gpu: 'lots'"]
     assert h.health.parse_errors == 1
     h.apply("DELETED", queue("a"))
     h.apply("BOOKMARK", queue("c"))
     h.apply("ADDED", {"kind": "Queue", "metadata": {}})  # no name: skipped and counted
-    assert sorted(q.queues) == ["b"] and h.health.parse_errors == 2
+    assert q.names() == ["b"] and h.health.parse_errors == 2
     assert parse_volcano_queue(queue("p", capability={"cpu": "2"})).capability == (("cpu", "2"),)
 
 

@@ -1,5 +1,6 @@
 """The informer handler of a source whose objects parse into keyed records of one kind: the job
-controllers (JobSet, TrainJob, LeaderWorkerSet) and KubeRay (RayJob, RayCluster).
+controllers (JobSet, TrainJob, LeaderWorkerSet), KubeRay (RayJob, RayCluster) and Volcano's
+Queues.
 
 Why one class: each of these sources does the same four things with its objects (parse, put or
 delete the record in its index, drop on a relist what the LIST no longer holds, count objects and
@@ -40,14 +41,15 @@ class RecordHandler(Generic[R]):
     ``ParseError`` when it cannot name it), ``put``/``delete`` keep the index, ``records`` is the
     index's record map (read only, for relists and the object count of this ``kind``); an index
     that keeps ``kind_counts`` (kind -> records held) spares the count a scan of every record on
-    every event."""
+    every event; ``on_replaced`` is told when a LIST has been applied (an index that may say
+    "does not exist" only once it has seen one)."""
 
     def __init__(self, source: str, kind: str, parse: Callable[[Any], R], records: Mapping[Key, Any],
                  put: Callable[[R], None], delete: Callable[[Key], None],
-                 kind_counts: Mapping[str, int] | None = None) -> None:
+                 kind_counts: Mapping[str, int] | None = None, on_replaced: Callable[[], None] | None = None) -> None:
         self.source, self.kind = source, kind
         self._parse_object, self._records, self._put, self._delete = parse, records, put, delete
-        self._kind_counts = kind_counts
+        self._kind_counts, self._on_replaced = kind_counts, on_replaced
         self.health: SourceHealth | None = None
 
     def replace(self, objects: Iterable[Any]) -> None:
@@ -59,6 +61,8 @@ class RecordHandler(Generic[R]):
                 self._guarded(self._put, rec)
         for key in [k for k in self._records if k[1] == self.kind and k not in seen]:
             self._guarded(self._delete, key)
+        if self._on_replaced is not None:
+            self._on_replaced()
         self._count()
 
     def apply(self, event_type: str, obj: Any) -> None:

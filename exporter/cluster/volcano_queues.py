@@ -34,19 +34,16 @@ Use::
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import structlog
-
-from ..fields import ParseError, Problems, as_dict, as_str, named_metadata, parse_quantity
-from ..health import SourceHealth
+from ..fields import Problems, as_dict, as_str, named_metadata, parse_quantity
 from .podgroups import PodGroupRecord
-
-log = structlog.get_logger(__name__)
+from .record_handler import Key, RecordHandler
 
 SOURCE = "queues_volcano"
+KIND = "Queue"
 OPEN = "Open"  # QueueStateOpen (types.go:29): the only state the enqueue vote lets a group out of
 Quantities = tuple[tuple[str, str], ...]  # resource name -> quantity as written, by name
 
@@ -63,6 +60,10 @@ class VolcanoQueue:
     guarantee: Quantities = ()
     allocated: Quantities = ()
     errors: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> Key:
+        return ("", KIND, self.name)
 
 
 def _quantities(raw: Any, where: str, problems: Problems) -> Quantities:
@@ -99,66 +100,28 @@ class VolcanoQueues:
     """Every Volcano Queue by name (cluster-scoped)."""
 
     def __init__(self) -> None:
-        self.queues: dict[str, VolcanoQueue] = {}
+        self.records: dict[Key, VolcanoQueue] = {}
         self.listed = False  # a LIST completed: from now on a queue not here does not exist
-        self._handler = QueueHandler(self)
+        self._handler = RecordHandler(SOURCE, KIND, parse_volcano_queue, self.records, self.put, self.delete,
+                                      on_replaced=self._listed)
 
-    def handlers(self) -> dict[str, QueueHandler]:
+    def handlers(self) -> dict[str, RecordHandler[VolcanoQueue]]:
         return {SOURCE: self._handler}
 
     def get(self, name: str) -> VolcanoQueue | None:
-        return self.queues.get(name)
+        return self.records.get(("", KIND, name))
 
+    def names(self) -> list[str]:
+        return sorted(k[2] for k in self.records)
 
-class QueueHandler:
-    """Informer handler of the ``queues_volcano`` source; parse problems and objects on ``health``."""
+    def put(self, q: VolcanoQueue) -> None:
+        self.records[q.key] = q
 
-    def __init__(self, queues: VolcanoQueues) -> None:
-        self.queues = queues
-        self.health: SourceHealth | None = None
+    def delete(self, key: Key) -> None:
+        self.records.pop(key, None)
 
-    def replace(self, objects: Iterable[Any]) -> None:
-        fresh = {}
-        for obj in objects:
-            q = self._parse(obj)
-            if q is not None:
-                fresh[q.name] = q
-        self.queues.queues = fresh
-        self.queues.listed = True
-        self._count()
-
-    def apply(self, event_type: str, obj: Any) -> None:
-        if event_type not in ("ADDED", "MODIFIED", "DELETED"):
-            return
-        q = self._parse(obj)
-        if q is None:
-            return
-        if event_type == "DELETED":
-            self.queues.queues.pop(q.name, None)
-        else:
-            self.queues.queues[q.name] = q
-        self._count()
-
-    def _parse(self, obj: Any) -> VolcanoQueue | None:
-        try:
-            q = parse_volcano_queue(obj)
-        except ParseError as exc:
-            self._problem(1, str(exc), obj)
-            return None
-        if q.errors:
-            self._problem(len(q.errors), "; ".join(q.errors[:3]), obj)
-        return q
-
-    def _problem(self, n: int, detail: str, obj: Any) -> None:
-        meta = obj.get("metadata") if isinstance(obj, dict) else None
-        log.warning("object_parse_problems", source=SOURCE, count=n, detail=detail[:500],
-                    object=meta.get("name") if isinstance(meta, dict) else None)
-        if self.health is not None:
-            self.health.parse_error(n)
-
-    def _count(self) -> None:
-        if self.health is not None:
-            self.health.set_objects(len(self.queues.queues))
+    def _listed(self) -> None:
+        self.listed = True
 
 
 def _listing(quantities: Quantities) -> str:
