@@ -168,3 +168,37 @@ def test_a_pod_seen_by_two_watches_is_parsed_once(monkeypatch: pytest.MonkeyPatc
     assert calls["parse_pod"] == 2 and store.pods["uid-ml-a"].phase == "Running"
     h["pods_kueue"].apply("DELETED", pod("a", labels=labels, phase="Running", rv="7"))
     assert "uid-ml-a" in store.pods  # still the gang's pod
+
+
+def test_denied_job_ray_and_cluster_queue_families_are_never_formatted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job controllers', KubeRay's and the ClusterQueues' families too: denied, they are never
+    formatted; the families left in are."""
+    from kueue_objects import cluster_queue
+    from test_jobs import jobset02, trainjob
+    from test_training import ray_cluster_setup
+
+    denied = {"gangscope_job_info", "gangscope_job_condition", "gangscope_job_progress_ratio",
+              "gangscope_ray_cluster_info", "gangscope_ray_job_status", "gangscope_cluster_queue_nominal_quota",
+              "gangscope_cluster_queue_active"}
+    formatted: Counter = Counter()
+    for method in ("prefix", "sample", "head", "tail", "line", "lines"):
+        real = getattr(Family, method)
+
+        def wrapper(self: Family, *args: Any, _real: Callable[..., Any] = real, **kwargs: Any) -> Any:
+            formatted[self.name] += 1
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(Family, method, wrapper)
+    expo = Exposition(exported=lambda name: name not in denied)
+    _, handlers, _ = build_collector(expo)
+    _, rayjob, raycluster = ray_cluster_setup()
+    handlers["clusterqueues"].replace([cluster_queue("cq", reserved=8, used=8)])
+    handlers["jobsets"].replace([jobset02()])
+    handlers["trainjobs"].replace([trainjob(40, 1.8e9)])
+    handlers["rayjobs"].replace([rayjob])
+    handlers["rayclusters"].replace([raycluster])
+    assert sorted(denied & set(formatted)) == []
+    assert {"gangscope_job_progress_updated_timestamp_seconds", "gangscope_ray_cluster_workers",
+            "gangscope_cluster_queue_flavor_info", "gangscope_cluster_queue_reserved"} <= set(formatted)
+    page = expo.render(False).decode()
+    assert all(f"\n{name}{{" not in page and not page.startswith(f"{name}{{") for name in denied)

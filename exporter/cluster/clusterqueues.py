@@ -330,9 +330,11 @@ CLUSTER_QUEUE_USED = Family(
 FAMILIES = (CLUSTER_QUEUE_FLAVOR, CLUSTER_QUEUE_ACTIVE, CLUSTER_QUEUE_NOMINAL, CLUSTER_QUEUE_RESERVED, CLUSTER_QUEUE_USED)
 
 
-def render_cluster_queue(cq: ClusterQueue, flavor_topology: Callable[[str], str]) -> dict[Family, list[str]]:
+def render_cluster_queue(cq: ClusterQueue, flavor_topology: Callable[[str], str],
+                         skip: frozenset[Family] = frozenset()) -> dict[Family, list[str]]:
     """The lines of one ClusterQueue, per family; ``flavor_topology(flavor)`` is the Topology
-    name of a ResourceFlavor ("" when it has none or is not known).
+    name of a ResourceFlavor ("" when it has none or is not known); families in ``skip``
+    (--metric-denylist) are never formatted.
 
     Series per ClusterQueue: 1 (active) + F (flavors) + 3 x the (flavor, resource) pairs of its
     quota, reservation and usage: a queue of 2 flavors of 3 resources has 1 + 2 + 18 = 21.
@@ -341,16 +343,20 @@ def render_cluster_queue(cq: ClusterQueue, flavor_topology: Callable[[str], str]
     for u in (*cq.reservation, *cq.usage):
         if u.flavor not in topo:
             topo[u.flavor] = flavor_topology(u.flavor)
-    out: dict[Family, list[str]] = {
-        CLUSTER_QUEUE_ACTIVE: [CLUSTER_QUEUE_ACTIVE.sample((cq.name, cq.active_reason), 1 if cq.active else 0)],
-        CLUSTER_QUEUE_FLAVOR: [CLUSTER_QUEUE_FLAVOR.sample((cq.name, f, str(i), topo[f]), 1)
-                               for i, f in enumerate(dict.fromkeys(cq.flavor_names))],
-        CLUSTER_QUEUE_NOMINAL: [CLUSTER_QUEUE_NOMINAL.sample((cq.name, f.name, q.name, topo[f.name]), q.nominal)
-                                for rg in cq.resource_groups for f in rg.flavors for q in f.resources],
-        CLUSTER_QUEUE_RESERVED: [CLUSTER_QUEUE_RESERVED.sample((cq.name, u.flavor, u.resource, topo[u.flavor]), u.total)
-                                 for u in cq.reservation],
-        CLUSTER_QUEUE_USED: [CLUSTER_QUEUE_USED.sample((cq.name, u.flavor, u.resource, topo[u.flavor]), u.total)
-                             for u in cq.usage],
-    }
+    out: dict[Family, list[str]] = {}
+    if CLUSTER_QUEUE_ACTIVE not in skip:
+        out[CLUSTER_QUEUE_ACTIVE] = [CLUSTER_QUEUE_ACTIVE.sample((cq.name, cq.active_reason), 1 if cq.active else 0)]
+    if CLUSTER_QUEUE_FLAVOR not in skip:
+        out[CLUSTER_QUEUE_FLAVOR] = [CLUSTER_QUEUE_FLAVOR.sample((cq.name, f, str(i), topo[f]), 1)
+                                     for i, f in enumerate(dict.fromkeys(cq.flavor_names))]
+    if CLUSTER_QUEUE_NOMINAL not in skip:
+        out[CLUSTER_QUEUE_NOMINAL] = [CLUSTER_QUEUE_NOMINAL.sample((cq.name, f.name, q.name, topo[f.name]), q.nominal)
+                                      for rg in cq.resource_groups for f in rg.flavors for q in f.resources]
+    if CLUSTER_QUEUE_RESERVED not in skip:
+        out[CLUSTER_QUEUE_RESERVED] = [CLUSTER_QUEUE_RESERVED.sample((cq.name, u.flavor, u.resource, topo[u.flavor]), u.total)
+                                       for u in cq.reservation]
+    if CLUSTER_QUEUE_USED not in skip:
+        out[CLUSTER_QUEUE_USED] = [CLUSTER_QUEUE_USED.sample((cq.name, u.flavor, u.resource, topo[u.flavor]), u.total)
+                                   for u in cq.usage]
     return out
 

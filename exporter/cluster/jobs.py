@@ -324,6 +324,7 @@ class JobIndex:
         self.stale_after = DEFAULT_PROGRESS_STALE  # explain: how long progress may stand still
         self.exposition = store.exposition
         self.exposition.register(*FAMILIES)
+        self._skip = self.exposition.filtered(FAMILIES)  # --metric-denylist
         self.jobs: dict[tuple[str, str, str], JobRecord] = {}
         self.kind_counts: dict[str, int] = {}  # kind -> its jobs held (each source's object count, per event)
         self._by_uid: dict[str, tuple[str, str, str]] = {}
@@ -449,27 +450,31 @@ class JobIndex:
     # ---- series
     def _render(self, rec: JobRecord) -> None:
         lead = label_pairs(_JOB, rec.key)
+        skip = self._skip  # --metric-denylist: never formatted
         out: dict[Family, list[bytes]] = {}
-        workloads = [w.name for w in self.workloads_of(rec)] or [""]
-        out[JOB_INFO] = [JOB_INFO.line(lead, 1, (w,)) for w in workloads]
-        out[JOB_CONDITION] = [JOB_CONDITION.line(lead, 1, (c.type, c.status, c.reason)) for c in rec.conditions if c.type]
-        if rec.restarts is not None:
+        if JOB_INFO not in skip:
+            workloads = [w.name for w in self.workloads_of(rec)] or [""]
+            out[JOB_INFO] = [JOB_INFO.line(lead, 1, (w,)) for w in workloads]
+        if JOB_CONDITION not in skip:
+            out[JOB_CONDITION] = [JOB_CONDITION.line(lead, 1, (c.type, c.status, c.reason)) for c in rec.conditions if c.type]
+        if rec.restarts is not None and JOB_RESTARTS not in skip:
             out[JOB_RESTARTS] = [JOB_RESTARTS.line(lead, rec.restarts)]
-        out[JOB_CHILD_JOBS] = [
-            JOB_CHILD_JOBS.line(lead, getattr(c, s), (c.name, s))
-            for c in rec.children for s in CHILD_STATES if getattr(c, s) is not None]
+        if JOB_CHILD_JOBS not in skip:
+            out[JOB_CHILD_JOBS] = [
+                JOB_CHILD_JOBS.line(lead, getattr(c, s), (c.name, s))
+                for c in rec.children for s in CHILD_STATES if getattr(c, s) is not None]
         for fam, v in ((JOB_PROGRESS, rec.progress), (JOB_PROGRESS_UPDATED, rec.progress_updated),
                        (JOB_PROGRESS_CHANGED, rec.progress_changed), (JOB_PROGRESS_REMAINING, rec.remaining_seconds)):
-            if v is not None:
+            if v is not None and fam not in skip:
                 out[fam] = [fam.line(lead, v)]
-        groups = self.groups(rec)
+        groups = self.groups(rec) if JOB_GROUPS not in skip else None
         if groups is not None:
             out[JOB_GROUPS] = [JOB_GROUPS.line(lead, groups.ready, ("ready",)),
                                JOB_GROUPS.line(lead, groups.not_ready, ("not_ready",)),
                                JOB_GROUPS.line(lead, rec.replicas or 0, ("desired",))]
-        if rec.ready_replicas is not None:
+        if rec.ready_replicas is not None and JOB_GROUPS_REPORTED not in skip:
             out[JOB_GROUPS_REPORTED] = [JOB_GROUPS_REPORTED.line(lead, rec.ready_replicas)]
-        if rec.trainer_metrics:
+        if rec.trainer_metrics and training.TRAINER_METRIC not in skip:
             out[training.TRAINER_METRIC] = training.metric_lines(lead, rec.trainer_metrics)
         self.exposition.set(("job", *rec.key), out)
 

@@ -136,6 +136,7 @@ class RayIndex:
         self.store = store
         self.exposition = store.exposition
         self.exposition.register(*FAMILIES)
+        self._skip = self.exposition.filtered((*FAMILIES, JOB_INFO))  # --metric-denylist
         self.records: dict[tuple[str, str, str], RayRecord] = {}
         self._handlers = {s: RecordHandler(s, KINDS[s], PARSERS[s], self.records, self.put, self.delete) for s in PARSERS}
         store.on_workload_change.append(self._workload_changed)
@@ -173,16 +174,21 @@ class RayIndex:
     def _render(self, rec: RayRecord) -> None:
         wl = self.workload_of(rec)
         workload = wl.name if wl is not None else ""
+        skip = self._skip  # --metric-denylist: never formatted
         out: dict[Family, list[bytes]] = {}
         if rec.kind == "RayCluster":
             job = next((name for kind, name in rec.owner_names[:1] if kind == "RayJob"), "")
-            out[RAY_CLUSTER_INFO] = [RAY_CLUSTER_INFO.line(
-                label_pairs(RAY_CLUSTER_INFO.labels, (rec.namespace, rec.name, workload, job, rec.head_pod)), 1)]
-            lead = label_pairs(("namespace", "raycluster"), (rec.namespace, rec.name))
-            out[RAY_CLUSTER_WORKERS] = [RAY_CLUSTER_WORKERS.line(lead, n, (state,))
-                                        for state, n in zip(WORKER_STATES, rec.workers) if n is not None]
+            if RAY_CLUSTER_INFO not in skip:
+                out[RAY_CLUSTER_INFO] = [RAY_CLUSTER_INFO.line(
+                    label_pairs(RAY_CLUSTER_INFO.labels, (rec.namespace, rec.name, workload, job, rec.head_pod)), 1)]
+            if RAY_CLUSTER_WORKERS not in skip:
+                lead = label_pairs(("namespace", "raycluster"), (rec.namespace, rec.name))
+                out[RAY_CLUSTER_WORKERS] = [RAY_CLUSTER_WORKERS.line(lead, n, (state,))
+                                            for state, n in zip(WORKER_STATES, rec.workers) if n is not None]
         else:
-            out[JOB_INFO] = [JOB_INFO.line(label_pairs(("namespace", "kind", "name"), rec.key), 1, (workload,))]
-            out[RAY_JOB_STATUS] = [RAY_JOB_STATUS.line(label_pairs(RAY_JOB_STATUS.labels, (
-                rec.namespace, rec.name, rec.cluster, rec.job_status, rec.deployment_status)), 1)]
+            if JOB_INFO not in skip:
+                out[JOB_INFO] = [JOB_INFO.line(label_pairs(("namespace", "kind", "name"), rec.key), 1, (workload,))]
+            if RAY_JOB_STATUS not in skip:
+                out[RAY_JOB_STATUS] = [RAY_JOB_STATUS.line(label_pairs(RAY_JOB_STATUS.labels, (
+                    rec.namespace, rec.name, rec.cluster, rec.job_status, rec.deployment_status)), 1)]
         self.exposition.set(("ray", *rec.key), out)

@@ -268,7 +268,7 @@ class ClusterStore:
         self.exposition = exposition
         self.finished_detail = finished_detail
         exposition.register(*FAMILIES, TOPOLOGY_UNRESOLVED, *CLUSTER_QUEUE_FAMILIES)
-        self._skip = exposition.filtered(FAMILIES)  # --metric-denylist: never formatted
+        self._skip = exposition.filtered((*FAMILIES, *CLUSTER_QUEUE_FAMILIES))  # --metric-denylist: never formatted
         # --metric-labels-allowlist: Workload labels here, PodGroup labels in the gang index
         self.labels_allowlist = labels_allowlist
         if labels_allowlist is not None:
@@ -826,7 +826,7 @@ class ClusterStore:
             return
         flavors = self.flavors
         self.exposition.set(("clusterqueue", cq.name), render_cluster_queue(
-            cq, lambda f: rf.topology_name if (rf := flavors.get(f)) is not None else ""))
+            cq, lambda f: rf.topology_name if (rf := flavors.get(f)) is not None else "", self._skip))
 
     def _rerender_cluster_queue_workloads(self, name: str) -> None:
         """The queue's activity changed: what its waiting Workloads' "ClusterQueue X is inactive"
