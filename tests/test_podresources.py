@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from exporter.exposition import Exposition
@@ -16,6 +18,18 @@ INVENTORY = {G0: (0, G0), G1: (1, G1), MIG: (1, G1)}
 BY_MINOR = {1: (0, G0), 0: (1, G1)}
 
 
+
+
+async def polled_until_up(p: PodResourcesPoller, deadline_s: float = 30.0) -> bool:
+    """Poll until a poll gets through: gRPC may still be backing off from a failed connect (its
+    backoff grows with jitter, so a loaded machine can need more than two polls)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + deadline_s
+    while not await p.poll_once():
+        if loop.time() > deadline:
+            return False
+        await asyncio.sleep(0.1)
+    return True
 
 
 def poller(path: str, changes: list, **kw) -> PodResourcesPoller:
@@ -85,12 +99,12 @@ async def test_socket_missing_at_start_then_kubelet_restarts(kubelet_socket: str
     await kubelet.start()
     try:
         # gRPC may still be backing off from the failed connect: the next poll gets through
-        assert await p.poll_once() or await p.poll_once()
+        assert await polled_until_up(p)
         assert p.health.up and [a.pod for a in p.allocations] == ["a"]
         # kubelet restart: the socket file is replaced; the pod set changed meanwhile
         kubelet.set_pods([SimPod("ns", "b", [SimContainer("c", [("nvidia.com/gpu", [G1])])])])
         await kubelet.restart()
-        ok = await p.poll_once() or await p.poll_once()
+        ok = await polled_until_up(p)
         assert ok and [a.pod for a in p.allocations] == ["b"] and p.health.up
         # kubelet down: allocations are kept (pods keep their GPUs), the source is down
         await kubelet.stop()
