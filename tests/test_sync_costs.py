@@ -125,12 +125,9 @@ def test_an_event_that_changes_nothing_read_is_not_parsed_and_moves_no_gzip_bloc
     assert 0 < sum(a != b for a, b in zip(_blocks(expo), blocks)) < len(blocks) / 2
 
 
-def test_denied_families_are_never_formatted(monkeypatch: pytest.MonkeyPatch) -> None:
-    denied = {"gangscope_gang_info", "gangscope_gang_stage", "gangscope_gang_assembly_stuck", "gangscope_gang_pods",
-              "gangscope_gang_idle_gpus", "gangscope_gang_assembly_deadline_timestamp_seconds",
-              "gangscope_gang_idle_gpu_seconds_total", "gangscope_podgroup_phase", "gangscope_podgroup_info",
-              "gangscope_podgroup_min_member", "gangscope_podgroup_pods", "gangscope_workload_info",
-              "gangscope_domain_gpus", "gangscope_workload_domains_spanned", "gangscope_workload_pending_reason"}
+def formatting_counted(monkeypatch: pytest.MonkeyPatch) -> Counter:
+    """Family name -> calls of every Family method that formats a line (prefix, sample, head, tail,
+    line, lines), counted from now on."""
     formatted: Counter = Counter()
     for method in ("prefix", "sample", "head", "tail", "line", "lines"):
         real = getattr(Family, method)
@@ -140,6 +137,16 @@ def test_denied_families_are_never_formatted(monkeypatch: pytest.MonkeyPatch) ->
             return _real(self, *args, **kwargs)
 
         monkeypatch.setattr(Family, method, wrapper)
+    return formatted
+
+
+def test_denied_families_are_never_formatted(monkeypatch: pytest.MonkeyPatch) -> None:
+    denied = {"gangscope_gang_info", "gangscope_gang_stage", "gangscope_gang_assembly_stuck", "gangscope_gang_pods",
+              "gangscope_gang_idle_gpus", "gangscope_gang_assembly_deadline_timestamp_seconds",
+              "gangscope_gang_idle_gpu_seconds_total", "gangscope_podgroup_phase", "gangscope_podgroup_info",
+              "gangscope_podgroup_min_member", "gangscope_podgroup_pods", "gangscope_workload_info",
+              "gangscope_domain_gpus", "gangscope_workload_domains_spanned", "gangscope_workload_pending_reason"}
+    formatted = formatting_counted(monkeypatch)
     cluster = build_cluster(60, nodes=256, seed=5, namespaces=10)
     expo = Exposition(exported=lambda name: name not in denied)
     _, handlers, _ = build_collector(expo)
@@ -180,15 +187,7 @@ def test_denied_job_ray_and_cluster_queue_families_are_never_formatted(monkeypat
     denied = {"gangscope_job_info", "gangscope_job_condition", "gangscope_job_progress_ratio",
               "gangscope_ray_cluster_info", "gangscope_ray_job_status", "gangscope_cluster_queue_nominal_quota",
               "gangscope_cluster_queue_active"}
-    formatted: Counter = Counter()
-    for method in ("prefix", "sample", "head", "tail", "line", "lines"):
-        real = getattr(Family, method)
-
-        def wrapper(self: Family, *args: Any, _real: Callable[..., Any] = real, **kwargs: Any) -> Any:
-            formatted[self.name] += 1
-            return _real(self, *args, **kwargs)
-
-        monkeypatch.setattr(Family, method, wrapper)
+    formatted = formatting_counted(monkeypatch)
     expo = Exposition(exported=lambda name: name not in denied)
     _, handlers, _ = build_collector(expo)
     _, rayjob, raycluster = ray_cluster_setup()
