@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -157,7 +157,6 @@ class QueuePositionPoller:
         exposition.register(*FAMILIES)
         self.health = SourceHealth(QUEUE_POSITIONS.source, exposition)
         self.version: str | None = None
-        self._queues: set[str] = set()  # ClusterQueues whose lines are in the exposition
         store.on_workload_change.append(self._workload_changed)
 
     def pending_cluster_queues(self) -> set[str]:
@@ -229,29 +228,24 @@ class QueuePositionPoller:
         return wl is not None and in_queue(wl.state)
 
     def _set(self, positions: dict[WorkloadKey, QueuePosition]) -> None:
-        self.store.queue_positions = positions
-        queues = {p.cluster_queue for p in positions.values()}
-        for cq in self._queues - queues:
-            self.exposition.delete(("queue_positions", cq))
-        self._queues = queues
-        self._render(queues)
+        """Replace the positions: each Workload's two lines are an owner of their own, so a poll
+        renders what it found and a Workload admitted meanwhile drops only its own lines."""
+        old, self.store.queue_positions = self.store.queue_positions, positions
+        for key in old.keys() - positions.keys():
+            self.exposition.delete(("queue_position", *key))
+        for key, p in positions.items():
+            self._render(key, p)
 
-    def _render(self, queues: Iterable[str]) -> None:
-        by_queue: dict[str, list[tuple[WorkloadKey, QueuePosition]]] = {}
-        for key, p in self.store.queue_positions.items():
-            if p.cluster_queue in queues:
-                by_queue.setdefault(p.cluster_queue, []).append((key, p))
-        for cq in queues:
-            entries = sorted(by_queue.get(cq, ()), key=lambda e: e[1].position)
-            self.exposition.set(("queue_positions", cq), {
-                QUEUE_POSITION: [QUEUE_POSITION.sample((ns, name, cq), p.position) for (ns, name), p in entries],
-                LOCAL_QUEUE_POSITION: [LOCAL_QUEUE_POSITION.sample((ns, name, p.local_queue), p.local_position)
-                                       for (ns, name), p in entries],
-            })
+    def _render(self, key: WorkloadKey, p: QueuePosition) -> None:
+        ns, name = key
+        self.exposition.set(("queue_position", ns, name), {
+            QUEUE_POSITION: [QUEUE_POSITION.sample((ns, name, p.cluster_queue), p.position)],
+            LOCAL_QUEUE_POSITION: [LOCAL_QUEUE_POSITION.sample((ns, name, p.local_queue), p.local_position)],
+        })
 
     def _workload_changed(self, key: WorkloadKey) -> None:
-        """The store's hook: a Workload that stopped waiting loses its position at once."""
-        p = self.store.queue_positions.get(key)
-        if p is not None and not self._waiting(key):
+        """The store's hook: a Workload that stopped waiting loses its position at once (its own
+        lines: an admission under churn re-rendered its whole ClusterQueue's positions)."""
+        if key in self.store.queue_positions and not self._waiting(key):
             del self.store.queue_positions[key]
-            self._render((p.cluster_queue,))
+            self.exposition.delete(("queue_position", *key))
