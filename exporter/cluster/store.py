@@ -84,7 +84,6 @@ log = structlog.get_logger(__name__)
 WorkloadKey = tuple[str, str]
 R = TypeVar("R")
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
-TOPOLOGY_EVICTIONS_OWNER = ("topology_evictions",)
 TOPOLOGY_UNRESOLVED_OWNER = ("topology_unresolved",)
 DEFAULT_EVICTION_GRACE = 3600.0
 DEFAULT_FINISHED_DETAIL = 0.0  # seconds a finished Workload keeps its detail series (0: none)
@@ -273,7 +272,7 @@ class ClusterStore:
         self.labels_allowlist = labels_allowlist
         if labels_allowlist is not None:
             exposition.register(*labels_allowlist.families())
-        exposition.register(TOPOLOGY_EVICTIONS, aggregate=True)  # one owner, a series per domain and reason
+        exposition.register(TOPOLOGY_EVICTIONS)  # an owner per counter (reason, cause, domain)
         self.gpu_resources = tuple(gpu_resources)
         self.clock = clock
         self._fixed_levels = tuple(level_keys)
@@ -312,7 +311,6 @@ class ClusterStore:
         self._eviction_flag = eviction_level
         self.eviction_grace = eviction_grace
         self._topology_evictions: dict[tuple[str, str, Path], int] = {}
-        self._eviction_prefixes: dict[tuple[str, str, Path], str] = {}  # their lines up to the value
         self._node_domain: dict[str, Path] = {}  # node name -> its domain at the eviction level
         self._domain_nodes: dict[Path, int] = {}  # domain -> nodes in it
         self._gone_since: dict[Path, float] = {}  # counted domains without a Node, since when
@@ -696,6 +694,7 @@ class ClusterStore:
         depth = self.eviction_depth
         counters = self._topology_evictions
         counted: set[Path] = set()
+        moved = []
         for (reason, cause), n in found.items():
             domains, _ = eviction_domains(reason, prev, wl, depth, self._node_domain.get)
             if reason == NODE_FAILURES:
@@ -703,6 +702,7 @@ class ClusterStore:
             for domain in domains:
                 k = (reason, cause, domain)
                 counters[k] = counters.get(k, 0) + n
+                moved.append(k)
             counted |= domains
         if not counted:
             return
@@ -712,19 +712,18 @@ class ClusterStore:
                 if not self._domain_nodes.get(domain):
                     self._gone_since.setdefault(domain, now)
             self._arm_prune()
-        self._render_topology_evictions()
+        for k in moved:
+            self._render_topology_eviction(k)
 
-    def _render_topology_evictions(self) -> None:
-        prefixes = self._eviction_prefixes
-        if len(prefixes) > 2 * len(self._topology_evictions) + 1024:  # keys pruned or counters cleared
-            prefixes.clear()
-        lines = []
-        for key, n in self._topology_evictions.items():
-            prefix = prefixes.get(key)
-            if prefix is None:  # every eviction renders them all: each line's labels once
-                prefix = prefixes[key] = TOPOLOGY_EVICTIONS.prefix(key[:2], self.fragment(key[2]))
-            lines.append(f"{prefix}{n}\n")
-        self.exposition.set(TOPOLOGY_EVICTIONS_OWNER, {TOPOLOGY_EVICTIONS: lines})
+    def _render_topology_eviction(self, key: tuple[str, str, Path]) -> None:
+        """One counter's line, an owner of its own: an eviction renders the counters it moved,
+        not every domain's (O(domains) per eviction under churn)."""
+        n = self._topology_evictions.get(key)
+        owner = ("topology_evictions", *key)
+        if n is None:
+            self.exposition.delete(owner)
+        else:
+            self.exposition.set(owner, {TOPOLOGY_EVICTIONS: [TOPOLOGY_EVICTIONS.sample(key[:2], n, self.fragment(key[2]))]})
 
     def _node_domain_of(self, node: Node) -> Path:
         return tuple(self.levels.labels_from_node(node.labels, node.name))[: self.eviction_depth]
@@ -757,9 +756,9 @@ class ClusterStore:
         self._gone_since.clear()
         for node in self.nodes.values():
             self._track_node_domain(node.name, self._node_domain_of(node))
-        if self._topology_evictions:
-            self._topology_evictions.clear()
-            self._render_topology_evictions()
+        cleared, self._topology_evictions = self._topology_evictions, {}
+        for key in cleared:
+            self._render_topology_eviction(key)
 
     def prune_domains(self) -> None:
         """Drop the eviction series of domains that no Node has had for ``eviction_grace``."""
@@ -769,9 +768,11 @@ class ClusterStore:
         if due:
             for d in due:
                 del self._gone_since[d]
-            self._topology_evictions = {k: n for k, n in self._topology_evictions.items() if k[2] not in due}
+            pruned = [k for k in self._topology_evictions if k[2] in due]
+            for k in pruned:
+                del self._topology_evictions[k]
+                self._render_topology_eviction(k)
             log.info("eviction_domains_pruned", domains=len(due))
-            self._render_topology_evictions()
         self._arm_prune()
 
     def _arm_prune(self) -> None:
@@ -914,7 +915,6 @@ class ClusterStore:
         dump of N Nodes fed one by one (snapshot, explain) O(N^2)."""
         self._place_cache.clear()
         self._fragments.clear()
-        self._eviction_prefixes.clear()
         self._rerender(keys, replace_paths=True)
         if levels:
             for cb in self.on_topology_change:
