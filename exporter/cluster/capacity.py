@@ -648,14 +648,31 @@ class Capacity:
         if host is None:
             return
         numbers = self._numbers(hostname, host)
-        if host.applied == numbers and host.domains:
+        applied = host.applied
+        if applied == numbers and host.domains:
             return
-        path = host.path
-        domains = tuple((i, path[: i + 1]) for i in range(len(path)) if path[i][1])
-        if host.applied is not None:
-            self._apply(host.domains, host.applied, -1)
-        self._apply(domains, numbers, 1)
-        host.applied, host.domains = numbers, domains
+        if applied is not None and host.domains:
+            # Applied to the domains of its present path (a new path unapplies first, _unapply):
+            # add what moved, where it moved. Under churn a host's used GPUs change and its
+            # capacity does not: taking the old numbers back and adding the new ones cost twice.
+            self._shift(host.domains, [(i, n - o) for i, (n, o) in enumerate(zip(numbers, applied)) if n != o])
+        else:
+            path = host.path
+            domains = tuple((i, path[: i + 1]) for i in range(len(path)) if path[i][1])
+            if applied is not None:
+                self._apply(host.domains, applied, -1)
+            self._apply(domains, numbers, 1)
+            host.domains = domains
+        host.applied = numbers
+
+    def _shift(self, domains: tuple[tuple[int, Path], ...], changes: list[tuple[int, float]]) -> None:
+        """Add ``changes`` ((index, difference) of a host's numbers) to the domains it is applied to."""
+        tables, dirty = self._domains, self._dirty_domains
+        for level, path in domains:
+            sums = tables[level][path].sums
+            for i, d in changes:
+                sums[i] += d
+            dirty.add((level, path))
 
     def flush(self) -> None:
         """Apply the dirty hosts to their domains, render what changed, evaluate fits."""
