@@ -266,6 +266,22 @@ def test_a_finished_workload_takes_its_gang_and_podgroup_series_with_it() -> Non
     assert {"gangscope_gang_stage", "gangscope_podgroup_phase"} <= podgroup_and_gang_families(c)
 
 
+def test_the_podgroup_lines_of_a_hidden_gang_are_never_formatted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Most PodGroups of a cluster belong to finished jobs: their lines are not formatted at all
+    (they were, then left out), and are when the gang is shown again."""
+    from test_sync_costs import formatting_counted
+
+    formatted = formatting_counted(monkeypatch)
+    c = Cluster()
+    c.add_wl(workload("wl", owner=("Job", "g", "u"), finished=True))
+    c.add_pg(podgroup("g", owner_uid="u", phase="Finished"))
+    c.pgs["podgroups_coscheduling"].apply("MODIFIED", podgroup("g", owner_uid="u", phase="Finished", running=1))
+    assert podgroup_and_gang_families(c) == set()
+    assert not {name for name in formatted if name.startswith(("gangscope_podgroup", "gangscope_gang"))}
+    c.wl.apply("MODIFIED", workload("wl", owner=("Job", "g", "u")))
+    assert {"gangscope_podgroup_phase", "gangscope_podgroup_info"} <= podgroup_and_gang_families(c)
+
+
 def test_unjoined_podgroups_keep_their_series_whatever_their_phase() -> None:
     c = Cluster()
     c.add_pg(podgroup("lonely", phase="Finished"))

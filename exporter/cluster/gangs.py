@@ -311,9 +311,8 @@ class GangIndex:
         self._timers: dict[PgKey, asyncio.TimerHandle] = {}
         self._tick: asyncio.TimerHandle | None = None
         self._idle: dict[PgKey, list[float]] = {}  # key -> [GPU-seconds so far, since when, idle GPUs now]
-        # PodGroup lines as last rendered, and the gangs whose series are exported: not those of
-        # a finished (or deactivated) Workload past --finished-detail (Workload.detail)
-        self._pg_lines: dict[PgKey, dict[Family, list[bytes] | list[str]]] = {}
+        # The gangs whose series (and their PodGroups') are exported: not those of a finished (or
+        # deactivated) Workload past --finished-detail (Workload.detail)
         self._shown: dict[PgKey, bool] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         store.on_workload_change.append(self._workload_changed)
@@ -452,12 +451,6 @@ class GangIndex:
             self._pg_native_wl.add((ns, rec.workload_ref), key)
         if rec.parent:
             self._children.add((ns, rec.parent), key)
-        lines: dict[Family, list[bytes] | list[str]] = {**pg.render(rec, self._skip)}
-        allowlist = self.store.labels_allowlist
-        if allowlist is not None:
-            lines[PODGROUP_LABELS] = allowlist.lines("podgroups", PODGROUP_LABELS, (rec.namespace, rec.name, rec.api_label),
-                                                     rec.labels)
-        self._pg_lines[key] = lines
         self._resolve(key)
         self._publish_podgroup(key)
         for parent in {previous.parent if previous else "", rec.parent} - {""}:
@@ -484,7 +477,6 @@ class GangIndex:
         gang = self.gangs.pop(key, None)
         self._disarm(key)
         self._idle.pop(key, None)
-        self._pg_lines.pop(key, None)
         self._shown.pop(key, None)
         self.exposition.delete(("podgroup", *key))
         self.exposition.delete(("gang", *key))
@@ -675,10 +667,21 @@ class GangIndex:
             self._render_idle(key)
 
     def _publish_podgroup(self, key: PgKey) -> None:
-        """The PodGroup's lines into the exposition, or none while its gang is not shown."""
-        lines = self._pg_lines.get(key)
-        if lines is not None:
-            self.exposition.set(("podgroup", *key), lines if self._shown.get(key, True) else {})
+        """The PodGroup's lines into the exposition, or none while its gang is not shown. They are
+        rendered here, when shown: most PodGroups belong to finished Workloads, whose detail goes,
+        and rendering lines that are never published was a quarter of the gang index's sync."""
+        rec = self.podgroups.get(key)
+        if rec is None:
+            return
+        if not self._shown.get(key, True):
+            self.exposition.delete(("podgroup", *key))
+            return
+        lines: dict[Family, list[bytes] | list[str]] = {**pg.render(rec, self._skip)}
+        allowlist = self.store.labels_allowlist
+        if allowlist is not None:
+            lines[PODGROUP_LABELS] = allowlist.lines("podgroups", PODGROUP_LABELS, (rec.namespace, rec.name, rec.api_label),
+                                                     rec.labels)
+        self.exposition.set(("podgroup", *key), lines)
 
     def _render_idle(self, key: PgKey) -> None:
         if GANG_IDLE_GPU_SECONDS in self._skip:
