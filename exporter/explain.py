@@ -22,7 +22,7 @@ import shutil
 import sys
 import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,7 +44,8 @@ if TYPE_CHECKING:
     from .cluster.jobs import JobIndex, JobView
     from .cluster.clusterqueues import ClusterQueue, QueuePosition
     from .cluster.store import ClusterStore
-    from .cluster.workloads import AdmissionCheck, Condition, Workload
+    from .cluster.workloads import AdmissionCheck, Assignment, Condition, Workload
+    from .cluster.workloads import Path as DomainPath
 
 SCHEMA = "gangscope.explain/v1"
 LAYERS = ("admission", "placement", "assembly", "interconnect", "job", "training")
@@ -286,7 +287,8 @@ def _by_level(placed: Sequence[tuple[tuple[tuple[str, str], ...], int]]) -> dict
     return out
 
 
-def placement_layer(wl: Workload | None, fit: FitReport | None = None) -> dict[str, Any]:
+def placement_layer(wl: Workload | None, fit: FitReport | None = None,
+                    placement: Callable[[Assignment], Sequence[tuple[DomainPath, int]]] | None = None) -> dict[str, Any]:
     if wl is None or wl.state is None:
         return _layer("placement", "unknown", "no Kueue Workload: no topology assignment to show")
     requests = []
@@ -298,14 +300,17 @@ def placement_layer(wl: Workload | None, fit: FitReport | None = None) -> dict[s
             requests.append({"podset": ps.name, **req})
     assignments = []
     unresolved = []
+    # the store's placement (``ClusterStore.placement``: a finished or deactivated Workload's is
+    # made when asked), else the record's own
+    placed = {id(a): (placement(a) if placement is not None else a.placed) for a in wl.last_assignments}
     for a in wl.last_assignments:
         topo = a.topology
         assignments.append({
             "podset": a.name, "flavors": a.flavors,
             "topology": {"flavor": topo.flavor, "name": topo.topology or None, "problem": topo.problem or None}
             if topo is not None else None,
-            "domains": [{"path": dict(path), "pods": pods} for path, pods in a.placed],
-            "by_level": _by_level(a.placed),
+            "domains": [{"path": dict(path), "pods": pods} for path, pods in placed[id(a)]],
+            "by_level": _by_level(placed[id(a)]),
         })
         if topo is not None and topo.problem and a.domains:
             unresolved.append(f"{a.name}: flavor {topo.flavor or '?'} {_UNRESOLVED[topo.problem](topo.topology)}")
@@ -330,8 +335,8 @@ def placement_layer(wl: Workload | None, fit: FitReport | None = None) -> dict[s
     if not any(a.domains for a in wl.last_assignments):
         return _layer("placement", "ok", "no topology assignment (TAS not used for this Workload)", evidence)
     counts = []
-    total = sum(pods for a in wl.last_assignments for _, pods in a.placed)
-    for alias, values in _by_level([x for a in wl.last_assignments for x in a.placed]).items():
+    total = sum(pods for a in wl.last_assignments for _, pods in placed[id(a)])
+    for alias, values in _by_level([x for a in wl.last_assignments for x in placed[id(a)]]).items():
         n = len([v for v in values if v])
         if n:
             counts.append(f"{n} {alias}{'s' if n != 1 else ''}")
@@ -536,7 +541,7 @@ def job_layer(wl: Workload | None, store: ClusterStore, jobs: JobIndex | None, n
     kinds: list[str] = []
     fine: list[str] = []
     depth = store.eviction_depth
-    domains = sorted({path[depth - 1][1] for a in (wl.last_assignments if wl else []) for path, _ in a.placed
+    domains = sorted({path[depth - 1][1] for a in (wl.last_assignments if wl else []) for path, _ in store.placement(wl, a)
                       if len(path) >= depth and path[depth - 1][1]})
     where = f" in {', '.join(domains)}" if domains else ""
     stale_after = jobs.stale_after if jobs is not None else 0
@@ -649,7 +654,7 @@ async def diagnose(store: ClusterStore, gangs: GangIndex, namespace: str, name: 
             queue = store.cluster_queues.get(wl.cluster_queue) if wl is not None else None
             layer = admission_layer(wl, position, fits, queue, cohort_tree(store, queue))
         elif layer_name == "placement":
-            layer = placement_layer(wl, fits)
+            layer = placement_layer(wl, fits, (lambda a: store.placement(wl, a)) if wl is not None else None)
         elif layer_name == "assembly":
             layer = assembly_layer(wl, wl_gangs, now, gangs)
         elif layer_name == "interconnect":

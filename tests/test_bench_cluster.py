@@ -56,7 +56,7 @@ def test_a_cluster_as_the_benchmarks_describe_it() -> None:
     wl = store.workload(job.namespace, job.workload["metadata"]["name"])
     assert [d.values[0] for a in wl.assignments for d in a.domains] == [n.name for n in job.placed]
     assert topology_assignment(job.placed, job.pods_per_host)["levels"] == [HOST]
-    assert {dict(p)["rack"] for a in wl.last_assignments for p, _ in a.placed} == {n.rack for n in job.placed}
+    assert {dict(p)["rack"] for a in wl.last_assignments for p, _ in store.placement(wl, a)} == {n.rack for n in job.placed}
     # The collector's page of this cluster lints clean (a gauge named like a histogram's _count once did not).
     text = expo.render(False)
     assert b"gangscope_workload_requeues{" in text

@@ -103,7 +103,27 @@ def test_the_pure_judgement() -> None:
     wl = parse_workload(evicted(message=MULTIPLE.format("h1, h3"), admitted=False))
     assert failed_nodes(prev, wl) == ("h1", "h3")
     assert message_nodes("Preempted to accommodate a workload") == ()
-    # without placed paths (the store places them) the domains come from the Nodes alone
+    # without the placement (the store passes it) the domains come from the Nodes alone
     domains = {"h1": (("rack", "r1"),), "h3": (("rack", "r2"),)}
     assert eviction_domains("NodeFailures", prev, wl, 1, domains.get) == ({(("rack", "r1"),), (("rack", "r2"),)}, True)
     assert eviction_domains("NodeFailures", prev, wl, 1, {}.get) == (set(), False)
+
+
+def test_a_deactivated_workload_evicted_counts_in_its_domains() -> None:
+    """spec.active=false retires a Workload at once (its detail and placement go) while it still
+    holds its assignment; Kueue's eviction that follows is still charged to the racks it ran in,
+    from the placement the store makes of the record before it."""
+    expo, store, h = collector()
+    h["workloads"].replace([workload(hosts=HOSTS, conditions=admitted_conditions())])
+    inactive = workload(hosts=HOSTS, conditions=admitted_conditions(), active=False)
+    h["workloads"].apply("MODIFIED", inactive)
+    assert store.workload("team", "wl").stage == "deactivated"
+    retired = store.workload("team", "wl")
+    assert all(not a.placed for a in retired.last_assignments)  # retired: not kept placed
+    assert [path for a in retired.last_assignments for path, _ in store.placement(retired, a)] == [
+        (("block", "b1"), ("rack", "r1"), ("host", "h1")), (("block", "b1"), ("rack", "r1"), ("host", "h2")),
+        (("block", "b1"), ("rack", "r2"), ("host", "h3"))]  # placed when asked, as explain asks
+    gone = evicted("InactiveWorkload", admitted=False)
+    gone["spec"]["active"] = False
+    h["workloads"].apply("MODIFIED", gone)
+    assert racks(expo) == {"r1": 1, "r2": 1}

@@ -201,3 +201,33 @@ def test_denied_job_ray_and_cluster_queue_families_are_never_formatted(monkeypat
             "gangscope_cluster_queue_flavor_info", "gangscope_cluster_queue_reserved"} <= set(formatted)
     page = expo.render(False).decode()
     assert all(f"\n{name}{{" not in page and not page.startswith(f"{name}{{") for name in denied)
+
+
+def test_retired_workloads_are_not_placed_nor_indexed_by_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Most of a cluster's Workloads are finished: they export a summary, so the store neither
+    places them nor indexes their hosts, and a Node's change re-renders none of them."""
+    calls: Counter = Counter()
+    counted(monkeypatch, store_module.ClusterStore, "place", calls)
+    cluster = build_cluster(200, nodes=256, seed=5, namespaces=10)
+    expo = Exposition()
+    store, handlers, _ = build_collector(expo)
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for obj in cluster.objects():
+        by_kind.setdefault(obj["kind"], []).append(obj)
+    for source, kind in (("topologies", "Topology"), ("resourceflavors", "ResourceFlavor"), ("nodes", "Node"),
+                         ("localqueues", "LocalQueue"), ("workloads", "Workload")):
+        handlers[source].replace(by_kind[kind])
+    retired = {k for k, wl in store.workloads.items() if not wl.detail}
+    assert len(retired) > 100
+    placed = sum(1 for wl in store.workloads.values() if wl.detail for a in wl.last_assignments if a.domains)
+    assert calls["place"] == placed
+    indexed = {k for keys in store._by_group.values() for k in keys}
+    assert indexed and not indexed & retired
+    # a Node's new rack re-renders the Workloads placed on it, and only those
+    node = next(n for n in by_kind["Node"] if any(
+        store._by_host.get(n["metadata"]["labels"]["kubernetes.io/hostname"], ())))
+    renders: Counter = Counter()
+    counted(monkeypatch, store_module, "render_workload", renders)
+    node["metadata"]["labels"]["cloud.provider.com/topology-rack"] = "moved"
+    handlers["nodes"].apply("MODIFIED", node)
+    assert 0 < renders["render_workload"] <= len(store.workloads) - len(retired)

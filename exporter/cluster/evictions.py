@@ -22,7 +22,7 @@ pure function of the Workload record before and after the event (kubernetes-sigs
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -61,22 +61,23 @@ def failed_nodes(prev: Workload, wl: Workload) -> tuple[str, ...]:
 
 
 def eviction_domains(reason: str, prev: Workload, wl: Workload, depth: int,
-                     node_domain: Callable[[str], Path | None]) -> tuple[set[Path], bool]:
+                     node_domain: Callable[[str], Path | None],
+                     placed: Sequence[tuple[Path, int]] = ()) -> tuple[set[Path], bool]:
     """The domains (paths cut to ``depth`` levels) an eviction of ``reason`` counts in, and
     whether they are those of the failed nodes (False: every domain of the placement).
 
+    ``placed`` is ``prev``'s placement (full paths and pods of its last assignments' domains);
     ``node_domain(name)`` is a Node's domain where the Node is known; a node that is not (deleted
     since) is found by its hostname in the placement's paths.
     """
-    placement = {path[:depth] for a in prev.last_assignments for path, _ in a.placed}
+    placement = {path[:depth] for path, _ in placed}
     if reason != NODE_FAILURES:
         return placement, False
     found: set[Path] = set()
     for node in failed_nodes(prev, wl):
         domain = node_domain(node)
         if domain is None:
-            domain = next((path[:depth] for a in prev.last_assignments for path, _ in a.placed
-                           if path and path[-1][1] == node), None)
+            domain = next((path[:depth] for path, _ in placed if path and path[-1][1] == node), None)
         if domain is not None:
             found.add(domain)
     if found:

@@ -90,8 +90,9 @@ DEFAULT_FINISHED_DETAIL = 0.0  # seconds a finished Workload keeps its detail se
 
 TOPOLOGY_UNRESOLVED = Family(
     "gangscope_topology_unresolved_workloads", "gauge",
-    "Workloads whose topology assignment could not be expanded with their flavor's Topology levels, by flavor and "
-    "problem (flavor_missing, no_topology_name, topology_missing); their series carry only the levels Kueue stored.",
+    "Workloads exporting their placement whose topology assignment could not be expanded with their flavor's Topology "
+    "levels, by flavor and problem (flavor_missing, no_topology_name, topology_missing); their series carry only the "
+    "levels Kueue stored.",
     ("flavor", "topology", "problem"),
 )
 
@@ -295,6 +296,7 @@ class ClusterStore:
         # Workloads by host (hostname value or node name), in two steps: a gang's hosts are
         # indexed once per distinct assignment (its host group), not once per Workload.
         self._by_host: dict[str, set[Any]] = {}  # host -> host groups (see _host_groups)
+        self._hosted: set[WorkloadKey] = set()  # placed and in the host index: those exporting detail (_host)
         self._by_group: dict[Any, set[WorkloadKey]] = {}  # host group -> workloads
         self._by_owner_uid: dict[str, set[WorkloadKey]] = {}
         self._by_owner_name: dict[tuple[str, str], set[WorkloadKey]] = {}
@@ -491,16 +493,11 @@ class ClusterStore:
             wl.last_assignments = prev.last_assignments
         if prev is not None:
             wl.failed_nodes = prev.failed_nodes  # replaced by _count_evictions on a new NodeFailures eviction
-        for a in wl.last_assignments:
-            if not a.placed and a.domains:
-                a.placed = self.place(a)
-        self._note_unresolved(wl)
-        if prev is not None:
             self._count_evictions(prev, wl)
             self._unindex(prev)
         self.workloads[key] = wl
         self._index(wl)
-        if self._deferred is not None:  # inside a Node LIST: rendered once, at its end
+        if self._deferred is not None:  # inside a Node LIST: placed and rendered once, at its end
             self._deferred[key] = None
         else:
             self._render(wl)
@@ -514,7 +511,6 @@ class ClusterStore:
             handle = timers.pop(key, None)
             if handle is not None:
                 handle.cancel()
-        self._set_unresolved(key, frozenset())
         self.exposition.delete(("workload", *key))
         for cb in self.on_workload_change:
             cb(key)
@@ -550,6 +546,10 @@ class ClusterStore:
                                   self.cluster_queues.get(wl.cluster_queue))
         self._arm_backoff(wl)
         wl.detail = self._detail(wl)
+        if wl.detail:
+            self._host(wl)
+        else:
+            self._unhost(wl)
         chunks = render_workload(wl, self.fragment, self.level_name, wl.detail, self._skip)
         if self.labels_allowlist is not None:
             line = "".join(self.labels_allowlist.lines("workloads", WORKLOAD_LABELS, wl.key, wl.labels)).encode()
@@ -563,11 +563,45 @@ class ClusterStore:
             wl = self.workloads.get(key)
             if wl is None:
                 continue
-            if replace_paths:
+            if replace_paths and key in self._hosted:
                 for a in wl.last_assignments:
                     a.placed = self.place(a)
                 self._note_unresolved(wl)
             self._render(wl)
+
+    def _host(self, wl: Workload) -> None:
+        """Place a Workload that exports its detail and index it by its hosts (a Node's change
+        then places and renders it again); one that already is, stays as it is."""
+        key = wl.key
+        if key in self._hosted:
+            return
+        for a in wl.last_assignments:
+            if not a.placed and a.domains:
+                a.placed = self.place(a)
+        self._note_unresolved(wl)
+        self._index_hosts(key, wl)
+        self._hosted.add(key)
+
+    def _unhost(self, wl: Workload) -> None:
+        """A Workload whose detail went (finished or deactivated, past --finished-detail) keeps no
+        placement and no place in the host index: in a real cluster most Workloads are finished,
+        and placing them, their hundreds of thousands of hosts indexed, only to export a summary
+        was a third of their sync. explain places them when asked (:meth:`placement`)."""
+        self._unhost_key(wl.key, wl)
+        for a in wl.last_assignments:  # also those it shares with the record it replaced
+            if a.placed:
+                a.placed = []
+
+    def _unhost_key(self, key: WorkloadKey, wl: Workload) -> None:
+        if key in self._hosted:
+            self._hosted.discard(key)
+            self._unindex_hosts(key, wl)
+            self._set_unresolved(key, frozenset())
+
+    def placement(self, wl: Workload, a: Assignment) -> list[tuple[Path, int]]:
+        """The full paths and pods of an assignment of ``wl``: the store's for a Workload it keeps
+        placed, else placed now with what the Nodes say now (and not kept)."""
+        return a.placed if wl.key in self._hosted else self.place(a)
 
     def _note_unresolved(self, wl: Workload) -> None:
         """Record which of ``wl``'s assignments could not be expanded with their flavor's
@@ -606,6 +640,13 @@ class ClusterStore:
 
     def _index(self, wl: Workload) -> None:
         key = wl.key
+        for uid in self.owner_uids(wl):
+            self._by_owner_uid.setdefault(uid, set()).add(key)
+        if wl.owner is not None and wl.owner.name:
+            self._by_owner_name.setdefault((wl.namespace, wl.owner.name), set()).add(key)
+        self._by_queue.setdefault((wl.namespace, wl.queue_name), set()).add(key)
+
+    def _index_hosts(self, key: WorkloadKey, wl: Workload) -> None:
         by_group = self._by_group
         for group, a in self._host_groups(wl):
             keys = by_group.get(group)
@@ -614,14 +655,8 @@ class ClusterStore:
                 for host in self._group_hosts(group, a):
                     self._by_host.setdefault(host, set()).add(group)
             keys.add(key)
-        for uid in self.owner_uids(wl):
-            self._by_owner_uid.setdefault(uid, set()).add(key)
-        if wl.owner is not None and wl.owner.name:
-            self._by_owner_name.setdefault((wl.namespace, wl.owner.name), set()).add(key)
-        self._by_queue.setdefault((wl.namespace, wl.queue_name), set()).add(key)
 
-    def _unindex(self, wl: Workload) -> None:
-        key = wl.key
+    def _unindex_hosts(self, key: WorkloadKey, wl: Workload) -> None:
         by_group = self._by_group
         for group, a in self._host_groups(wl):
             keys = by_group.get(group)
@@ -631,6 +666,10 @@ class ClusterStore:
                     del by_group[group]
                     for host in self._group_hosts(group, a):
                         _discard(self._by_host, host, group)
+
+    def _unindex(self, wl: Workload) -> None:
+        key = wl.key
+        self._unhost_key(key, wl)
         for uid in self.owner_uids(wl):
             _discard(self._by_owner_uid, uid, key)
         if wl.owner is not None and wl.owner.name:
@@ -696,7 +735,8 @@ class ClusterStore:
         counted: set[Path] = set()
         moved = []
         for (reason, cause), n in found.items():
-            domains, _ = eviction_domains(reason, prev, wl, depth, self._node_domain.get)
+            domains, _ = eviction_domains(reason, prev, wl, depth, self._node_domain.get,
+                                          [pair for a in prev.last_assignments for pair in self.placement(prev, a)])
             if reason == NODE_FAILURES:
                 wl.failed_nodes = failed_nodes(prev, wl)
             for domain in domains:
