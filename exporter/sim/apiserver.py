@@ -59,9 +59,10 @@ META_API_VERSION = "meta.k8s.io/v1"
 
 
 def status_body(code: int, reason: str, message: str) -> dict[str, Any]:
-    """A ``metav1.Status`` failure, the body of every error the real server returns."""
+    """A ``metav1.Status`` failure, the body of every error the real server returns (no
+    ``reason`` for an error the server did not classify, such as a storage error's 500)."""
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": message, "reason": reason, "code": code}
+            "message": message, **({"reason": reason} if reason else {}), "code": code}
 
 
 _REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
@@ -73,7 +74,7 @@ _CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 
 
 def _error(code: int, message: str, headers: dict[str, str] | None = None, reason: str | None = None) -> web.Response:
-    body = status_body(code, reason or _REASONS.get(code, "Unknown"), message)
+    body = status_body(code, _REASONS.get(code, "Unknown") if reason is None else reason, message)
     return web.Response(status=code, body=orjson.dumps(body), content_type="application/json", headers=headers)
 
 
@@ -679,9 +680,16 @@ class SimApiServer:
         as_kind = _partial_kind(accept)
         partial = as_kind in ("PartialObjectMetadata", "PartialObjectMetadataList") and not self.ignore_partial_metadata
         if partial and (as_kind == "PartialObjectMetadataList") != (len(rest) == 1) and not _is_watch(request.query):
-            # handlers/response.go asPartialObjectMetadata(List): no fallback to the next media type
-            asked, got = ("a list", "an object") if len(rest) == 2 else ("one object", "a list")
-            return _error(406, f"you requested {as_kind} ({asked}), but the requested object is {got}")
+            # handlers/response.go asPartialObjectMetadata(List): no fallback to the next media type; the
+            # Go type named is the internal one of a built-in kind, an unstructured one of a custom resource
+            # (whose single object asked for as a list fails earlier, a 500 of kube-apiserver 1.20)
+            custom = "." in group
+            kind = "unstructured.Unstructured" if custom else f"{group or 'core'}.{store.kind}"
+            if len(rest) == 1:
+                return _error(406, f"you requested {as_kind}, but the requested object is a list (*{kind}List)")
+            if custom:
+                return _error(500, "content is not a list", reason="")
+            return _error(406, f"you requested {as_kind}, but the requested object is not a list (*{kind})")
         if len(rest) == 2:
             entry = store.objects.get((namespace or "", rest[1]))
             if entry is None:
@@ -714,22 +722,23 @@ class SimApiServer:
         if name is not None and meta.get("name") != name:
             return _error(400, f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})")
         if not isinstance(meta.get("name"), str) or not meta["name"]:
-            return _error(422, f"{store.kind} is invalid: metadata.name: Required value: name or generateName is required")
+            return _error(422, f'{store.kind} "" is invalid: metadata.name: Required value: name or generateName is required')
         data = body.get("data", {})
         if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
             return _error(400, f"{store.kind} in version \"v1\" cannot be handled as a {store.kind}: data values must be strings")
         bad = [k for k in data if not _CONFIGMAP_KEY.match(k) or len(k) > 253]
         if bad:
-            return _error(422, f'{store.kind} "{meta["name"]}" is invalid: data[{bad[0]}]: Invalid value: '
-                               f"a valid config key must consist of alphanumeric characters, '-', '_' or '.'")
+            return _error(422, f'{store.kind} "{meta["name"]}" is invalid: data[{bad[0]}]: Invalid value: "{bad[0]}": '
+                               "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. "
+                               "'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')")
         return dict(body, metadata=dict(meta, namespace=namespace))
 
     async def _create(self, request: web.Request, store: _Store, version: str, namespace: str | None) -> web.Response:
         body = await self._written(request, store, namespace, None)
         if isinstance(body, web.Response):
             return body
-        if body["metadata"].get("resourceVersion"):  # etcd3 store.go Create: a plain error, hence a 500
-            return _error(500, "resourceVersion should not be set on objects to be created")
+        if body["metadata"].get("resourceVersion"):  # etcd3 store.go Create: a plain error, a 500 without reason
+            return _error(500, "resourceVersion should not be set on objects to be created", reason="")
         name = body["metadata"]["name"]
         if (namespace or "", name) in store.objects:
             return _error(409, f'{store.plural} "{name}" already exists')
