@@ -121,7 +121,7 @@ class ShardCuts:
             bounds, basis = (), "equal"
         if basis != self.basis:
             why = {"workloads": "the cuts shard 0 published", "namespaces": (
-                "no cuts published for this total" if published is None else
+                "no readable cuts published" if published is None else
                 f"the published cuts are for {published.total} shards, not {self.total}"),
                 "equal": "no namespace list yet" if self.total > 1 else "one shard"}[basis]
             log.info("shard_cuts_basis", basis=basis, why=why, total_shards=self.total,
@@ -140,7 +140,6 @@ class PublishedCutsWatch:
 
     def __init__(self, namespace: str, name: str, on_cuts: Callable[[PublishedCuts | None], None]) -> None:
         self.namespace, self.name, self._on_cuts = namespace, name, on_cuts
-        self.health: Any = None  # set by the informer's runner
 
     def replace(self, objects: list[dict[str, Any]]) -> None:
         mine = [o for o in objects if self._mine(o)]
@@ -210,7 +209,6 @@ class CutsPublisher:
         self.interval, self.discovery_interval, self.threshold = interval, discovery_interval, threshold
         self.page_size, self.clock = page_size, clock
         self.health = SourceHealth(PUBLISHER_SOURCE, exposition)
-        self.published = 0  # ConfigMap writes (tests, logs)
         self._errors = Backoff(backoff or BackoffPolicy())
         self._wake = asyncio.Event()
 
@@ -273,7 +271,6 @@ class CutsPublisher:
         if reason is not None:
             cuts = PublishedCuts(total, fresh, measured_at, sum(counts.values()), len(weights))
             await self._write(found, cuts)
-            self.published += 1
             log.info("shard_cuts_published", configmap=f"{self.namespace}/{self.name}", why=reason,
                      total_shards=total, workloads=cuts.workloads, namespaces=cuts.namespaces,
                      largest_share=round(largest_share(fresh, weights), 3))
