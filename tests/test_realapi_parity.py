@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 import pytest
 
-from exporter.kube.resources import AGENT_PODS, NODES, SHARD_CUTS, WORKLOADS
+from exporter.kube.resources import AGENT_PODS, NAMESPACES, NODES, SHARD_CUTS, WORKLOADS
 from exporter.sim.apiserver import SimApiServer
 from realapi import AdminClient, RealCluster, Writer
 
@@ -81,8 +81,9 @@ def targets(real_api: RealCluster) -> Iterator[dict[str, Target]]:
         real_api.wait_compacted("kueue.x-k8s.io/v1beta2", "Workload", rv)
 
     sim = SimApiServer(bookmark_interval=0.5).start_in_thread()
-    for r in (WORKLOADS, AGENT_PODS, NODES, SHARD_CUTS):
+    for r in (WORKLOADS, AGENT_PODS, NODES, SHARD_CUTS, NAMESPACES):
         sim.call(sim.serve, r)
+    sim.call(sim.create, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     for obj in objects(ns, node):
         sim.call(sim.create, obj)
     try:
@@ -210,6 +211,7 @@ def configmap_writes(t: Target) -> Any:
     out.append(refusal(send("POST", cms, {**cm, "metadata": {"name": f"{name}-c", "resourceVersion": "5"}})))
     out.append(refusal(send("POST", cms, {**cm, "metadata": {"name": f"{name}-d"}, "data": {"bad key": "v"}})))
     out.append(refusal(send("POST", cms, {**cm, "metadata": {}})))
+    out.append(refusal(send("POST", f"/api/v1/namespaces/{t.ns}-absent/configmaps", cm)))
     status, doc = send("POST", cms, {**cm, "metadata": {"name": f"{name}-e"}, "data": {"n": 1}})
     out.append((status, doc["reason"]))
     listed = t.get(cms, fieldSelector=f"metadata.name={name}")[2]

@@ -16,7 +16,7 @@ from exporter.kube.resources import SHARD_CUTS, WORKLOADS
 from exporter.kube.scope import Scope
 from exporter.kube.shard_cuts import configmap_location
 from exporter.kube.weighted_cuts import (PublishedCuts, configmap_data, largest_share, namespace_weights,
-                                         parse_configmap, reason_to_move, weighted_bounds)
+                                         parse_configmap, reason_to_move, shard_loads, weighted_bounds)
 from exporter.sim.apiserver import SimApiServer
 from test_sharding import scrape, serve_cluster, serve_namespaces, set_replicas, shard_pod
 from waiting import eventually
@@ -27,8 +27,9 @@ CUTS_FLAGS = ("--shard-cuts-configmap", f"{HOME}/{NAME}")
 
 
 def cluster(sim: SimApiServer, workloads: int = 240) -> set[str]:
-    """bench/cluster.py's objects, their Namespaces, and ConfigMaps served (none written yet)."""
-    namespaces = serve_cluster(sim, workloads=workloads)
+    """bench/cluster.py's objects, their Namespaces and the collector's own, and ConfigMaps served
+    (none written yet); every namespace."""
+    namespaces = serve_cluster(sim, workloads=workloads) | {HOME}
     serve_namespaces(sim, namespaces)
     sim.serve(SHARD_CUTS)
     return namespaces
@@ -84,7 +85,7 @@ async def test_shard_0_publishes_weighted_cuts_and_every_shard_follows(kube_sim:
         assert largest_share(cuts.bounds, weights) < largest_share(by_count, weights), "more even than by namespaces"
         assert largest_share(cuts.bounds, weights) <= 1.2
         loads = [len(c.store.workloads) for c in shards]
-        assert max(loads) / (240 / 3) == largest_share(cuts.bounds, weights)
+        assert loads == shard_loads(cuts.bounds, counts(kube_sim)) and max(loads) / (240 / 3) <= 1.2
         # Only shard 0 counted: one metadata-only LIST of every namespace's Workloads, paged.
         counted = [q for m, p, q in kube_sim.request_log
                    if m == "GET" and p.endswith("/workloads") and "shardSelector" not in q and "watch" not in q]
@@ -201,6 +202,23 @@ async def test_forbidden_configmaps_leave_the_namespace_count_cuts(kube_sim: Sim
         kube_sim.forbid_writes(SHARD_CUTS, False)
         await eventually(lambda: following(shards, published(kube_sim)), timeout=10)
         await eventually(lambda: partitioned(kube_sim, shards), timeout=20)
+    finally:
+        for c in shards:
+            await c.stop()
+
+
+async def test_a_configmap_namespace_that_does_not_exist_is_counted_and_logged(kube_sim: SimApiServer,
+                                                                                kube_sim_kubeconfig: str) -> None:
+    cluster(kube_sim)
+    shards = [await started_collector(kube_sim_kubeconfig, "--shard", str(i), "--total-shards", "2",
+                                      "--shard-cuts-configmap", f"nowhere/{NAME}") for i in range(2)]
+    try:
+        publisher = shards[0].publisher
+        assert publisher is not None
+        await eventually(lambda: publisher.health.errors >= 2, timeout=10)  # tried again, after a backoff
+        assert 'namespaces "nowhere" not found' in publisher.health.detail
+        await eventually(lambda: all(c.ready()[0] for c in shards), timeout=20)
+        assert all(c.shard_cuts.basis == "namespaces" for c in shards) and partitioned(kube_sim, shards)  # type: ignore[union-attr]
     finally:
         for c in shards:
             await c.stop()

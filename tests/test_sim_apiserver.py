@@ -217,7 +217,7 @@ async def test_configmaps_are_created_and_replaced_as_the_real_server_does(kube_
     stale resourceVersion, unconditional without one); 400 for a body naming another object or
     namespace, 422 for a data key ConfigMaps refuse, 403 when writes are forbidden; a watch by
     name sees each change."""
-    from exporter.kube.resources import SHARD_CUTS
+    from exporter.kube.resources import NAMESPACES, SHARD_CUTS
 
     kube_sim.serve(SHARD_CUTS)
     kube_sim.serve(WORKLOADS)
@@ -250,6 +250,12 @@ async def test_configmaps_are_created_and_replaced_as_the_real_server_does(kube_
     assert status == 403 and "cannot update" in body["message"]
     assert (await get(kube_sim, f"{cms}/cuts"))[0] == 200, "reading is still allowed"
     assert (await write(kube_sim, "POST", WL, make_object(WORKLOADS, "w")))[0] == 405  # only ConfigMaps are written
+    kube_sim.serve(NAMESPACES)  # served, the namespace must exist (NamespaceLifecycle admission)
+    kube_sim.forbid_writes(SHARD_CUTS, False)
+    status, body = await write(kube_sim, "POST", cms, {**cm, "metadata": {"name": "z"}})
+    assert status == 404 and body["message"] == 'namespaces "gs" not found'
+    kube_sim.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gs"}})
+    assert (await write(kube_sim, "POST", cms, {**cm, "metadata": {"name": "z"}}))[0] == 201
 
 
 async def test_authentication_and_fault_switches(kube_sim: SimApiServer) -> None:

@@ -42,7 +42,7 @@ import structlog
 from ..exposition import Exposition, Family
 from ..health import SourceHealth
 from .backoff import Backoff, BackoffPolicy
-from .client import ApiError, Forbidden, KubeClient, NotFound
+from .client import ApiError, Forbidden, KubeClient, NotFound, report_failure
 from .discovery import served_version
 from .informer import PARTIAL_LIST_ACCEPT, collection_path
 from .resources import WORKLOADS
@@ -243,8 +243,9 @@ class CutsPublisher:
         except ApiError as e:
             if e.status == 409:  # another publisher wrote between our read and write: judge its cuts
                 log.info("shard_cuts_conflict", configmap=f"{self.namespace}/{self.name}", error=str(e))
-            else:
-                log.warning("shard_cuts_failed", configmap=f"{self.namespace}/{self.name}", error=str(e))
+            else:  # a failed LIST, a namespace that does not exist...: said once, then counted
+                report_failure(self.client, log, "shard_cuts_failed", PUBLISHER_SOURCE, e,
+                               configmap=f"{self.namespace}/{self.name}")
                 self.health.error(str(e))
             return min(self._errors.next(), self.interval)
         self._errors.reset()

@@ -7,7 +7,8 @@ consistent snapshot and expiring with ``410 Expired`` after :meth:`SimApiServer.
 chunked WATCH streams with ADDED/MODIFIED/DELETED/BOOKMARK events and the ``410`` ERROR event of
 a too-old ``resourceVersion``, ``PartialObjectMetadata`` responses (406 for a list asked for as
 one object, or an object as a list, as the real server answers), field and label selectors,
-writes of ConfigMaps (POST creates, 409 ``AlreadyExists``; PUT replaces, 409 ``Conflict`` for a
+writes of ConfigMaps (POST creates, 409 ``AlreadyExists``, 404 in a namespace that does not exist
+where Namespaces are served; PUT replaces, 409 ``Conflict`` for a
 stale ``metadata.resourceVersion``, unconditionally without one; 400 for a name or namespace that
 is not the URL's; 422 for data that is not string keys and values),
 bearer-token authentication, TokenReview and SubjectAccessReview, and Kueue's visibility API
@@ -740,6 +741,9 @@ class SimApiServer:
         if body["metadata"].get("resourceVersion"):  # etcd3 store.go Create: a plain error, a 500 without reason
             return _error(500, "resourceVersion should not be set on objects to be created", reason="")
         name = body["metadata"]["name"]
+        namespaces = self._stores.get(("", "namespaces"))
+        if namespace is not None and namespaces is not None and ("", namespace) not in namespaces.objects:
+            return _error(404, f'namespaces "{namespace}" not found')  # NamespaceLifecycle admission
         if (namespace or "", name) in store.objects:
             return _error(409, f'{store.plural} "{name}" already exists')
         meta = {k: v for k, v in body["metadata"].items() if k not in ("uid", "creationTimestamp")}  # the server's to set
