@@ -290,10 +290,12 @@ class AdminClient:
         return doc
 
     def raw(self, method: str, path: str, params: dict[str, str] | None = None, accept: str = "application/json",
-            preload: bool = True) -> Any:
-        """The urllib3 response itself (status, headers, body or stream)."""
+            preload: bool = True, body: Any = None) -> Any:
+        """The urllib3 response itself (status, headers, body or stream); ``body`` is sent as JSON."""
         url = self.url + path + ("?" + urllib.parse.urlencode(params) if params else "")
-        return self._http.request(method, url, headers={**self._auth, "Accept": accept}, preload_content=preload)
+        sent = {"body": json.dumps(body).encode(), "headers": {**self._auth, "Accept": accept, "Content-Type": "application/json"}} \
+            if body is not None else {"headers": {**self._auth, "Accept": accept}}
+        return self._http.request(method, url, preload_content=preload, **sent)
 
     # resource paths from discovery, cached
     def resource(self, api_version: str, kind: str) -> tuple[str, bool]:

@@ -114,6 +114,8 @@ def test_effective_config_redacts_secret_flags_and_credentials_in_text() -> None
 @pytest.mark.parametrize("flags, says", [
     (["--total-shards", "3", "--shard", "3"], "shard 3 is not in [0, 3)"),
     (["--total-shards", "0"], "--total-shards must be at least 1"),
+    (["--shard-cuts-interval", "-5"], "--shard-cuts-interval must be a number of seconds >= 0"),
+    (["--total-shards", "2", "--shard-cuts-configmap", "gs/Cuts_Here"], "'Cuts_Here' is not a ConfigMap name"),
     (["--namespaces", "Team_A"], "'Team_A' is not a namespace name"),
     (["--resources", "workloads,pods"], "unknown source(s) pods"),
     (["--metric-allowlist", "a", "--metric-denylist", "b"], "mutually exclusive"),

@@ -297,6 +297,13 @@ def test_sharded_component_runs_the_same_pod_as_a_statefulset(base: list[dict[st
     assert role_grants(sharded, "Role", "gangscope-collector-sharding", NAMESPACE) == {
         (r.group, r.plural, v) for r in SHARDING_RESOURCES for v in r.verbs}
     assert ("", "pods", "list") not in role_grants(sharded, "Role", "gangscope-collector-sharding", NAMESPACE)
+    # The shards' cuts: the one ConfigMap by name; a create cannot be narrowed to a name.
+    from exporter.kube.resources import SHARD_CUTS_CONFIGMAP
+    rules = one(sharded, "Role", "gangscope-collector-sharding")["rules"]
+    assert [r for r in rules if r["resources"] == ["configmaps"]] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [SHARD_CUTS_CONFIGMAP],
+         "verbs": ["get", "list", "watch", "update"]}]
 
 
 def test_namespaced_component_grants_namespaced_resources_through_a_role(tmp_path: Path) -> None:

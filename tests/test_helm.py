@@ -40,7 +40,7 @@ EVERYTHING: dict[str, Any] = {
                   "maxSeriesPerOwner": 5000, "metricAllowlist": ["gangscope_workload_.*", "gangscope_gang_.*"],
                   "metricDenylist": ["gangscope_workload_condition"],
                   "metricLabelsAllowlist": {"workloads": ["team", "app.kubernetes.io/*"], "podgroups": ["*"]}, "namespaces": ["ml-team", "research"],
-                  "namespacesDenylist": ["kube-system"], "sources": ["workloads", "nodes"], "shard": 1, "totalShards": 3, "shardRanges": "equal",
+                  "namespacesDenylist": ["kube-system"], "sources": ["workloads", "nodes"], "shard": 1, "totalShards": 3, "shardRanges": "equal", "shardCutsInterval": 300,
                   "insecureSkipTLSVerify": True, "assemblyTimeout": 900, "evictionLevel": "example.com/block", "evictionDomainGrace": 600, "finishedDetail": 900, "kaiStalenessGracePeriod": 120,
                   "queuePositionInterval": 0, "queuePositionLimit": 200, "placementSizes": [8, 16], "gpuResources": ["nvidia.com/gpu", "amd.com/gpu"],
                   "queuePositionInterval": 0, "queuePositionLimit": 200, "gpuResources": ["nvidia.com/gpu", "amd.com/gpu"],
@@ -90,6 +90,7 @@ COLLECTOR_FLAGS = {
     "--shard": ["--shard=1"],
     "--total-shards": ["--total-shards=3"],
     "--shard-ranges": ["--shard-ranges=equal"],
+    "--shard-cuts-interval": ["--shard-cuts-interval=300"],
     "--tls-cert": ["--tls-cert=/etc/gangscope/tls/tls.crt"],
     "--tls-key": ["--tls-key=/etc/gangscope/tls/tls.key"],
     "--metrics-auth": ["--metrics-auth"],
@@ -142,6 +143,7 @@ AGENT_FLAGS = {
 NOT_VALUES = {
     "--pod": "collector.sharding.enabled sets it from the downward API (test_sharded_values_...)",
     "--pod-namespace": "collector.sharding.enabled sets it from the downward API (test_sharded_values_...)",
+    "--shard-cuts-configmap": "its default, in the release namespace ($POD_NAMESPACE), is the one the chart's Role names",
     "--kubeconfig": "in a pod the process uses its service account",
     "--context": "in a pod the process uses its service account",
     "--version": "prints and exits",
@@ -315,6 +317,11 @@ def test_everything_reaches_its_objects(rendered: dict[str, dict[str, Any]]) -> 
     for b in (o for o in objs if o["kind"] == "ClusterRoleBinding"):
         assert {(s["namespace"], s["name"]) for s in b["subjects"]} <= accounts
         assert one(objs, "ClusterRole", b["roleRef"]["name"])
+    # Static sharding: the Role of the shards' cuts ConfigMap, and its namespace from the downward API.
+    role = one(objs, "Role", "prod-gangscope-collector-sharding")
+    assert {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["gangscope-shard-cuts"],
+            "verbs": ["get", "list", "watch", "update"]} in role["rules"]
+    assert pod["containers"][0]["env"] == [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]
     notes = rendered["everything"]["notes"]
     assert "prod-gangscope-explain-reader" in notes and "--metrics-auth is on" in notes
 

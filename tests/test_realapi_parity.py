@@ -5,8 +5,8 @@ requests go to both; what the client relies on (status, content type, the shape 
 errors, bookmarks, expired versions, selectors) must be equal. The real server is the reference:
 each difference found here was fixed in the simulator (or in the client), and a new one fails.
 
-What the simulator does not try to do, by design: write access over HTTP (tests and the demo
-write through its methods, which also set ``status`` directly), graceful deletion of pods,
+What the simulator does not try to do, by design: write access over HTTP but to ConfigMaps (tests
+and the demo write through its methods, which also set ``status`` directly), graceful deletion of pods,
 admission (namespaces need not exist), RBAC beyond ``forbid()``, the "inconsistent continue"
 token of an expired continue, and per-kind zero values in bookmarks of built-in kinds.
 """
@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 import pytest
 
-from exporter.kube.resources import AGENT_PODS, NODES, WORKLOADS
+from exporter.kube.resources import AGENT_PODS, NAMESPACES, NODES, SHARD_CUTS, WORKLOADS
 from exporter.sim.apiserver import SimApiServer
 from realapi import AdminClient, RealCluster, Writer
 
@@ -81,8 +81,9 @@ def targets(real_api: RealCluster) -> Iterator[dict[str, Target]]:
         real_api.wait_compacted("kueue.x-k8s.io/v1beta2", "Workload", rv)
 
     sim = SimApiServer(bookmark_interval=0.5).start_in_thread()
-    for r in (WORKLOADS, AGENT_PODS, NODES):
+    for r in (WORKLOADS, AGENT_PODS, NODES, SHARD_CUTS, NAMESPACES):
         sim.call(sim.serve, r)
+    sim.call(sim.create, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     for obj in objects(ns, node):
         sim.call(sim.create, obj)
     try:
@@ -172,8 +173,54 @@ def bookmarks(t: Target) -> Any:
     return out
 
 
+def metadata_of_the_wrong_shape(t: Target) -> Any:
+    """A list asked for as one PartialObjectMetadata, an object as a list: refused, no fallback to JSON."""
+    out = []
+    for path, accept in ((t.workloads, PARTIAL_ONE), (f"{t.workloads}/wl-0", PARTIAL), ("/api/v1/nodes", PARTIAL_ONE),
+                         (f"/api/v1/nodes/{t.node}", PARTIAL)):
+        status, ctype, doc = t.get(path, accept)
+        out.append((status, ctype, doc["kind"], doc.get("reason"), doc["code"], doc["message"]))
+    return out
+
+
+def configmap_writes(t: Target) -> Any:
+    """What exporter/kube/shard_cuts.py relies on when it publishes the shards' cuts."""
+    cms, name = f"/api/v1/namespaces/{t.ns}/configmaps", f"cuts-{uuid.uuid4().hex[:6]}"
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"cuts": "0,1"}}
+
+    def send(method: str, path: str, body: Any) -> tuple[int, Any]:
+        r = t.client.raw(method, path, body=body)
+        return r.status, orjson.loads(r.data)
+
+    def refusal(answer: tuple[int, Any]) -> tuple[Any, ...]:
+        status, doc = answer
+        return status, doc["kind"], doc.get("reason"), doc["code"], doc["message"].replace(name, "NAME")
+
+    out: list[Any] = [refusal(send("PUT", f"{cms}/{name}", cm))]  # not there: an update does not create
+    status, created = send("POST", cms, cm)
+    out.append((status, created["kind"], created["apiVersion"], created["metadata"]["namespace"], created["data"]))
+    out.append(refusal(send("POST", cms, cm)))  # already exists
+    status, updated = send("PUT", f"{cms}/{name}", {**created, "data": {"cuts": "0,2"}})
+    out.append((status, updated["data"], updated["metadata"]["uid"] == created["metadata"]["uid"],
+                int(updated["metadata"]["resourceVersion"]) > int(created["metadata"]["resourceVersion"])))
+    out.append(refusal(send("PUT", f"{cms}/{name}", {**created, "data": {"cuts": "0,3"}})))  # a stale version
+    status, doc = send("PUT", f"{cms}/{name}", {**cm, "data": {"cuts": "0,4"}})  # no version: unconditional
+    out.append((status, doc["data"]))
+    out.append(refusal(send("PUT", f"{cms}/{name}", {**cm, "metadata": {"name": "other"}})))
+    out.append(refusal(send("POST", cms, {**cm, "metadata": {"name": f"{name}-b", "namespace": "elsewhere"}})))
+    out.append(refusal(send("POST", cms, {**cm, "metadata": {"name": f"{name}-c", "resourceVersion": "5"}})))
+    out.append(refusal(send("POST", cms, {**cm, "metadata": {"name": f"{name}-d"}, "data": {"bad key": "v"}})))
+    out.append(refusal(send("POST", cms, {**cm, "metadata": {}})))
+    out.append(refusal(send("POST", f"/api/v1/namespaces/{t.ns}-absent/configmaps", cm)))
+    status, doc = send("POST", cms, {**cm, "metadata": {"name": f"{name}-e"}, "data": {"n": 1}})
+    out.append((status, doc["reason"]))
+    listed = t.get(cms, fieldSelector=f"metadata.name={name}")[2]
+    out.append([(i.get("kind"), i["metadata"]["name"] == name, i["data"]) for i in listed["items"]])
+    return out
+
+
 CASES = [custom_resource_pages, built_in_list, metadata_only_lists, not_served, missing_object, selectors,
-         expired_continue, expired_watch, bookmarks]
+         expired_continue, expired_watch, bookmarks, metadata_of_the_wrong_shape, configmap_writes]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.__name__ for c in CASES])

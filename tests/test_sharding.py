@@ -29,7 +29,8 @@ from cluster import build_cluster  # noqa: E402
 
 # Series that say something about the process rather than the cluster: each shard has its own.
 PROCESS_FAMILIES = ("gangscope_source_", "gangscope_parse_errors", "gangscope_internal_errors", "gangscope_build_info",
-                    "gangscope_shard_ordinal", "gangscope_total_shards", "gangscope_exposition_dropped", "process_",
+                    "gangscope_shard_ordinal", "gangscope_total_shards", "gangscope_shard_cuts_info",
+                    "gangscope_exposition_dropped", "process_",
                     "python_info")
 # Series that record when this process saw something rather than what the objects say: two
 # processes (shards, replicas) started at different times differ there (docs/deploy.md, HA).

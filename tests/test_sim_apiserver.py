@@ -186,6 +186,78 @@ async def test_partial_object_metadata(kube_sim: SimApiServer) -> None:
     assert body["kind"] == "NodeList" and body["items"][0]["status"] == {"capacity": {"cpu": "64"}}
 
 
+async def test_partial_metadata_of_a_list_asked_for_as_one_object_is_not_acceptable(kube_sim: SimApiServer) -> None:
+    """kube-apiserver's handlers/response.go (asPartialObjectMetadata, ...List): 406, no falling
+    back to the next media type of the Accept header; the metadata-only count of Workloads
+    (exporter/kube/shard_cuts.py) asks for the list kind."""
+    seed(kube_sim, 3)
+    kube_sim.create(make_object(WORKLOADS, "other", "team-b"))
+    one = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+    many = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+    status, body, _ = await get(kube_sim, WL, headers={"Accept": one})
+    assert status == 406 and body["reason"] == "NotAcceptable"
+    status, body, _ = await get(kube_sim, "/apis/kueue.x-k8s.io/v1beta2/namespaces/team-a/workloads/wl-000",
+                                headers={"Accept": many})
+    assert status == 500 and body["message"] == "content is not a list"  # a custom resource: 1.20's own failure
+    status, body, _ = await get(kube_sim, WL, {"limit": "2"}, headers={"Accept": many})
+    assert status == 200 and body["kind"] == "PartialObjectMetadataList" and len(body["items"]) == 2
+    assert body["metadata"]["continue"] and body["items"][0]["metadata"]["namespace"] == "team-a"
+    status, body, _ = await get(kube_sim, WL, {"continue": body["metadata"]["continue"]}, headers={"Accept": many})
+    assert [i["metadata"]["name"] for i in body["items"]] == ["wl-002", "other"]
+
+
+async def write(sim: SimApiServer, method: str, path: str, body: Any) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as s, s.request(method, sim.url + path, data=orjson.dumps(body),
+                                                        headers={**AUTH, "Content-Type": "application/json"}) as r:
+        return r.status, orjson.loads(await r.read())
+
+
+async def test_configmaps_are_created_and_replaced_as_the_real_server_does(kube_sim: SimApiServer) -> None:
+    """POST creates (201; 409 AlreadyExists after), PUT replaces (404 for none; 409 Conflict for a
+    stale resourceVersion, unconditional without one); 400 for a body naming another object or
+    namespace, 422 for a data key ConfigMaps refuse, 403 when writes are forbidden; a watch by
+    name sees each change."""
+    from exporter.kube.resources import NAMESPACES, SHARD_CUTS
+
+    kube_sim.serve(SHARD_CUTS)
+    kube_sim.serve(WORKLOADS)
+    cms = "/api/v1/namespaces/gs/configmaps"
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cuts"}, "data": {"a": "1"}}
+    status, body = await write(kube_sim, "PUT", f"{cms}/cuts", cm)
+    assert status == 404 and body["reason"] == "NotFound"
+    status, created = await write(kube_sim, "POST", cms, cm)
+    assert status == 201 and created["metadata"]["namespace"] == "gs" and created["metadata"]["uid"]
+    status, body = await write(kube_sim, "POST", cms, cm)
+    assert status == 409 and body["reason"] == "AlreadyExists"
+    status, body = await write(kube_sim, "POST", cms, {**cm, "metadata": {"name": "x", "resourceVersion": "7"}})
+    assert status == 500 and "resourceVersion should not be set" in body["message"]
+    assert (await write(kube_sim, "POST", cms, {**cm, "metadata": {"name": "x", "namespace": "other"}}))[0] == 400
+    assert (await write(kube_sim, "PUT", f"{cms}/cuts", {**cm, "metadata": {"name": "else"}}))[0] == 400
+    assert (await write(kube_sim, "POST", cms, {**cm, "metadata": {"name": "y"}, "data": {"bad key": "v"}}))[0] == 422
+    assert (await write(kube_sim, "POST", cms, {**cm, "metadata": {"name": "y"}, "data": {"n": 1}}))[0] == 400
+    events = asyncio.create_task(watch_lines(kube_sim, cms, {"fieldSelector": "metadata.name=cuts",
+                                                             "resourceVersion": created["metadata"]["resourceVersion"]}, 2))
+    await asyncio.sleep(0.1)
+    status, updated = await write(kube_sim, "PUT", f"{cms}/cuts", {**created, "data": {"a": "2"}})
+    assert status == 200 and updated["data"] == {"a": "2"} and updated["metadata"]["uid"] == created["metadata"]["uid"]
+    status, body = await write(kube_sim, "PUT", f"{cms}/cuts", {**created, "data": {"a": "3"}})  # created's version: stale
+    assert status == 409 and body["reason"] == "Conflict" and "has been modified" in body["message"]
+    stripped = {**created, "metadata": {"name": "cuts"}, "data": {"a": "4"}}  # no resourceVersion: unconditional
+    assert (await write(kube_sim, "PUT", f"{cms}/cuts", stripped))[0] == 200
+    assert [(e["type"], e["object"]["data"]["a"]) for e in await events] == [("MODIFIED", "2"), ("MODIFIED", "4")]
+    kube_sim.forbid_writes(SHARD_CUTS)
+    status, body = await write(kube_sim, "PUT", f"{cms}/cuts", stripped)
+    assert status == 403 and "cannot update" in body["message"]
+    assert (await get(kube_sim, f"{cms}/cuts"))[0] == 200, "reading is still allowed"
+    assert (await write(kube_sim, "POST", WL, make_object(WORKLOADS, "w")))[0] == 405  # only ConfigMaps are written
+    kube_sim.serve(NAMESPACES)  # served, the namespace must exist (NamespaceLifecycle admission)
+    kube_sim.forbid_writes(SHARD_CUTS, False)
+    status, body = await write(kube_sim, "POST", cms, {**cm, "metadata": {"name": "z"}})
+    assert status == 404 and body["message"] == 'namespaces "gs" not found'
+    kube_sim.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gs"}})
+    assert (await write(kube_sim, "POST", cms, {**cm, "metadata": {"name": "z"}}))[0] == 201
+
+
 async def test_authentication_and_fault_switches(kube_sim: SimApiServer) -> None:
     seed(kube_sim, 1)
     status, body, _ = await get(kube_sim, WL, headers={"Authorization": "Bearer wrong"})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import os
 import signal
@@ -23,8 +24,11 @@ import structlog
 from ..config import add_kube, add_logging, add_serving, exposition_from_args
 from ..kube.backoff import BackoffPolicy
 from ..kube.credentials import CredentialsError
-from ..kube.resources import COLLECTOR_RESOURCES, NAMESPACES, QUEUE_POSITIONS, STATEFULSETS
+from ..kube.resources import (COLLECTOR_RESOURCES, NAMESPACES, QUEUE_POSITIONS, SHARD_CUTS, SHARD_CUTS_CONFIGMAP,
+                              STATEFULSETS)
 from ..kube.scope import Scope, parse_namespaces
+from ..kube.shard_cuts import DEFAULT_INTERVAL as CUTS_INTERVAL
+from ..kube.shard_cuts import CutsPublisher, PublishedCutsWatch, ShardCuts, configmap_location
 from ..kube.sharding import NamespaceList, StatefulSetWatch, balanced_bounds, export_shard, resolve_with_retry
 from ..logs import start_logging
 from ..topology import TopologyError
@@ -72,6 +76,14 @@ def add_scope(p: argparse.ArgumentParser) -> None:
                    help="how the hash space is cut: balanced (at the quantiles of the namespaces' hashes, from the "
                         "namespace list every shard watches; default) or equal (equal ranges: no namespace list "
                         "needed; every shard must use the same)")
+    p.add_argument("--shard-cuts-configmap", default=SHARD_CUTS_CONFIGMAP, metavar="[NAMESPACE/]NAME",
+                   help="with balanced ranges, the ConfigMap where shard 0 publishes cuts weighted by each namespace's "
+                        "Workloads and which every shard follows (namespace: --pod-namespace, else $POD_NAMESPACE; "
+                        f"default {SHARD_CUTS_CONFIGMAP}; empty: cut by namespace counts only)")
+    p.add_argument("--shard-cuts-interval", type=float, default=CUTS_INTERVAL, metavar="SECONDS",
+                   help="seconds between shard 0's counts of Workloads per namespace for the weighted cuts "
+                        "(0: shard 0 does not count; shards still follow cuts published in the ConfigMap; "
+                        f"default {CUTS_INTERVAL:g})")
     p.add_argument("--pod", default=os.environ.get("POD_NAME", ""),
                    help="this collector's pod (with --pod-namespace): take the shard from the pod's StatefulSet ordinal "
                         "and the total from its spec.replicas, and follow changes (default $POD_NAME when "
@@ -83,6 +95,8 @@ def scope_from_args(args: argparse.Namespace) -> Scope:
     """Raises ValueError on a bad namespace or shard."""
     if args.total_shards < 1:
         raise ValueError("--total-shards must be at least 1")
+    if not args.shard_cuts_interval >= 0:
+        raise ValueError("--shard-cuts-interval must be a number of seconds >= 0")
     return Scope(parse_namespaces(args.namespaces), parse_namespaces(args.namespaces_denylist), args.shard, args.total_shards)
 
 
@@ -181,6 +195,12 @@ class Collector:
         self.balanced = args.shard_ranges == "balanced" and (self.autoshard or self.scope.sharded)
         self.namespace_list: NamespaceList | None = None
         self.namespace_sources: Any = None
+        # Cuts weighted by Workloads: shard 0 publishes them in a ConfigMap, every shard follows (_balance)
+        self.shard_cuts: ShardCuts | None = None
+        self.cuts_location = configmap_location(args.shard_cuts_configmap, args.pod_namespace) \
+            if self.balanced and not self.scope.namespaces else None
+        self.publisher: CutsPublisher | None = None
+        self._publisher_task: asyncio.Task[None] | None = None
         if self.balanced and self.scope.namespaces:
             self.scope = self.scope.with_bounds(self._static_bounds(self.scope.total_shards))
         export_shard(self.exposition, self.scope.shard, self.scope.total_shards)
@@ -232,6 +252,7 @@ class Collector:
             # The PodGroup sources (the gang index's handlers) list last: a PodGroup listed before
             # its Workload is judged alone, then again when the Workload joins it; after it, once.
             await self.sources.start(first=FIRST_SOURCES, last=self.gangs.handlers())
+            self._start_publisher()
         self._positions_task = (asyncio.create_task(self._poll_positions(), name="source:queue_positions")
                                 if self.positions is not None and args.queue_position_interval > 0 else None)
         log.info("collector_started", listen=args.listen, port=self.port, sources=[s.resource.source for s in specs],
@@ -280,7 +301,8 @@ class Collector:
 
     def _healths(self) -> list[Any]:
         sets = [self.sources] + [s for s in (self.shard_sources, self.namespace_sources) if s is not None]
-        return [state.health for s in sets for state in s.sources.values()]
+        return [state.health for s in sets for state in s.sources.values()] + (
+            [self.publisher.health] if self.publisher is not None else [])
 
     async def _follow_statefulset(self) -> None:
         """Automatic sharding (exporter.kube.sharding): find this pod's place, start the sources
@@ -297,6 +319,7 @@ class Collector:
         await self._reshard(found.ordinal, found.replicas)
         self._shard_problem = ""
         await self.sources.start(first=FIRST_SOURCES, last=self.gangs.handlers())
+        self._start_publisher()
         lock = asyncio.Lock()
 
         async def reshard(replicas: int) -> None:
@@ -316,32 +339,67 @@ class Collector:
         return balanced_bounds([(ns, None) for ns in s.namespaces if ns not in s.denylist], total)
 
     async def _balance(self) -> None:
-        """Watch the Namespaces and cut the hash space at their quantiles (exporter.kube.sharding);
-        the namespaced sources start once the list is in (or after 10 s without it: equal ranges
-        until it comes) and move with the cuts."""
+        """Watch the Namespaces and cut the hash space at their quantiles (exporter.kube.sharding),
+        and the ConfigMap of the cuts weighted by Workloads, used instead when published for this
+        total (exporter.kube.shard_cuts); the namespaced sources start once both are in (or after
+        10 s without: equal ranges until the list comes) and move with the cuts."""
         from ..kube.sources import SourceSet, SourceSpec
 
         denied = set(self.scope.denylist)
-        self.namespace_list = NamespaceList(self.scope.total_shards, self._bounds_changed,
+        self.shard_cuts = ShardCuts(self.exposition, self.scope.total_shards, self._bounds_changed)
+        self.namespace_list = NamespaceList(self.scope.total_shards, self.shard_cuts.set_namespace_bounds,
                                             keep=lambda ns: ns not in denied)
-        self.namespace_sources = SourceSet(self.client, [SourceSpec(NAMESPACES, self.namespace_list)], self.exposition,
+        specs = [SourceSpec(NAMESPACES, self.namespace_list)]
+        if self.cuts_location is not None:
+            namespace, name = self.cuts_location
+            specs.append(SourceSpec(SHARD_CUTS, PublishedCutsWatch(namespace, name, self.shard_cuts.set_published),
+                                    namespace=namespace, field_selector=f"metadata.name={name}"))
+        else:
+            log.info("shard_cuts_off", detail="no namespace for --shard-cuts-configmap (--pod-namespace, $POD_NAMESPACE) "
+                     "or it is empty: cutting by namespace counts")
+        self.namespace_sources = SourceSet(self.client, specs, self.exposition,
                                            discovery_interval=self.args.discovery_interval, backoff=self._backoff)
         await self.namespace_sources.start()
         try:
             await self.namespace_sources.wait_ready(timeout=10)
         except TimeoutError:
             log.warning("shard_namespaces_unlisted", detail="cutting equal ranges until the namespace list arrives")
-        bounds = self.namespace_list.bounds
-        self.scope = self.scope.with_bounds(bounds if len(bounds) == self.scope.total_shards + 1 else ())
+        self.scope = self.scope.with_bounds(self._cuts())
         await self.sources.set_scope(self.scope)  # not started yet: the first LISTs use the cuts
 
-    def _bounds_changed(self, bounds: tuple[int, ...]) -> None:
-        async def move() -> None:
-            self.scope = self.scope.with_bounds(bounds if len(bounds) == self.scope.total_shards + 1 else ())
+    def _cuts(self) -> tuple[int, ...]:
+        """The cuts in use now (exporter.kube.shard_cuts.ShardCuts), or () for equal ranges."""
+        bounds = self.shard_cuts.bounds if self.shard_cuts is not None else ()
+        return bounds if len(bounds) == self.scope.total_shards + 1 else ()
+
+    def _bounds_changed(self, _: tuple[int, ...]) -> None:
+        async def move() -> None:  # the cuts of when it runs: moves scheduled in a burst all end on the last
+            self.scope = self.scope.with_bounds(self._cuts())
             log.info("collector_sharded", **self.scope.describe())
             await self.sources.set_scope(self.scope)
 
         self._reshards.append(asyncio.create_task(move()))
+
+    def _start_publisher(self) -> None:
+        """On shard 0, once its shard is known: measure and publish the weighted cuts, after its
+        own first sync (or 5 minutes), so the count does not compete with it."""
+        if self.cuts_location is None or self.shard_cuts is None or self.namespace_list is None \
+                or self.scope.shard != 0 or self.args.shard_cuts_interval <= 0:
+            return
+        namespace, name = self.cuts_location
+        denied, listed = set(self.scope.denylist), self.namespace_list
+        self.publisher = publisher = CutsPublisher(
+            self.client, self.exposition, namespace, name, total=lambda: self.scope.total_shards,
+            namespaces=lambda: listed.namespaces, keep=lambda ns: ns not in denied,
+            interval=self.args.shard_cuts_interval, discovery_interval=self.args.discovery_interval, backoff=self._backoff)
+        self.shard_cuts.publisher = publisher
+
+        async def run() -> None:
+            with contextlib.suppress(TimeoutError):
+                await self.sources.wait_ready(timeout=FIRST_SYNC_GC_PAUSE)
+            await publisher.run()
+
+        self._publisher_task = asyncio.create_task(run(), name="shard:cuts-publisher")
 
     def _scope_capacity(self) -> None:
         """Tell the capacity accounting which Workloads this collector sees: per-domain series that
@@ -354,10 +412,10 @@ class Collector:
         self.scope = self.scope.with_shard(ordinal, replicas)
         if self.balanced and self.scope.namespaces:
             self.scope = self.scope.with_bounds(self._static_bounds(self.scope.total_shards))
-        elif self.namespace_list is not None:
-            self.namespace_list.set_total(self.scope.total_shards)  # the cuts for the new total, if any yet
-            bounds = self.namespace_list.bounds
-            self.scope = self.scope.with_bounds(bounds if len(bounds) == self.scope.total_shards + 1 else ())
+        elif self.shard_cuts is not None and self.namespace_list is not None:
+            self.shard_cuts.set_total(self.scope.total_shards)  # the cuts for the new total, if any yet
+            self.namespace_list.set_total(self.scope.total_shards)
+            self.scope = self.scope.with_bounds(self._cuts())
         export_shard(self.exposition, ordinal, replicas)
         self._scope_capacity()
         log.info("collector_sharded", **self.scope.describe())
@@ -370,7 +428,8 @@ class Collector:
         await self.positions.run()
 
     async def stop(self) -> None:
-        tasks = [t for t in (self._gc_task, self._first_sync_task, self._positions_task) if t is not None]
+        tasks = [t for t in (self._gc_task, self._first_sync_task, self._positions_task, self._publisher_task)
+                 if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,4 +1,4 @@
-"""A small asyncio Kubernetes API client: JSON GET/POST and WATCH streams over one aiohttp session.
+"""A small asyncio Kubernetes API client: JSON GET/POST/PUT and WATCH streams over one aiohttp session.
 
 Only what list/watch consumers need, with raw dicts decoded by orjson (the generated model
 classes of the ``kubernetes`` package are far too slow for 20,000-object lists; the package is
@@ -246,6 +246,9 @@ class KubeClient:
 
     async def post_json(self, path: str, body: Any) -> Any:
         return await self._json("POST", path, None, JSON, orjson.dumps(body))
+
+    async def put_json(self, path: str, body: Any) -> Any:
+        return await self._json("PUT", path, None, JSON, orjson.dumps(body))
 
     async def _json(self, method: str, path: str, params: Mapping[str, str] | None, accept: str,
                     body: bytes | None) -> Any:

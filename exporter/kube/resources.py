@@ -26,6 +26,9 @@ class Resource:
     # Server-side narrowing of the LIST/WATCH (pods: only those of gangs, Kueue and job controllers).
     label_selector: str | None = None
     field_selector: str | None = None
+    # RBAC grants only the objects of these names (resourceNames; empty: every object). A create
+    # cannot be narrowed so (the name is not known when it is authorized): its rule names none.
+    names: tuple[str, ...] = ()
 
 
 # The collector (cluster-wide).
@@ -113,7 +116,12 @@ COLLECTOR_RESOURCES = (
 # and the StatefulSet that owns it, in its own namespace (a Role: deploy/components/sharded).
 SHARDING_POD = Resource("shard_pod", "", ("v1",), "pods", "Pod", True, verbs=("get",))
 STATEFULSETS = Resource("statefulset", "apps", ("v1",), "statefulsets", "StatefulSet", True)
-SHARDING_RESOURCES = (SHARDING_POD, STATEFULSETS)
+# The cuts weighted by Workloads (exporter.kube.shard_cuts): one ConfigMap in the collector's own
+# namespace that shard 0 writes (create, then update) and every shard watches by name.
+SHARD_CUTS_CONFIGMAP = "gangscope-shard-cuts"
+SHARD_CUTS = Resource("shard_cuts", "", ("v1",), "configmaps", "ConfigMap", True,
+                      verbs=("get", "list", "watch", "create", "update"), names=(SHARD_CUTS_CONFIGMAP,))
+SHARDING_RESOURCES = (SHARDING_POD, STATEFULSETS, SHARD_CUTS)
 # The namespace list every shard cuts the hash space by (--shard-ranges balanced,
 # exporter.kube.sharding.balanced_bounds): names and creation times, cluster-scoped (a ClusterRole).
 NAMESPACES = Resource("namespaces", "", ("v1",), "namespaces", "Namespace", False, metadata_only=True,

@@ -23,7 +23,8 @@ Equal ranges split the hash space, not the namespaces: names that differ in a sh
 (``team-00`` .. ``team-11``) share the hash's top bits and land on one shard. ``bounds`` cuts the
 space elsewhere: where :func:`exporter.kube.sharding.balanced_bounds` puts the cuts, at the
 quantiles of the namespaces' hashes, which every shard computes the same way from the namespace
-list; the selector and the local filter then use those ranges.
+list, or where shard 0 published cuts weighted by each namespace's Workloads
+(:mod:`exporter.kube.shard_cuts`); the selector and the local filter then use those ranges.
 """
 
 from __future__ import annotations

@@ -33,6 +33,10 @@ checkpoint (or a namespace of the reference part is deleted). A move hands over 
 namespaces: the ranges always partition the space, so with the same list every namespace is on
 exactly one shard. Two shards that have not yet seen the same namespace event disagree until
 they have (a namespace on two shards or on none for that long).
+
+Equal numbers of namespaces are not equal numbers of Workloads; where shard 0 has published cuts
+weighted by them (:mod:`exporter.kube.shard_cuts`), every shard uses those instead, and these
+namespace-count cuts are what each falls back to.
 """
 
 from __future__ import annotations

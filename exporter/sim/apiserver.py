@@ -5,13 +5,18 @@ It implements the parts of the API that list/watch clients depend on, with the r
 formats: discovery documents, LIST with ``limit``/``continue`` (continue tokens served from a
 consistent snapshot and expiring with ``410 Expired`` after :meth:`SimApiServer.compact`),
 chunked WATCH streams with ADDED/MODIFIED/DELETED/BOOKMARK events and the ``410`` ERROR event of
-a too-old ``resourceVersion``, ``PartialObjectMetadata`` responses, field and label selectors,
+a too-old ``resourceVersion``, ``PartialObjectMetadata`` responses (406 for a list asked for as
+one object, or an object as a list, as the real server answers), field and label selectors,
+writes of ConfigMaps (POST creates, 409 ``AlreadyExists``, 404 in a namespace that does not exist
+where Namespaces are served; PUT replaces, 409 ``Conflict`` for a
+stale ``metadata.resourceVersion``, unconditionally without one; 400 for a name or namespace that
+is not the URL's; 422 for data that is not string keys and values),
 bearer-token authentication, TokenReview and SubjectAccessReview, and Kueue's visibility API
 (``clusterqueues/<cq>/pendingworkloads``, computed from the Workloads it holds:
 :meth:`SimApiServer.pending_workloads`). Faults are switches a test
 flips: drop streams (now, after N events, mid-event), answer the next N requests with a status
-(429 with ``Retry-After``, 500), delay or stop answering, forbid a resource, stop serving one
-(a CRD deleted) and serve it again.
+(429 with ``Retry-After``, 500), delay or stop answering, forbid a resource (or only writing it),
+stop serving one (a CRD deleted) and serve it again.
 
 Objects live in one store per (group, plural) and are served in every registered version (the
 ``apiVersion`` is rewritten, nothing else: no conversion). One global, monotonically increasing
@@ -55,19 +60,33 @@ META_API_VERSION = "meta.k8s.io/v1"
 
 
 def status_body(code: int, reason: str, message: str) -> dict[str, Any]:
-    """A ``metav1.Status`` failure, the body of every error the real server returns."""
+    """A ``metav1.Status`` failure, the body of every error the real server returns (no
+    ``reason`` for an error the server did not classify, such as a storage error's 500)."""
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": message, "reason": reason, "code": code}
+            "message": message, **({"reason": reason} if reason else {}), "code": code}
 
 
 _REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
-            409: "AlreadyExists", 410: "Expired", 429: "TooManyRequests", 500: "InternalError",
-            503: "ServiceUnavailable"}
+            406: "NotAcceptable", 409: "AlreadyExists", 410: "Expired", 422: "Invalid", 429: "TooManyRequests",
+            500: "InternalError", 503: "ServiceUnavailable"}
+# What the server lets clients write (POST, PUT): ConfigMaps, the one kind gangscope writes.
+WRITABLE = {("", "configmaps")}
+_CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 
 
-def _error(code: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(status=code, body=orjson.dumps(status_body(code, _REASONS.get(code, "Unknown"), message)),
-                        content_type="application/json", headers=headers)
+def _error(code: int, message: str, headers: dict[str, str] | None = None, reason: str | None = None) -> web.Response:
+    body = status_body(code, _REASONS.get(code, "Unknown") if reason is None else reason, message)
+    return web.Response(status=code, body=orjson.dumps(body), content_type="application/json", headers=headers)
+
+
+def _partial_kind(accept: str) -> str | None:
+    """The ``as=`` kind of the first media type of an Accept header (``PartialObjectMetadata``,
+    ``PartialObjectMetadataList``), or None: the real server answers with the first it can."""
+    for param in accept.split(",", 1)[0].split(";")[1:]:
+        key, _, value = param.strip().partition("=")
+        if key == "as":
+            return value
+    return None
 
 
 def _page_not_found() -> web.Response:
@@ -233,6 +252,7 @@ class _Store:
     compacted_rv: int = 0
     watchers: set[_Watcher] = field(default_factory=set)
     forbidden: bool = False
+    forbidden_writes: bool = False
     _raw_by_version: dict[tuple[int, str], bytes] = field(default_factory=dict)
 
     def api_version(self, version: str) -> str:
@@ -408,6 +428,10 @@ class SimApiServer:
     def forbid(self, resource: Resource, forbidden: bool = True) -> None:
         """Answer 403 to every request for ``resource`` (RBAC missing), or stop doing so."""
         self._store_for(resource.group, resource.plural).forbidden = forbidden
+
+    def forbid_writes(self, resource: Resource, forbidden: bool = True) -> None:
+        """Answer 403 to creates and updates of ``resource`` (a read-only Role), or stop doing so."""
+        self._store_for(resource.group, resource.plural).forbidden_writes = forbidden
 
     def _store_for(self, group: str, plural: str) -> _Store:
         try:
@@ -606,9 +630,9 @@ class SimApiServer:
 
     async def _route(self, request: web.Request) -> web.StreamResponse:
         parts = [p for p in request.path.split("/") if p]
-        if request.method == "POST":
+        if request.method == "POST" and parts[:2] in (["apis", "authentication.k8s.io"], ["apis", "authorization.k8s.io"]):
             return await self._post(request, parts)
-        if request.method != "GET":
+        if request.method not in ("GET", "POST", "PUT"):
             return _error(405, f"method {request.method} not allowed")
         if parts == ["api"]:
             return _json({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})
@@ -630,7 +654,7 @@ class SimApiServer:
         namespace = None
         if rest[0] == "namespaces" and len(rest) >= 3:
             namespace, rest = rest[1], rest[2:]
-        if len(rest) == 3 and (group, f"{rest[0]}/{rest[2]}") in self._stores:
+        if len(rest) == 3 and (group, f"{rest[0]}/{rest[2]}") in self._stores and request.method == "GET":
             return self._subresource(request, self._stores[(group, f"{rest[0]}/{rest[2]}")], version, rest[1], namespace)
         if len(rest) not in (1, 2):
             return _page_not_found()
@@ -639,12 +663,34 @@ class SimApiServer:
             # The core group's own router answers with a Status; every other path falls through to the 404 page.
             return _error(404, "the server could not find the requested resource") if not group else _page_not_found()
         allowed = self.namespace_rbac.get((group, store.plural))
-        if store.forbidden or (allowed is not None and namespace not in allowed):
+        writing = request.method != "GET"
+        if store.forbidden or (writing and store.forbidden_writes) or (allowed is not None and namespace not in allowed):
             scope = f'in the namespace "{namespace}"' if namespace is not None else "at the cluster scope"
-            return _error(403, f'{store.qualified} is forbidden: User "sim" cannot list resource '
+            verb = {"POST": "create", "PUT": "update"}.get(request.method, "list" if len(rest) == 1 else "get")
+            return _error(403, f'{store.qualified} is forbidden: User "sim" cannot {verb} resource '
                                f'"{store.plural}" in API group "{store.group}" {scope}')
+        if writing:
+            if (group, store.plural) not in WRITABLE:
+                return _error(405, f"the simulated server writes only {sorted(WRITABLE)}, not {store.qualified}")
+            if request.method == "POST" and len(rest) == 1:
+                return await self._create(request, store, version, namespace)
+            if request.method == "PUT" and len(rest) == 2:
+                return await self._replace(request, store, version, namespace, rest[1])
+            return _error(405, f"method {request.method} not allowed on {request.path}")
         accept = request.headers.get("Accept", "")
-        partial = "as=PartialObjectMetadata" in accept and not self.ignore_partial_metadata
+        as_kind = _partial_kind(accept)
+        partial = as_kind in ("PartialObjectMetadata", "PartialObjectMetadataList") and not self.ignore_partial_metadata
+        if partial and (as_kind == "PartialObjectMetadataList") != (len(rest) == 1) and not _is_watch(request.query):
+            # handlers/response.go asPartialObjectMetadata(List): no fallback to the next media type; the
+            # Go type named is the internal one of a built-in kind, an unstructured one of a custom resource
+            # (whose single object asked for as a list fails earlier, a 500 of kube-apiserver 1.20)
+            custom = "." in group
+            kind = "unstructured.Unstructured" if custom else f"{group or 'core'}.{store.kind}"
+            if len(rest) == 1:
+                return _error(406, f"you requested {as_kind}, but the requested object is a list (*{kind}List)")
+            if custom:
+                return _error(500, "content is not a list", reason="")
+            return _error(406, f"you requested {as_kind}, but the requested object is not a list (*{kind})")
         if len(rest) == 2:
             entry = store.objects.get((namespace or "", rest[1]))
             if entry is None:
@@ -661,6 +707,63 @@ class SimApiServer:
         if _is_watch(request.query):
             return await self._watch(request, store, version, namespace, fields, labels, partial)
         return self._list(request, store, version, namespace, fields, labels, partial, shard_info=shard)
+
+    async def _written(self, request: web.Request, store: _Store, namespace: str | None,
+                       name: str | None) -> dict[str, Any] | web.Response:
+        """The body of a create or update, or the real server's refusal of it."""
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError:
+            return _error(400, "invalid JSON")
+        meta = body.get("metadata") if isinstance(body, dict) else None
+        if not isinstance(meta, dict):
+            return _error(400, "the object has no metadata")
+        if meta.get("namespace", namespace) != namespace:
+            return _error(400, "the namespace of the provided object does not match the namespace sent on the request")
+        if name is not None and meta.get("name") != name:
+            return _error(400, f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})")
+        if not isinstance(meta.get("name"), str) or not meta["name"]:
+            return _error(422, f'{store.kind} "" is invalid: metadata.name: Required value: name or generateName is required')
+        data = body.get("data", {})
+        if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+            return _error(400, f"{store.kind} in version \"v1\" cannot be handled as a {store.kind}: data values must be strings")
+        bad = [k for k in data if not _CONFIGMAP_KEY.match(k) or len(k) > 253]
+        if bad:
+            return _error(422, f'{store.kind} "{meta["name"]}" is invalid: data[{bad[0]}]: Invalid value: "{bad[0]}": '
+                               "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. "
+                               "'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')")
+        return dict(body, metadata=dict(meta, namespace=namespace))
+
+    async def _create(self, request: web.Request, store: _Store, version: str, namespace: str | None) -> web.Response:
+        body = await self._written(request, store, namespace, None)
+        if isinstance(body, web.Response):
+            return body
+        if body["metadata"].get("resourceVersion"):  # etcd3 store.go Create: a plain error, a 500 without reason
+            return _error(500, "resourceVersion should not be set on objects to be created", reason="")
+        name = body["metadata"]["name"]
+        namespaces = self._stores.get(("", "namespaces"))
+        if namespace is not None and namespaces is not None and ("", namespace) not in namespaces.objects:
+            return _error(404, f'namespaces "{namespace}" not found')  # NamespaceLifecycle admission
+        if (namespace or "", name) in store.objects:
+            return _error(409, f'{store.plural} "{name}" already exists')
+        meta = {k: v for k, v in body["metadata"].items() if k not in ("uid", "creationTimestamp")}  # the server's to set
+        created = self.create(dict(body, metadata=meta, apiVersion=store.api_version(version), kind=store.kind))
+        return web.Response(status=201, body=orjson.dumps(created), content_type="application/json")
+
+    async def _replace(self, request: web.Request, store: _Store, version: str, namespace: str | None,
+                       name: str) -> web.Response:
+        body = await self._written(request, store, namespace, name)
+        if isinstance(body, web.Response):
+            return body
+        old = store.objects.get((namespace or "", name))
+        if old is None:  # ConfigMaps are not created by an update (AllowCreateOnUpdate: false)
+            return _error(404, f'{store.plural} "{name}" not found')
+        wanted = body["metadata"].get("resourceVersion")
+        if wanted and wanted != old.obj["metadata"]["resourceVersion"]:  # empty: unconditional, as ConfigMaps allow
+            return _error(409, f'Operation cannot be fulfilled on {store.plural} "{name}": the object has been modified; '
+                               "please apply your changes to the latest version and try again", reason="Conflict")
+        updated = self.update(dict(body, apiVersion=store.api_version(version), kind=store.kind))
+        return web.Response(body=orjson.dumps(updated), content_type="application/json")
 
     def _subresource(self, request: web.Request, store: _Store, version: str, name: str,
                      namespace: str | None = None) -> web.Response:
