@@ -334,7 +334,6 @@ class _FamilyState:
     blocks: dict[int, Block] = field(default_factory=dict)  # slot >> BLOCK_BITS -> its block
     total_series: int = 0
     exported: bool = True  # False: left out by --metric-allowlist/--metric-denylist
-    owner_capped: bool = True  # False: one owner holds the family (an aggregate); only the family cap applies
 
     def put(self, slot: int, text: bytes) -> None:
         block = self.blocks.get(slot >> BLOCK_BITS)
@@ -403,10 +402,8 @@ class Exposition:
         self.generation = 0  # bumped by every change, so a server can tell a cached page is current
         self.register(self.DROPPED)
 
-    def register(self, *families: Family, aggregate: bool = False) -> None:
-        """Declare families (idempotent); they are rendered in registration order.
-        ``aggregate``: one owner holds all of each family's series (per-domain counters of the
-        whole process), so the per-owner cap does not apply to it, only the family cap."""
+    def register(self, *families: Family) -> None:
+        """Declare families (idempotent); they are rendered in registration order."""
         self.generation += 1
         for fam in families:
             known = self._families.get(fam.name)
@@ -415,8 +412,6 @@ class Exposition:
                     fam, exported=self._exported is None or fam is self.DROPPED or self._exported(fam.name))
             elif known.family != fam:
                 raise ValueError(f"metric family {fam.name} registered twice with different definitions")
-            if aggregate:
-                known.owner_capped = False
 
     def filtered(self, families: Iterable[Family]) -> frozenset[Family]:
         """Those of ``families`` that --metric-allowlist/--metric-denylist leave out: their
@@ -466,7 +461,7 @@ class Exposition:
                 text = with_labels(text, self.const_labels)
             old = previous.get(name, 0) if previous else 0
             if ((limit and state.total_series - old + count > limit)
-                    or (owner_limit and count > owner_limit and state.owner_capped)) and fam is not self.DROPPED:
+                    or (owner_limit and count > owner_limit)) and fam is not self.DROPPED:
                 self._remove(state, slot, old)
                 self._count_dropped(name, count, limit if limit and state.total_series + count > limit else owner_limit)
                 counts[name] = 0

@@ -135,20 +135,6 @@ def test_family_filter_and_constant_labels() -> None:
     assert with_labels(b'# HELP x y\nx{} 1\nx 2\n', b'c="1"') == b'# HELP x y\nx{c="1"} 1\nx{c="1"} 2\n'
 
 
-def test_an_aggregate_family_is_held_to_the_family_cap_only() -> None:
-    """Per-domain counters of the whole process (one owner, a series per domain) are not an
-    oversized object: the per-owner cap leaves them alone."""
-    e = Exposition(max_series_per_family=50, max_series_per_owner=3)
-    e.register(G)
-    e.register(C, aggregate=True)
-    e.set("process", {C: [C.sample([str(i)], i) for i in range(40)]})
-    e.set("object", {G: [G.sample([str(i)], i) for i in range(4)]})
-    text = e.render(False).decode()
-    assert text.count("gangscope_test_events_total{") == 40 and "gangscope_test_gauge{" not in text
-    e.set("process", {C: [C.sample([str(i)], i) for i in range(60)]})
-    assert "gangscope_test_events_total{" not in e.render(False).decode(), "the family cap still holds"
-
-
 def test_an_unchanged_owner_leaves_its_blocks_as_they_were() -> None:
     """An event that changes nothing exported (a resourceVersion bump) must not invalidate the
     gzip pieces the server keeps per block (their version is what it compares)."""
