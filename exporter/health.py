@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from .exposition import Exposition, Family, topology_pairs
+from .exposition import Exposition, Family, format_value, topology_pairs
 
 log = structlog.get_logger(__name__)
 
@@ -100,6 +100,8 @@ class SourceHealth:
     objects: int = 0
     detail: str = "not started"
     labels: tuple[tuple[str, str], ...] = ()  # extra labels after ``source`` (the agent's node and topology)
+    # Each family's ``name{labels} `` for ``labels``: a polling source renders every second.
+    _prefixes: dict[Family, str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.exposition.register(*FAMILIES)
@@ -156,17 +158,22 @@ class SourceHealth:
         """The topology labels of every health series (the agent's ``node`` and topology labels)."""
         if labels != self.labels:
             self.labels = labels
+            self._prefixes.clear()
             self._render()
 
     def _render(self) -> None:
-        source, topology = (self.name,), topology_pairs(self.labels)
+        prefixes = self._prefixes
+        if not prefixes:
+            source, topology = (self.name,), topology_pairs(self.labels)
+            for fam in (SOURCE_UP, SOURCE_LAST_SYNC, SOURCE_ERRORS, SOURCE_OBJECTS, PARSE_ERRORS):
+                prefixes[fam] = fam.prefix(source, topology)
         self.exposition.set(
             ("source", self.name),
             {
-                SOURCE_UP: [SOURCE_UP.sample(source, 1 if self.up else 0, topology)],
-                SOURCE_LAST_SYNC: [SOURCE_LAST_SYNC.sample(source, self.last_sync, topology)] if self.last_sync else [],
-                SOURCE_ERRORS: [SOURCE_ERRORS.sample(source, self.errors, topology)],
-                SOURCE_OBJECTS: [SOURCE_OBJECTS.sample(source, self.objects, topology)],
-                PARSE_ERRORS: [PARSE_ERRORS.sample(source, self.parse_errors, topology)],
+                SOURCE_UP: [f"{prefixes[SOURCE_UP]}{1 if self.up else 0}\n"],
+                SOURCE_LAST_SYNC: [f"{prefixes[SOURCE_LAST_SYNC]}{format_value(self.last_sync)}\n"] if self.last_sync else [],
+                SOURCE_ERRORS: [f"{prefixes[SOURCE_ERRORS]}{self.errors}\n"],
+                SOURCE_OBJECTS: [f"{prefixes[SOURCE_OBJECTS]}{self.objects}\n"],
+                PARSE_ERRORS: [f"{prefixes[PARSE_ERRORS]}{self.parse_errors}\n"],
             },
         )

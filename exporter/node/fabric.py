@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from ..exposition import Exposition
+from ..exposition import Exposition, format_value
 from ..health import SourceHealth
 from . import families as F
 from .counters import MonotonicCounter
@@ -111,6 +111,8 @@ class FabricSampler:
         self.interval = interval
         self.counters: dict[tuple, MonotonicCounter] = {}
         self.last: FabricSnapshot | None = None
+        self._base: tuple[tuple[str, str], ...] = ()
+        self._prefixes: dict[tuple, str] = {}  # (family name, labels) -> prefix, for self._base
         exposition.register(*F.FABRIC_FAMILIES)
 
     async def run(self) -> None:
@@ -141,19 +143,29 @@ class FabricSampler:
         snap = self.last
         if snap is None:
             return
-        base = self.base_labels()
+        base = tuple(self.base_labels())
+        if base != self._base:  # the node's topology labels changed: every prefix with them
+            self._base, self._prefixes = base, {}
+        line = self._line
         out: dict[F.Family, list[str]] = {fam: [] for fam in F.FABRIC_FAMILIES}
         for (dev, port), (tx, rx, rate, up) in snap.ports.items():
-            labels = [("device", dev), ("port", port)]
+            labels = (("device", dev), ("port", port))
             if tx is not None:
-                out[F.FABRIC_TX].append(F.sample(F.FABRIC_TX, labels, base, self.counters[("ib", dev, port, "tx")].total * WORD))
+                out[F.FABRIC_TX].append(line(F.FABRIC_TX, labels, self.counters[("ib", dev, port, "tx")].total * WORD))
             if rx is not None:
-                out[F.FABRIC_RX].append(F.sample(F.FABRIC_RX, labels, base, self.counters[("ib", dev, port, "rx")].total * WORD))
+                out[F.FABRIC_RX].append(line(F.FABRIC_RX, labels, self.counters[("ib", dev, port, "rx")].total * WORD))
             if rate is not None:
-                out[F.FABRIC_RATE].append(F.sample(F.FABRIC_RATE, labels, base, rate))
-            out[F.FABRIC_UP].append(F.sample(F.FABRIC_UP, labels, base, 1 if up else 0))
+                out[F.FABRIC_RATE].append(line(F.FABRIC_RATE, labels, rate))
+            out[F.FABRIC_UP].append(line(F.FABRIC_UP, labels, 1 if up else 0))
         for iface in snap.nics:
-            labels = [("interface", iface)]
-            out[F.NIC_TX].append(F.sample(F.NIC_TX, labels, base, self.counters[("nic", iface, "tx")].total))
-            out[F.NIC_RX].append(F.sample(F.NIC_RX, labels, base, self.counters[("nic", iface, "rx")].total))
+            labels = (("interface", iface),)
+            out[F.NIC_TX].append(line(F.NIC_TX, labels, self.counters[("nic", iface, "tx")].total))
+            out[F.NIC_RX].append(line(F.NIC_RX, labels, self.counters[("nic", iface, "rx")].total))
         self.exposition.set(self.OWNER, out)
+
+    def _line(self, fam: F.Family, labels: tuple[tuple[str, str], ...], value: float) -> str:
+        """One sample line; its prefix is built once per port and family (read every second)."""
+        prefix = self._prefixes.get((fam.name, labels))
+        if prefix is None:
+            prefix = self._prefixes[(fam.name, labels)] = F.series_prefix(fam, labels, self._base)
+        return f"{prefix}{format_value(value)}\n"

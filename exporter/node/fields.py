@@ -128,7 +128,7 @@ def unpack_fields(values: object) -> list[tuple[int, int, int, int]]:
     value read as its ``valueType``'s union member: a member narrower than 64 bits masked to its
     width (NVML writes only those bytes), signed ones sign-extended, a double truncated to an int."""
     out = []
-    for _, _, ts, _, vtype, ret, raw in FIELD_VALUE.iter_unpack(memoryview(values).cast("B")):  # type: ignore[arg-type]
+    for _, _, ts, _, vtype, ret, raw in FIELD_VALUE.iter_unpack(values):  # type: ignore[arg-type]  # a ctypes array is a buffer
         mask = UNION_MASK.get(vtype)
         if mask is not None:
             raw &= mask

@@ -77,7 +77,7 @@ class FieldRequest:
     this array, reset from its template first, by reference as the wrapper passes it
     (``nvmlFieldValue_t *values``, nvml.h 3043). The simulator gets the wrapper's call instead."""
 
-    __slots__ = ("array", "count", "specs", "template")
+    __slots__ = ("array", "count", "ref", "specs", "template")
 
     def __init__(self, specs: list[tuple[int, int]]) -> None:
         self.specs = specs
@@ -86,6 +86,20 @@ class FieldRequest:
         for entry, (fid, scope) in zip(self.array, specs):
             entry.fieldId, entry.scopeId = fid, scope
         self.template = bytes(self.array)
+        self.ref = ctypes.byref(self.array)
+
+
+@dataclass(slots=True)
+class PcieDirection:
+    """One direction's PCIe byte counter and what its reads need to stay exact. One record, not a
+    dict per attribute keyed by direction: the fast reader folds it 20 times a second per GPU."""
+
+    counter: MonotonicCounter = field(default_factory=MonotonicCounter)
+    ts: tuple[float, float] | None = None  # monotonic (before, after) the read that last changed it
+    wall: int | None = None  # NVML's timestamp (us) of that read: a cross-check only
+    stale: bool = False  # reads since the last change returned the same value
+    bps: float = 0.0  # bytes/s between the last two reads
+    gap_rate: tuple[float, float] | None = None  # (when, bytes/s) of the 20 ms throughput, for gaps
 
 
 @dataclass
@@ -132,15 +146,10 @@ class GpuDevice:
     nvlink_ts: tuple[float, float] | None = None  # monotonic (before, after) the last read of the fast-read NVLink counters
     fields_ts: tuple[float, float] | None = None  # monotonic (before, after) the last sample's field-value call
     error_counters: dict[tuple[int, str], MonotonicCounter] = field(default_factory=dict)
-    pcie: dict[str, MonotonicCounter] = field(default_factory=dict)  # direction -> bytes
-    pcie_ts: dict[str, tuple[float, float]] = field(default_factory=dict)  # direction -> monotonic (before, after) the read that changed it
-    pcie_wall: dict[str, int] = field(default_factory=dict)  # direction -> NVML's timestamp (us) of that read: a cross-check only
+    pcie: dict[str, PcieDirection] = field(default_factory=dict)  # "transmit"/"receive" -> its counter
     pcie_refresh: float = 0.0  # the driver's refresh period as seen (a value unchanged while traffic flows)
     pcie_seen_64: bool = False  # a PCIe value above 2**32 was seen: 64-bit for good (a re-probe after a reset keeps it)
-    gap_rate: dict[str, tuple[float, float]] = field(default_factory=dict)  # direction -> (when, bytes/s) of the 20 ms throughput
     gap_rate_wanted: bool = False  # a gap asked the GPU's worker to measure the throughput after its sample
-    pcie_stale: dict[str, bool] = field(default_factory=dict)  # direction -> reads since the last change returned the same value
-    pcie_bps: dict[str, float] = field(default_factory=dict)  # direction -> bytes/s between the last two reads
     pcie_rate: tuple[int, int] | None = None  # last nvmlDeviceGetPcieThroughput answer (bytes/s)
     curr_gen: int | None = None  # current PCIe link generation and width, read with the slow samples
     curr_width: int | None = None
@@ -157,7 +166,7 @@ class GpuDevice:
         return self.pcie_mode == "fast" or self.nvlink_period is not None
 
     def counters(self) -> list[MonotonicCounter]:
-        return [*self.link_counters.values(), *self.error_counters.values(), *self.pcie.values()]
+        return [*self.link_counters.values(), *self.error_counters.values(), *(p.counter for p in self.pcie.values())]
 
 
 @dataclass
@@ -224,7 +233,7 @@ class NvmlReader:
             return FF.unpack_fields(self.lib.nvmlDeviceGetFieldValues(dev.handle, request.specs))
         ctypes.memmove(request.array, request.template, len(request.template))
         stamp_busy()
-        ret = fn(dev.handle, request.count, ctypes.byref(request.array))
+        ret = fn(dev.handle, request.count, request.ref)
         if ret != pynvml.NVML_SUCCESS:
             raise pynvml.NVMLError(ret)
         return FF.unpack_fields(request.array)
@@ -513,8 +522,8 @@ class NvmlReader:
         out.link_bytes = {key: c.total * dev.data_unit for key, c in dev.link_counters.items() if key[0] in dev.data_ids}
         out.link_bytes.update({key: c.total * 1024 for key, c in dev.link_counters.items() if key[0] in FF.NVLINK_RAW.ids})
         out.nvlink_errors = {key: c.total for key, c in dev.error_counters.items()}
-        out.pcie = {d: c.total for d, c in dev.pcie.items()}
-        out.pcie_gaps = sum(c.gaps for c in dev.pcie.values())
+        out.pcie = {d: p.counter.total for d, p in dev.pcie.items()}
+        out.pcie_gaps = sum(p.counter.gaps for p in dev.pcie.values())
         if dev.link_32bit:
             out.nvlink_gaps = sum(c.gaps for c in dev.link_counters.values())
         out.pcie_period = dev.pcie_period
@@ -525,7 +534,8 @@ class NvmlReader:
 
     def _lost(self, dev: GpuDevice) -> None:
         dev.handle = None  # re-open (and re-check identity) once it is back
-        dev.pcie_stale.clear()
+        for direction in dev.pcie.values():
+            direction.stale = False
         dev.lost = True
         dev.probed = False  # a replaced board or new driver may answer differently
         dev.pcie_period = dev.nvlink_period = dev.nvlink_ts = None
@@ -589,42 +599,48 @@ class NvmlReader:
         A value unchanged while traffic flows means the driver refreshes the counter more slowly
         than it is read: the read is skipped (the next change is measured from the last one), the
         refresh period is noted and the fast period is never shorter than it."""
-        counter = dev.pcie.get(direction)
-        if counter is None:
-            counter = dev.pcie[direction] = MonotonicCounter()
-        last = dev.pcie_ts.get(direction)
+        reads = dev.pcie.get(direction)
+        if reads is None:
+            reads = dev.pcie[direction] = PcieDirection()
+        counter, last = reads.counter, reads.ts
         if value > 2**32 and dev.pcie_modulus == 2**32 and dev.pcie_typed == 2**64:
             self._proven_64bit(dev)
         modulus = dev.pcie_modulus
         since = t0 - last[1] if last is not None else 0.0  # from the read that last changed it
-        if value == counter.last and dev.pcie_bps.get(direction, 0.0) > 0 and 0 < since < MAX_REFRESH:
-            dev.pcie_stale[direction] = True  # not refreshed yet (longer than MAX_REFRESH: traffic stopped)
+        if value == counter.last and reads.bps > 0 and 0 < since < MAX_REFRESH:
+            reads.stale = True  # not refreshed yet (longer than MAX_REFRESH: traffic stopped)
             return
-        if dev.pcie_stale.pop(direction, False) and value != counter.last and 0 < since < MAX_REFRESH:
-            dev.pcie_refresh = max(dev.pcie_refresh, since)
-            self._adapt_period(dev)
+        if reads.stale:
+            reads.stale = False
+            if value != counter.last and 0 < since < MAX_REFRESH:
+                dev.pcie_refresh = max(dev.pcie_refresh, since)
+                self._adapt_period(dev)
         before, gaps = counter.total, counter.gaps
-        wide = t1 - last[0] if last is not None else 0.0  # the most time that can separate the two values
-        mid = (t0 + t1) / 2 - (last[0] + last[1]) / 2 if last is not None else 0.0
-        if 0 < modulus < 2**64 and last is not None:
-            bound = dev.pcie_max_rate * (wide + dev.pcie_refresh) * BOUND_SLACK + BOUND_BYTES
-            expected = dev.pcie_bps.get(direction, 0.0) * mid
-            if bound >= modulus:  # a gap: how many wraps it holds is estimated from the 20 ms rate
-                expected = self._gap_rate(dev, direction) * mid
-            counter.update(value, modulus, bound, expected)
-        else:
+        if last is None:
             counter.update(value, modulus)
+            mid = 0.0
+        else:
+            mid = (t0 + t1 - last[0] - last[1]) / 2
+            if 0 < modulus < 2**64:
+                # the most time that can separate the two values: from before the last read to after this one
+                bound = dev.pcie_max_rate * (t1 - last[0] + dev.pcie_refresh) * BOUND_SLACK + BOUND_BYTES
+                if bound >= modulus:  # a gap: how many wraps it holds is estimated from the 20 ms rate
+                    counter.update(value, modulus, bound, self._gap_rate(dev, direction) * mid)
+                else:
+                    counter.update(value, modulus, bound, reads.bps * mid)
+            else:
+                counter.update(value, modulus)
         if mid > 0 and gaps == counter.gaps:  # a rate from an estimate would carry its error to the next gap
-            dev.pcie_bps[direction] = (counter.total - before) / mid
-        if last is not None and direction in dev.pcie_wall:
-            wall = (wall_us - dev.pcie_wall[direction]) / 1e6
+            reads.bps = (counter.total - before) / mid
+        if last is not None and reads.wall is not None:
+            wall = (wall_us - reads.wall) / 1e6
             if wall_us and abs(wall - mid) > 0.5 + (t1 - t0):  # NVML's clock stepped (NTP), or its timestamps are stale
                 dev.clock_steps += 1
                 if dev.clock_steps == 1:  # said once per GPU: the counters do not depend on it
                     log.info("nvml_timestamps_disagree", gpu=dev.index, nvml_seconds=round(wall, 3),
                              monotonic_seconds=round(mid, 3))
-        dev.pcie_ts[direction] = (t0, t1)
-        dev.pcie_wall[direction] = wall_us
+        reads.ts = (t0, t1)
+        reads.wall = wall_us
 
     def _link_range(self, dev: GpuDevice, fid: int, value: int, typed: int) -> int:
         """The range an NVLink byte counter is read with: 64-bit once a value above 2**32 proves it."""
@@ -682,10 +698,11 @@ class NvmlReader:
         every other GPU's read past its wrap time: one gap then caused the next, one per GPU and
         direction each second for good, under CPU contention or with slow NVML calls."""
         dev.gap_rate_wanted = True
-        cached = dev.gap_rate.get(direction)
+        reads = dev.pcie[direction]
+        cached = reads.gap_rate
         if cached is not None and self.clock() - cached[0] < self.sample_interval + 1.0:
             return cached[1]
-        return dev.pcie_bps.get(direction, 0.0)
+        return reads.bps
 
     def refresh_gap_rate(self, dev: GpuDevice) -> None:
         """On the GPU's own worker, outside ``dev.lock`` (so the fast reader reads on meanwhile):
@@ -698,7 +715,9 @@ class NvmlReader:
                 rate = float(self.lib.nvmlDeviceGetPcieThroughput(dev.handle, counter)) * 1024
             except pynvml.NVMLError:  # unsupported, or the GPU was lost: the counter's own rate stands in
                 continue
-            dev.gap_rate[direction] = (self.clock(), rate)
+            reads = dev.pcie.get(direction)
+            if reads is not None:
+                reads.gap_rate = (self.clock(), rate)
 
     def _proven_64bit(self, dev: GpuDevice) -> None:
         """A 64-bit-typed PCIe counter passed 2**32: it is 64-bit, read with the sample from now on."""
@@ -737,10 +756,10 @@ class NvmlReader:
             return
         t1 = self.clock()
         for key, (ts, ret, value, _) in zip(request.specs, values):
-            if ret != pynvml.NVML_SUCCESS:
+            if ret:  # not NVML_SUCCESS (0, nvml.h)
                 dev.fast_failures += 1
-            elif key[0] in PCIE_DIRECTIONS:
-                self._fold_pcie(dev, PCIE_DIRECTIONS[key[0]], value, t0, t1, ts)
+            elif (direction := PCIE_DIRECTIONS.get(key[0])) is not None:
+                self._fold_pcie(dev, direction, value, t0, t1, ts)
             else:
                 self._fold_fast_link(dev, key, value, (t0, t1))
         if dev.nvlink_period is not None:
@@ -766,10 +785,11 @@ class NvmlReader:
                 # Integrate the 20 ms spot rate over the time since the last sample (a step function:
                 # unbiased over many samples, not exact within one).
                 for direction, r in zip(("transmit", "receive"), rate):
-                    last = dev.pcie_ts.get(direction)
-                    counter = dev.pcie.setdefault(direction, MonotonicCounter())
-                    counter.total += 0 if last is None else int(r * (now - last[1]))
-                    dev.pcie_ts[direction] = (now, now)
+                    reads = dev.pcie.get(direction)
+                    if reads is None:
+                        reads = dev.pcie[direction] = PcieDirection()
+                    reads.counter.total += 0 if reads.ts is None else int(r * (now - reads.ts[1]))
+                    reads.ts = (now, now)
                 dev.pcie_rate = rate
         if slow or dev.curr_gen is None:  # a link trains down rarely: read with the errors, every 10 s
             dev.curr_gen = self._call(dev, "nvmlDeviceGetCurrPcieLinkGeneration", out=out, family=FF.PCIE_LINK)
@@ -839,6 +859,9 @@ class GpuState:
     last: GpuSample | None = None
     inflight: concurrent.futures.Future | None = None
     prefixes: dict[tuple, str] = field(default_factory=dict)
+    # The NVLink byte counters' lines in exposition order: the link keys they were planned for, then
+    # each family's (key, prefix) pairs. Rebuilt when the keys change or the prefixes are cleared.
+    counter_plan: tuple[tuple, list[tuple[F.Family, list[tuple[tuple[int, int], str]]]]] | None = None
     identity: tuple = ()
     fingerprint: tuple | None = None
 
@@ -1053,6 +1076,7 @@ class NvmlSampler:
         if changed:
             st.identity = (st.dev.uuid, tuple(st.dev.mig))
             st.prefixes.clear()
+            st.counter_plan = None
             st.fingerprint = None
         exc = waiting.exception()
         if exc is not None:  # not an NVMLError (the reader handles those): a bug or a broken binding
@@ -1093,6 +1117,7 @@ class NvmlSampler:
         """The node's topology labels changed: rebuild every prefix and re-render."""
         for st in self.gpus.values():
             st.prefixes.clear()
+            st.counter_plan = None
             st.fingerprint = None
             self.render(st)
 
@@ -1173,14 +1198,22 @@ class NvmlSampler:
         self.exposition.set(("gpu", dev.index), out)
 
     def _render_counters(self, st: GpuState) -> None:
+        """The counters, every sample: 36 NVLink lines a GPU at 18 links, so their order and
+        prefixes are planned once (:attr:`GpuState.counter_plan`) and only the values are formatted."""
         sample = st.last
         out: dict[F.Family, list[str]] = {}
         if sample is not None:
-            by_family: dict[F.Family, list[str]] = {}
-            for (fid, link), total in sorted(sample.link_bytes.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-                fam = F.NVLINK_BYTE_FAMILIES[fid]
-                by_family.setdefault(fam, []).append(f"{self._prefix(st, fam, ('link', str(link)))}{total}\n")
-            out.update(by_family)
+            links = sample.link_bytes
+            keys = tuple(links)
+            plan = st.counter_plan
+            if plan is None or plan[0] != keys:
+                by_family: dict[F.Family, list[tuple[tuple[int, int], str]]] = {}
+                for key in sorted(keys, key=lambda k: (k[1], k[0])):
+                    fam = F.NVLINK_BYTE_FAMILIES[key[0]]
+                    by_family.setdefault(fam, []).append((key, self._prefix(st, fam, ('link', str(key[1])))))
+                plan = st.counter_plan = (keys, list(by_family.items()))
+            for fam, entries in plan[1]:
+                out[fam] = [f"{prefix}{links[key]}\n" for key, prefix in entries]
             for direction, fam in (("transmit", F.PCIE_TX), ("receive", F.PCIE_RX)):
                 total = sample.pcie.get(direction)
                 if total is not None:
