@@ -71,6 +71,24 @@ def test_series_cap_drops_and_counts() -> None:
     assert e.render(False).decode().count("gangscope_test_gauge{") == 2
 
 
+def test_owners_of_one_shape_share_their_counts_and_keep_their_own_totals() -> None:
+    """Owners with equal series counts share one counts dict; replacing one owner's lines (with
+    other counts, or none) must leave the others' accounting exact."""
+    e = Exposition(max_series_per_family=5)
+    e.register(G, C)
+    for o in ("a", "b", "c"):
+        e.set(o, {G: [G.sample([o], 1)], C: [C.sample([o], 1)]})
+    assert e._owned["a"][1] is e._owned["b"][1] is e._owned["c"][1]
+    e.set("a", {G: [G.sample(["a"], 1), G.sample(["a2"], 2)]})  # a: 2 gauge lines, no counter
+    assert e._owned["b"][1] == {G.name: 1, C.name: 1}
+    assert (e.series_count(G.name), e.series_count(C.name)) == (4, 2)
+    e.delete("b")
+    assert (e.series_count(G.name), e.series_count(C.name)) == (3, 1)
+    e.set("d", {G: [G.sample([str(i)], i) for i in range(3)]})  # 3 + 3 > 5: dropped, counted
+    assert e.series_count(G.name) == 3
+    assert 'gangscope_exposition_dropped_series_total{family="gangscope_test_gauge"} 3\n' in e.render(False).decode()
+
+
 def test_conflicting_registration_and_bad_families() -> None:
     e = Exposition()
     e.register(G)

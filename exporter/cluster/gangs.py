@@ -66,6 +66,7 @@ from ..exposition import Family, label_pairs
 from ..fields import ParseError
 from ..health import SourceHealth
 from . import podgroups as pg
+from .multimap import MultiMap
 from .object_labels import PODGROUP_LABELS
 from .gang_state import (GANG_STAGES, KAI_DEFAULT_STALENESS_GRACE, PODS_ASSEMBLING, Gang, Members, Via,
                          children_members, counter_members, evaluate, pod_members, template_refs,
@@ -220,23 +221,6 @@ def _same_lines(a: Gang, b: Gang) -> bool:
             and a.stuck == b.stuck and a.deadline == b.deadline and a.idle == b.idle and a.members == b.members)
 
 
-class _Multi(dict):
-    """key -> set of keys, with removal that drops empty sets."""
-
-    def add(self, k: Any, v: Any) -> None:
-        self.setdefault(k, set()).add(v)
-
-    def discard(self, k: Any, v: Any) -> None:
-        s = self.get(k)
-        if s is not None:
-            s.discard(v)
-            if not s:
-                del self[k]
-
-    def of(self, k: Any) -> set:
-        return self.get(k, set())
-
-
 class PodGroupHandler:
     """Informer handler of one PodGroup source (the protocol of exporter/kube: replace/apply).
 
@@ -296,15 +280,15 @@ class GangIndex:
         # source -> (namespace, object name) -> its digest (exporter.cluster.unchanged)
         self._digests: dict[str, dict[WlKey, int]] = {source: {} for source in pg.PARSERS}
         # Join indexes (the store indexes Workloads by owner uid and owner name).
-        self._wl_template = _Multi()  # (ns, api, pg name) -> wl keys
+        self._wl_template = MultiMap()  # (ns, api, pg name) -> wl keys
         self._wl_template_keys: dict[WlKey, list[tuple[str, str, str]]] = {}
         self._wl_records: dict[WlKey, Workload] = {}  # the record each Workload was last joined with
-        self._pg_name = _Multi()  # (ns, api, name) -> pg keys
-        self._pg_owner_uid = _Multi()  # uid -> pg keys
-        self._pg_owner_name = _Multi()  # (ns, name or controllerRef name) -> pg keys
-        self._pg_native_wl = _Multi()  # (ns, native Workload name) -> pg keys that name it
-        self._children = _Multi()  # (ns, parent CompositePodGroup name) -> pg keys of its children
-        self._joined_to: _Multi = _Multi()  # wl key -> pg keys joined to it
+        self._pg_name = MultiMap()  # (ns, api, name) -> pg keys
+        self._pg_owner_uid = MultiMap()  # uid -> pg keys
+        self._pg_owner_name = MultiMap()  # (ns, name or controllerRef name) -> pg keys
+        self._pg_native_wl = MultiMap()  # (ns, native Workload name) -> pg keys that name it
+        self._children = MultiMap()  # (ns, parent CompositePodGroup name) -> pg keys of its children
+        self._joined_to: MultiMap = MultiMap()  # wl key -> pg keys joined to it
         self._resolving = 0  # > 0 while a Workload event re-resolves its gangs
         self._parent_depth = 0  # composite parents being re-judged, nested
         self._to_sync: set[WlKey] = set()  # Workloads whose gangs changed since the last sync
@@ -519,14 +503,14 @@ class GangIndex:
         affected = set(self._joined_to.of(key))
         if wl is not None:
             for k in keys:
-                affected |= self._pg_name.of(k)
+                affected.update(self._pg_name.of(k))
             for uid in ClusterStore.owner_uids(wl):
-                affected |= self._pg_owner_uid.of(uid)
+                affected.update(self._pg_owner_uid.of(uid))
             if wl.owner is not None and wl.owner.name:
-                affected |= self._pg_owner_name.of((wl.namespace, wl.owner.name))
+                affected.update(self._pg_owner_name.of((wl.namespace, wl.owner.name)))
                 for (ns, name), native in self.native_workloads.items():
                     if ns == wl.namespace and native.controller is not None and native.controller[1] == wl.owner.name:
-                        affected |= self._pg_native_wl.of((ns, name))
+                        affected.update(self._pg_native_wl.of((ns, name)))
         self._resolving += 1
         try:
             for pg_key in affected:
@@ -541,7 +525,7 @@ class GangIndex:
         """Re-judge the gangs, composite parents and Workloads whose pods changed."""
         affected: set[PgKey] = set()
         for ns, api, name in changes.gangs:
-            affected |= self._pg_name.of((ns, api, name))
+            affected.update(self._pg_name.of((ns, api, name)))
         if changes.covered:
             affected |= {k for k in self.podgroups if self.pods is not None and self.pods.covers(k[0])}
         self._resolving += 1

@@ -71,6 +71,7 @@ from .clusterqueues import FAMILIES as CLUSTER_QUEUE_FAMILIES
 from .clusterqueues import ClusterQueue, Cohort, QueuePosition, parse_cluster_queue, parse_cohort, render_cluster_queue
 from .evictions import NODE_FAILURES, eviction_domains, failed_nodes, new_evictions
 from .localqueues import LocalQueue, parse_local_queue
+from .multimap import MultiMap
 from .nodes import Node, parse_node
 from .object_labels import WORKLOAD_LABELS, LabelsAllowlist
 from .workload_state import PodsAssembling, workload_state
@@ -295,12 +296,12 @@ class ClusterStore:
         self._host_labels: dict[str, dict[str, str]] = {}  # hostname label value -> node labels
         # Workloads by host (hostname value or node name), in two steps: a gang's hosts are
         # indexed once per distinct assignment (its host group), not once per Workload.
-        self._by_host: dict[str, set[Any]] = {}  # host -> host groups (see _host_groups)
+        self._by_host = MultiMap()  # host -> host groups (see _host_groups)
         self._hosted: set[WorkloadKey] = set()  # placed and in the host index: those exporting detail (_host)
         self._by_group: dict[Any, set[WorkloadKey]] = {}  # host group -> workloads
-        self._by_owner_uid: dict[str, set[WorkloadKey]] = {}
-        self._by_owner_name: dict[tuple[str, str], set[WorkloadKey]] = {}
-        self._by_queue: dict[tuple[str, str], set[WorkloadKey]] = {}
+        self._by_owner_uid = MultiMap()  # uid -> Workload keys
+        self._by_owner_name = MultiMap()  # (namespace, owner name) -> Workload keys
+        self._by_queue = MultiMap()  # (namespace, LocalQueue) -> Workload keys
         self._place_cache: dict[tuple[Any, ...], tuple[Path, int]] = {}
         self._fragments: dict[Path, LabelPairs] = {}
         self._resolutions: dict[tuple[str, ...], FlavorTopology] = {}  # sorted flavor names -> their Topology
@@ -641,10 +642,10 @@ class ClusterStore:
     def _index(self, wl: Workload) -> None:
         key = wl.key
         for uid in self.owner_uids(wl):
-            self._by_owner_uid.setdefault(uid, set()).add(key)
+            self._by_owner_uid.add(uid, key)
         if wl.owner is not None and wl.owner.name:
-            self._by_owner_name.setdefault((wl.namespace, wl.owner.name), set()).add(key)
-        self._by_queue.setdefault((wl.namespace, wl.queue_name), set()).add(key)
+            self._by_owner_name.add((wl.namespace, wl.owner.name), key)
+        self._by_queue.add((wl.namespace, wl.queue_name), key)
 
     def _index_hosts(self, key: WorkloadKey, wl: Workload) -> None:
         by_group = self._by_group
@@ -653,7 +654,7 @@ class ClusterStore:
             if keys is None:
                 keys = by_group[group] = set()
                 for host in self._group_hosts(group, a):
-                    self._by_host.setdefault(host, set()).add(group)
+                    self._by_host.add(host, group)
             keys.add(key)
 
     def _unindex_hosts(self, key: WorkloadKey, wl: Workload) -> None:
@@ -665,16 +666,16 @@ class ClusterStore:
                 if not keys:
                     del by_group[group]
                     for host in self._group_hosts(group, a):
-                        _discard(self._by_host, host, group)
+                        self._by_host.discard(host, group)
 
     def _unindex(self, wl: Workload) -> None:
         key = wl.key
         self._unhost_key(key, wl)
         for uid in self.owner_uids(wl):
-            _discard(self._by_owner_uid, uid, key)
+            self._by_owner_uid.discard(uid, key)
         if wl.owner is not None and wl.owner.name:
-            _discard(self._by_owner_name, (wl.namespace, wl.owner.name), key)
-        _discard(self._by_queue, (wl.namespace, wl.queue_name), key)
+            self._by_owner_name.discard((wl.namespace, wl.owner.name), key)
+        self._by_queue.discard((wl.namespace, wl.queue_name), key)
 
     @staticmethod
     def _host_groups(wl: Workload) -> list[tuple[Any, Assignment | None]]:
@@ -1036,11 +1037,3 @@ class _NodeHandler(ResourceHandler[Node]):
                 super().end_replace(complete)
             finally:
                 self._store.end_node_batch()
-
-
-def _discard(index: dict[Any, set[WorkloadKey]], k: Any, key: WorkloadKey) -> None:
-    keys = index.get(k)
-    if keys is not None:
-        keys.discard(key)
-        if not keys:
-            del index[k]
