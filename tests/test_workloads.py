@@ -751,3 +751,22 @@ def test_denied_families_are_never_formatted(monkeypatch: pytest.MonkeyPatch) ->
     assert not names & denied
     assert {"gangscope_workload_stage", "gangscope_workload_info", "gangscope_workload_condition"} <= names
 
+
+
+def test_a_pod_template_keeps_only_the_labels_and_annotations_that_name_its_gang() -> None:
+    """Template metadata beyond the gang's name is the job's own (unique per job): not kept. Every
+    key the gang join reads (gang_state.template_refs) is among those kept."""
+    from exporter.cluster.gang_state import TEMPLATE_ANNOTATIONS, TEMPLATE_LABELS, template_refs
+    from exporter.cluster.workloads import TEMPLATE_ANNOTATION_KEYS, TEMPLATE_LABEL_KEYS
+
+    assert {k for k, _ in TEMPLATE_LABELS} <= set(TEMPLATE_LABEL_KEYS)
+    assert {k for k, _ in TEMPLATE_ANNOTATIONS} <= set(TEMPLATE_ANNOTATION_KEYS)
+    obj = workload("wl-a")
+    meta = obj["spec"]["podSets"][0]["template"]["metadata"]
+    meta["labels"].update({"job-name": "wl-a-job", "batch.kubernetes.io/controller-uid": "u-1"})
+    meta["annotations"] = {"pod-group-name": "kai-pg", "team.example.com/owner": "alice"}
+    wl = parse_workload(obj)
+    (ps,) = wl.podsets
+    assert ps.labels == {"scheduling.x-k8s.io/pod-group": "wl-a"}
+    assert ps.annotations == {"pod-group-name": "kai-pg"}
+    assert template_refs(wl) == [("coscheduling", "wl-a", 8.0), ("kai", "kai-pg", 8.0)]

@@ -24,6 +24,8 @@ from ..fields import (
 from ..taints import Toleration, parse_tolerations
 from ..topologies import FlavorTopology
 from ..topology import AssignmentError, Domain, iter_domains
+from .podgroups import (COSCHEDULING_LEGACY_PODGROUP_LABEL, COSCHEDULING_PODGROUP_LABEL, KAI_POD_GROUP_ANNOTATION,
+                        VOLCANO_GROUP_ANNOTATION)
 from .resources import pod_requests, required_affinity
 from .tas_fit import SelectorTerm
 
@@ -174,7 +176,17 @@ Path = tuple[tuple[str, str], ...]  # ((alias, value), ...) over the configured 
 # churn cannot grow them forever.
 _DOMAINS: dict[int, dict[str, Domain]] = {}  # pods -> host value -> Domain((host,), pods)
 _MAPS: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}  # flavors, pod template labels and annotations
+# The pod template's labels and annotations that name its gang, the only ones read
+# (gang_state.template_refs): a job's other template labels are its own (its name, its uid), and
+# kept they were 8 MiB for the benchmark cluster's 20,000 Workloads.
+TEMPLATE_LABEL_KEYS = (COSCHEDULING_PODGROUP_LABEL, COSCHEDULING_LEGACY_PODGROUP_LABEL)
+TEMPLATE_ANNOTATION_KEYS = (VOLCANO_GROUP_ANNOTATION, KAI_POD_GROUP_ANNOTATION)
 _intern = sys.intern
+
+
+def _only(d: dict[str, str], keys: tuple[str, ...]) -> dict[str, str]:
+    """The entries of ``d`` under ``keys`` (a string map, checked whole first: its problems are counted)."""
+    return {k: d[k] for k in keys if k in d} if d else d
 
 
 def _shared_map(d: dict[str, str]) -> dict[str, str]:
@@ -519,9 +531,12 @@ def _conditions(raw: Any, p: Problems) -> dict[str, Condition]:
             status = "True" if status else "False"
         w = f"status.conditions[{i}]"
         ltt = as_str(c.get("lastTransitionTime"), w + ".lastTransitionTime", p)
+        # Interned, the key too: a condition's type, reason and message repeat across Workloads
+        # ("The workload is admitted"), 10 MiB of copies for the benchmark cluster's 20,000.
+        ctype = _intern(ctype)
         out[ctype] = Condition(
-            _intern(ctype), _intern(as_str(status, w + ".status", p)), _intern(as_str(c.get("reason"), w + ".reason", p)),
-            as_str(c.get("message"), w + ".message", p), _intern(ltt), _time(ltt, w + ".lastTransitionTime", p),
+            ctype, _intern(as_str(status, w + ".status", p)), _intern(as_str(c.get("reason"), w + ".reason", p)),
+            _intern(as_str(c.get("message"), w + ".message", p)), _intern(ltt), _time(ltt, w + ".lastTransitionTime", p),
         )
     return out
 
@@ -608,8 +623,9 @@ def _podsets(raw: Any, gpu_resources: Sequence[str], p: Problems, placing: bool 
             name=name or "main",
             count=count or 0,
             gpus_per_pod=pod_gpus(spec, gpu_resources, p, w + ".template.spec"),
-            labels=_shared_map(str_map(tmeta.get("labels"), w + ".template.metadata.labels", p)),
-            annotations=_shared_map(str_map(tmeta.get("annotations"), w + ".template.metadata.annotations", p)),
+            labels=_shared_map(_only(str_map(tmeta.get("labels"), w + ".template.metadata.labels", p), TEMPLATE_LABEL_KEYS)),
+            annotations=_shared_map(_only(str_map(tmeta.get("annotations"), w + ".template.metadata.annotations", p),
+                                          TEMPLATE_ANNOTATION_KEYS)),
             scheduling_group=_scheduling_group(spec.get("schedulingGroup"), w, p),
             topology=_topology_request(ps.get("topologyRequest"), w, p),
             tolerations=parse_tolerations(tolerations, w + ".template.spec.tolerations", p) if tolerations is not None else (),
