@@ -14,7 +14,7 @@ class MultiMap(dict):
     """key -> the keys indexed under it, with removal that drops emptied keys.
 
     Most keys index one or two values (a PodGroup's name, its owner, its Workload): those are
-    kept as a tuple, 56 bytes against a set's 216 (17 MiB of sets for the benchmark cluster's
+    kept as a tuple, 48 bytes for one against a set's 216 (17 MiB of sets for the benchmark cluster's
     40,000 objects); a key past :attr:`SMALL` values (a CompositePodGroup's children) gets a set."""
 
     SMALL = 8

@@ -56,7 +56,7 @@ GangState = Literal["waiting", "partial", "assembled", "finished", "failed", "un
 COSCHEDULING_PODGROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 COSCHEDULING_LEGACY_PODGROUP_LABEL = "pod-group.scheduling.sigs.k8s.io"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
-KAI_POD_GROUP_ANNOTATION = "pod-group-name"  # on a pod or its template: the KAI PodGroup (exporter/cluster/pods.py)
+KAI_POD_GROUP_ANNOTATION = "pod-group-name"  # on a pod or its template: the KAI PodGroup it belongs to
 # KAI-Scheduler 72de64fc pkg/common/constants/constants.go:42-43, read in
 # pkg/scheduler/api/podgroup_info/job_info.go:174-193: when the gang became stale (allocated pods
 # below its minimum), and when the scheduler last allocated it whole.

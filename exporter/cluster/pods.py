@@ -58,6 +58,8 @@ import structlog
 from ..fields import SHARED_LIMIT, ParseError, Problems, shared
 from ..health import SourceHealth
 from ..kube.resources import POD_RESOURCES, Resource
+from .podgroups import (COSCHEDULING_LEGACY_PODGROUP_LABEL, COSCHEDULING_PODGROUP_LABEL, KAI_POD_GROUP_ANNOTATION,
+                        VOLCANO_GROUP_ANNOTATION)
 from .resources import pod_requests
 from .workloads import pod_gpus
 
@@ -72,9 +74,9 @@ TAS_ANNOTATIONS = ("kueue.x-k8s.io/podset-preferred-topology", "kueue.x-k8s.io/p
                    "kueue.x-k8s.io/podset-slice-required-topology-constraints",
                    "kueue.x-k8s.io/podset-unconstrained-topology")
 _NO_REQUESTS: Mapping[str, int] = {}
-COSCHEDULING_LABELS = ("scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io")
-VOLCANO_ANNOTATION = "scheduling.k8s.io/group-name"
-KAI_ANNOTATION = "pod-group-name"
+COSCHEDULING_LABELS = (COSCHEDULING_PODGROUP_LABEL, COSCHEDULING_LEGACY_PODGROUP_LABEL)
+VOLCANO_ANNOTATION = VOLCANO_GROUP_ANNOTATION
+KAI_ANNOTATION = KAI_POD_GROUP_ANNOTATION
 KAI_SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
 KAI_GPU_FRACTION = "gpu-fraction"
 KAI_GPU_FRACTION_DEVICES = "gpu-fraction-num-devices"
