@@ -173,10 +173,30 @@ class TopologyLevels:
         out = []
         for key, alias in zip(self.keys, self.aliases):
             value = node_labels.get(key, "")
-            if key == HOSTNAME_LABEL and not value:
-                value = node_name
-            out.append((alias, value))
+            if key == HOSTNAME_LABEL:
+                out.append((alias, value or node_name))
+            else:
+                out.append(_shared_pair(alias, value))
         return out
+
+
+# The pairs of the levels above the host, one object per (alias, value): every node of a block
+# or rack repeats them, and the collector keeps a path per node in the store and in the capacity
+# (16,384 nodes: 65,000 pairs otherwise). Hostnames come and go with the nodes and are not kept
+# here; the rest is bounded by the cluster's blocks and racks, and cleared if a relabelling ever
+# made it grow past PAIRS_KEPT.
+PAIRS_KEPT = 65536
+_PAIRS: dict[tuple[str, str], tuple[str, str]] = {}
+
+
+def _shared_pair(alias: str, value: str) -> tuple[str, str]:
+    pair = (alias, value)
+    kept = _PAIRS.get(pair)
+    if kept is None:
+        if len(_PAIRS) >= PAIRS_KEPT:
+            _PAIRS.clear()
+        kept = _PAIRS[pair] = pair
+    return kept
 
 
 # Labels gangscope itself puts on series; a topology alias must not shadow them.
