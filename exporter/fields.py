@@ -9,6 +9,7 @@ string belongs. Every accessor here returns a usable default and notes the probl
 
 from __future__ import annotations
 
+import sys
 from datetime import datetime, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -95,6 +96,16 @@ def str_map(value: Any, what: str, problems: Problems) -> dict[str, str]:
             problems.append(f"{what}: non-string entry {k!r}")
             return {k2: v2 for k2, v2 in d.items() if isinstance(k2, str) and isinstance(v2, str)}
     return d
+
+
+_NO_ENTRIES: dict[str, str] = {}  # every empty map of interned_map, read-only
+
+
+def interned_map(d: dict[str, str]) -> dict[str, str]:
+    """A string map (labels) with its keys and values interned: records keep labels whose keys
+    repeat on every object and whose values repeat what other records hold (a Workload's job uid
+    is its owner's uid, a PodGroup's ``app`` label its name, a node's labels its neighbours')."""
+    return {sys.intern(k): sys.intern(v) for k, v in d.items()} if d else _NO_ENTRIES
 
 
 SHARED_LIMIT = 65536  # entries a cache of shared values keeps before it starts over

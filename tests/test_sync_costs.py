@@ -225,7 +225,7 @@ def test_retired_workloads_are_not_placed_nor_indexed_by_host(monkeypatch: pytes
     assert indexed and not indexed & retired
     # a Node's new rack re-renders the Workloads placed on it, and only those
     node = next(n for n in by_kind["Node"] if any(
-        store._by_host.get(n["metadata"]["labels"]["kubernetes.io/hostname"], ())))
+        store._by_host.of(n["metadata"]["labels"]["kubernetes.io/hostname"])))
     renders: Counter = Counter()
     counted(monkeypatch, store_module, "render_workload", renders)
     node["metadata"]["labels"]["cloud.provider.com/topology-rack"] = "moved"

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..fields import ParseError, Problems, as_bool, as_dict, as_list, parse_quantity, str_map
+from ..fields import ParseError, Problems, as_bool, as_dict, as_list, interned_map, parse_quantity, str_map
 from ..taints import SCHEDULING_EFFECTS, Taint, parse_taints
 from ..topology import HOSTNAME_LABEL
 from .resources import resource_list
@@ -76,9 +76,9 @@ def parse_node(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",)) -> 
     # A GPU node carries 50-100 labels (cloud, GPU feature discovery, node feature discovery), most
     # of them the same on every node: interned, their keys and values are one string each for the
     # whole cluster, which takes a node's labels from 6.6 to 1.7 kB (bench/capacity.py).
-    labels = {_intern(k): _intern(v) for k, v in str_map(meta.get("labels"), "metadata.labels", p).items()}
+    labels = interned_map(str_map(meta.get("labels"), "metadata.labels", p))
     return Node(
-        name, labels, p, gpus=gpus, gpu_node=gpu_node,
+        _intern(name), labels, p, gpus=gpus, gpu_node=gpu_node,
         ready=_ready(status.get("conditions"), p),
         unschedulable=as_bool(spec.get("unschedulable"), "spec.unschedulable", p, False),
         taints=taints,

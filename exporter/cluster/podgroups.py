@@ -43,12 +43,15 @@ and reported in ``errors`` for the caller to count in ``gangscope_parse_errors_t
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..exposition import Family, label_pairs
-from ..fields import ParseError, Problems, as_dict, as_int, as_list, as_str, named_metadata, parse_quantity, parse_time, str_map
+from ..fields import (
+    ParseError, Problems, as_dict, as_int, as_list, as_str, interned_map, named_metadata, parse_quantity, parse_time, str_map,
+)
 
 Api = Literal["coscheduling", "volcano", "native", "kai"]
 GangState = Literal["waiting", "partial", "assembled", "finished", "failed", "unreported", "unknown"]
@@ -253,10 +256,11 @@ def owner_refs(meta: dict, problems: Problems) -> tuple[tuple[str, ...], tuple[t
     refs = [r for r in as_list(meta.get("ownerReferences"), "metadata.ownerReferences", problems) if isinstance(r, dict)]
     for ref in sorted(refs, key=lambda r: not r.get("controller")):
         uid, name = ref.get("uid"), ref.get("name")
+        # Interned: the owner's uid, kind and name are the Workload's and the gang's too.
         if isinstance(uid, str) and uid:
-            uids.append(uid)
+            uids.append(sys.intern(uid))
         if isinstance(name, str) and name:
-            names.append((str(ref.get("kind") or ""), name))
+            names.append((sys.intern(str(ref.get("kind") or "")), sys.intern(name)))
     return tuple(uids), tuple(names)
 
 
@@ -265,9 +269,10 @@ def _metadata(source: str, api: Api, obj: Any, problems: Problems) -> PodGroupRe
     uids, names = owner_refs(meta, problems)
     created = as_str(meta.get("creationTimestamp"), "metadata.creationTimestamp", problems)
     return PodGroupRecord(
-        source=source, api=api, namespace=as_str(meta.get("namespace"), "metadata.namespace", problems), name=meta["name"],
+        source=source, api=api, namespace=sys.intern(as_str(meta.get("namespace"), "metadata.namespace", problems)),
+        name=sys.intern(meta["name"]),
         uid=as_str(meta.get("uid"), "metadata.uid", problems), created=parse_time(created) if created else None,
-        labels=str_map(meta.get("labels"), "metadata.labels", problems),
+        labels=interned_map(str_map(meta.get("labels"), "metadata.labels", problems)),
         owner_uids=uids, owner_names=names,
     )
 
@@ -285,7 +290,7 @@ def parse_coscheduling(source: str, obj: Any) -> PodGroupRecord:
     rec.min_member = as_int(spec.get("minMember"), "spec.minMember", problems)
     rec.schedule_timeout_seconds = as_int(spec.get("scheduleTimeoutSeconds"), "spec.scheduleTimeoutSeconds", problems)
     # The controller moves "" to Pending at once; an object it has not reconciled yet is Pending.
-    rec.phase = as_str(status.get("phase"), "status.phase", problems) or "Pending"
+    rec.phase = sys.intern(as_str(status.get("phase"), "status.phase", problems)) or "Pending"
     _counters(rec, status, problems)
     rec.occupied_by = as_str(status.get("occupiedBy"), "status.occupiedBy", problems)
     rec.errors = problems
@@ -310,7 +315,7 @@ def parse_volcano(source: str, obj: Any) -> PodGroupRecord:
         # sub_job_info.go:170-200; actions/allocate/allocate.go:214-231). The pods' labels are not
         # kept, so the members cannot be split the way Volcano splits them.
         rec.not_modelled = "Volcano subGroupPolicy (sub-group minimums by pod labels)"
-    rec.phase = as_str(status.get("phase"), "status.phase", problems) or "Pending"
+    rec.phase = sys.intern(as_str(status.get("phase"), "status.phase", problems)) or "Pending"
     _counters(rec, status, problems)
     rec.conditions = parse_conditions(status, problems)
     # volcano-sh/volcano ed72c7c8 pkg/scheduler/framework/session.go:619-627: Unschedulable=True

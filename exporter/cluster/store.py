@@ -427,10 +427,10 @@ class ClusterStore:
         return self.workloads.get((namespace, name))
 
     def workloads_by_owner_uid(self, uid: str) -> list[Workload]:
-        return [self.workloads[k] for k in sorted(self._by_owner_uid.get(uid, ()))]
+        return [self.workloads[k] for k in sorted(self._by_owner_uid.of(uid))]
 
     def workloads_by_owner_name(self, namespace: str, name: str) -> list[Workload]:
-        return [self.workloads[k] for k in sorted(self._by_owner_name.get((namespace, name), ()))]
+        return [self.workloads[k] for k in sorted(self._by_owner_name.of((namespace, name)))]
 
     def node_path(self, node_name: str) -> Path:
         """Topology path of a node by name (upper levels empty when the Node is unknown)."""
@@ -835,7 +835,7 @@ class ClusterStore:
             self._rerender_queue(key)
 
     def _rerender_queue(self, key: tuple[str, str]) -> None:
-        pending = [k for k in self._by_queue.get(key, ()) if not self.workloads[k].admission_cluster_queue]
+        pending = [k for k in self._by_queue.of(key) if not self.workloads[k].admission_cluster_queue]
         self._rerender(pending, replace_paths=False)
 
     # ---- cluster queues, cohorts ----------------------------------------------------------
@@ -992,7 +992,7 @@ class ClusterStore:
     def _node_changed(self, name: str, hostname: str, old_hostname: str | None) -> None:
         affected: set[WorkloadKey] = set()
         for host in {name, hostname, old_hostname} - {None}:
-            for group in self._by_host.get(host, ()):  # type: ignore[arg-type]
+            for group in self._by_host.of(host):  # type: ignore[arg-type]
                 affected.update(self._by_group[group])
         if self._pending_nodes is not None:  # inside a node LIST: re-render once at the end
             self._pending_nodes.update(affected)

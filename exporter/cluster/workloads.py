@@ -18,8 +18,8 @@ from typing import Any
 
 from ..exposition import Family, LabelPairs, label_pairs
 from ..fields import (
-    SHARED_LIMIT, ParseError, Problems, as_bool, as_dict, as_int, as_list, as_str, parse_quantity, parse_time, require_identity, shared,
-    str_map,
+    SHARED_LIMIT, ParseError, Problems, as_bool, as_dict, as_int, as_list, as_str, interned_map, parse_quantity, parse_time,
+    require_identity, shared, str_map,
 )
 from ..taints import Toleration, parse_tolerations
 from ..topologies import FlavorTopology
@@ -436,7 +436,7 @@ def parse_workload(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",))
         if isinstance(ref, dict) and ref.get("controller") is True:
             w = f"metadata.ownerReferences[{i}]"
             owner = Owner(_intern(as_str(ref.get("apiVersion"), w, p)), _intern(as_str(ref.get("kind"), w, p)),
-                          as_str(ref.get("name"), w, p), as_str(ref.get("uid"), w, p))
+                          _intern(as_str(ref.get("name"), w, p)), _intern(as_str(ref.get("uid"), w, p)))
             break
 
     # v1beta2 spec.priorityClassRef.name, v1beta1 spec.priorityClassName
@@ -477,7 +477,7 @@ def parse_workload(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",))
         uid=uid if uid.__class__ is str else as_str(uid, "metadata.uid", p),
         api_version=_intern(api_version if api_version.__class__ is str else as_str(api_version, "apiVersion", p)),
         resource_version=rv if rv.__class__ is str else as_str(rv, "metadata.resourceVersion", p),
-        labels=str_map(meta.get("labels"), "metadata.labels", p),
+        labels=interned_map(str_map(meta.get("labels"), "metadata.labels", p)),
         owner=owner,
         queue_name=_intern(queue if queue.__class__ is str else as_str(queue, "spec.queueName", p)),
         priority_class=_intern(priority_class),
@@ -623,7 +623,7 @@ def _podsets(raw: Any, gpu_resources: Sequence[str], p: Problems, placing: bool 
             count = as_int(count, w + ".count", p, 1)
         tolerations, selector = (spec.get("tolerations"), spec.get("nodeSelector")) if placing else (None, None)
         out.append(PodSet(
-            name=name or "main",
+            name=_intern(name) if name else "main",
             count=count or 0,
             gpus_per_pod=pod_gpus(spec, gpu_resources, p, w + ".template.spec"),
             labels=_shared_map(_only(str_map(tmeta.get("labels"), w + ".template.metadata.labels", p), TEMPLATE_LABEL_KEYS)),
