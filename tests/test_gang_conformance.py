@@ -81,7 +81,7 @@ def judge(case: dict[str, Any]) -> Any:
 def _evaluate(rec: pg.PodGroupRecord, records: list[pg.PodGroupRecord], pods: list[Any], now: float, grace: float) -> Any:
     """A group judged from its pods, a CompositePodGroup from its child groups judged first (as
     the gang index does)."""
-    assert rec.errors == []
+    assert rec.errors == ()
     if rec.composite:
         kids = [_evaluate(r, records, pods, now, grace) for r in records
                 if r.parent == rec.name and r.namespace == rec.namespace]

@@ -377,7 +377,7 @@ def test_kai_real_unschedulable_gang() -> None:
     """The GB200 cluster's PodGroup: no phase, no counters; UnschedulableOnNodePool with the typed
     reason PodSchedulingErrors; its two pods pending, linked by the pod-group-name annotation."""
     rec = pg.parse_kai("podgroups_kai", kai01())
-    assert (rec.api, rec.min_member, rec.queue, rec.phase, rec.errors) == ("kai", 2, "default-queue", "Unschedulable", [])
+    assert (rec.api, rec.min_member, rec.queue, rec.phase, rec.errors) == ("kai", 2, "default-queue", "Unschedulable", ())
     assert [u.reason for u in rec.unschedulable] == ["PodSchedulingErrors"]
     assert rec.unschedulable[0].message.startswith("Resources were found for 1 pods while 2 are required")
     assert rec.phase_since == pytest.approx(1786238559.0)  # the condition's lastTransitionTime, 2026-08-09T01:22:39Z

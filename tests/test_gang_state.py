@@ -182,7 +182,7 @@ def test_volcano_sub_group_policy_is_unknown_not_a_guess() -> None:
                  "matchLabelKeys": ["volcano.sh/partition-id"]}]},
             "status": {"phase": phase}})
     rec = sub_grouped("Running")
-    assert (rec.not_modelled, rec.errors) == ("Volcano subGroupPolicy (sub-group minimums by pod labels)", [])
+    assert (rec.not_modelled, rec.errors) == ("Volcano subGroupPolicy (sub-group minimums by pod labels)", ())
     vol = {"scheduling.k8s.io/group-name": "g"}
     running = [pod(f"w{i}", ann=vol) for i in range(4)]
     for pods in (running, running[:1], [pod("w0", ann=vol, node=None, phase="Pending")]):

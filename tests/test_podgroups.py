@@ -42,9 +42,9 @@ def test_coscheduling_fields() -> None:
     assert rec.owner_uids == ("3f1c9a52-7d4e-4b8a-9c21-5e6f7a8b9c0d",)
     assert rec.owner_names == (("Job", "llama-train"),)
     assert rec.occupied_by == "ml-team/llama-train"
-    assert rec.errors == []
+    assert rec.errors == ()
     legacy = pg.parse_coscheduling("podgroups_coscheduling_legacy", objs["legacy-mpi"])
-    assert (legacy.phase, legacy.gang_state, legacy.errors) == ("PreScheduling", "waiting", [])
+    assert (legacy.phase, legacy.gang_state, legacy.errors) == ("PreScheduling", "waiting", ())
     states = {n: pg.parse_coscheduling("s", o).gang_state for n, o in objs.items()}
     assert states == {"llama-train": "assembled", "mixtral-sft": "waiting", "t5-pretrain": "waiting",
                       "bert-eval": "finished", "gpt-crash": "failed", "legacy-mpi": "waiting"}

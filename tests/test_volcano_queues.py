@@ -48,7 +48,7 @@ def group(phase: str = "Pending", min_resources: dict | None = None, queue_name:
 
 def record(obj: dict[str, Any]) -> pg.PodGroupRecord:
     [rec] = pg.PARSERS["podgroups_volcano"]("podgroups_volcano", obj)
-    assert rec.errors == []
+    assert rec.errors == ()
     return rec
 
 

@@ -228,7 +228,7 @@ def test_fixture_node_failure_timeline() -> None:
     assert not [k for k in s if k[0] == "gangscope_workload_unhealthy_node"]
     # the assignment is gone from the object, but its pods are still exported from the cache ...
     assert len([k for k in s if k[0] == "gangscope_workload_topology_pods"]) == 16
-    assert store.workload("ml-team", "job-llama-train-f48ba").assignments == []
+    assert store.workload("ml-team", "job-llama-train-f48ba").assignments == ()
     # ... and the NodeFailures eviction lands in the failed node's rack only (its unhealthyNodes before
     # the eviction patch cleared them, evict.go:205-209), not in the racks of the 15 healthy hosts
     evictions = {k: v for k, v in s.items() if k[0] == "gangscope_topology_evictions_total"}

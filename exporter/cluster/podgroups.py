@@ -195,7 +195,7 @@ class PodGroupRecord:
     conditions: tuple[Condition, ...] = ()
     phase_since: float | None = None
     since_source: SinceSource = "observed"
-    errors: list[str] = field(default_factory=list)
+    errors: tuple[str, ...] = ()  # a tuple: the one empty tuple for the groups without problems
     # (source, namespace, name), made once: the gang index holds it per object and per gang (as
     # Workload.key, a tuple made per lookup was 40,000 tuples on the benchmark cluster).
     key: tuple[str, str, str] = field(init=False, repr=False, compare=False)
@@ -293,7 +293,7 @@ def parse_coscheduling(source: str, obj: Any) -> PodGroupRecord:
     rec.phase = sys.intern(as_str(status.get("phase"), "status.phase", problems)) or "Pending"
     _counters(rec, status, problems)
     rec.occupied_by = as_str(status.get("occupiedBy"), "status.occupiedBy", problems)
-    rec.errors = problems
+    rec.errors = tuple(problems)
     return rec
 
 
@@ -323,7 +323,7 @@ def parse_volcano(source: str, obj: Any) -> PodGroupRecord:
     # Running PodGroup carries one), so the gang index shows it only while the gang waits.
     rec.unschedulable = tuple(Unschedulable(c.reason, c.message) for c in rec.conditions
                               if c.type == "Unschedulable" and c.status == "True" and c.reason)
-    rec.errors = problems
+    rec.errors = tuple(problems)
     return rec
 
 
@@ -363,7 +363,7 @@ def parse_native(source: str, obj: Any) -> PodGroupRecord:
     policy = as_dict(spec.get("schedulingPolicy"), "spec.schedulingPolicy", problems)
     rec.min_member = _gang_min_count(policy, "spec.schedulingPolicy", problems)
     _native_common(rec, spec, status, problems, "podGroupTemplateRef", "podGroupTemplateName")
-    rec.errors = problems
+    rec.errors = tuple(problems)
     return rec
 
 
@@ -417,7 +417,7 @@ def parse_native_composite(source: str, obj: Any) -> PodGroupRecord:
                                 "spec.schedulingPolicy.gang.minGroupCount", problems)
     # an intermediate v1alpha2 (golden becb2094) named its template in compositePodGroupTemplateReference
     _native_common(rec, spec, status, problems, "compositePodGroupTemplateReference", "compositePodGroupTemplateName")
-    rec.errors = problems
+    rec.errors = tuple(problems)
     return rec
 
 
@@ -493,7 +493,7 @@ def parse_kai(source: str, obj: Any) -> PodGroupRecord:
         rec.phase = "Allocated"
     else:
         rec.phase = "Pending"
-    rec.errors = problems
+    rec.errors = tuple(problems)
     return rec
 
 

@@ -542,7 +542,7 @@ class ClusterStore:
         else:
             lq = self.local_queues.get((wl.namespace, wl.queue_name))
             wl.cluster_queue = lq.cluster_queue if lq is not None else ""
-        wl.unhealthy_paths = [self.node_path(n) for n in wl.unhealthy_nodes]
+        wl.unhealthy_paths = tuple(self.node_path(n) for n in wl.unhealthy_nodes)
         wl.state = workload_state(wl, self.clock(), self._assembling(wl.key) if self.pods_assembling else None,
                                   self.cluster_queues.get(wl.cluster_queue))
         self._arm_backoff(wl)
@@ -591,7 +591,7 @@ class ClusterStore:
         self._unhost_key(wl.key, wl)
         for a in wl.last_assignments:  # also those it shares with the record it replaced
             if a.placed:
-                a.placed = []
+                a.placed = ()
 
     def _unhost_key(self, key: WorkloadKey, wl: Workload) -> None:
         if key in self._hosted:
