@@ -532,18 +532,23 @@ def _conditions(raw: Any, p: Problems) -> dict[str, Condition]:
         if not isinstance(ctype, str) or not ctype:
             p.append(f"status.conditions[{i}].type missing")
             continue
-        status = c.get("status")
+        # Interned, the key too: a condition's type, reason and message repeat across Workloads
+        # ("The workload is admitted"), 10 MiB of copies for the benchmark cluster's 20,000.
+        ctype = _intern(ctype)
+        status, reason, message, ltt = c.get("status"), c.get("reason"), c.get("message"), c.get("lastTransitionTime")
+        if status.__class__ is str and reason.__class__ is str and message.__class__ is str and ltt.__class__ is str and ltt:
+            seconds = parse_time(ltt)  # every field as metav1.Condition has it (the common case): no path built
+            if seconds is not None:
+                out[ctype] = Condition(ctype, _intern(status), _intern(reason), _intern(message), _intern(ltt), seconds)
+                continue
         if isinstance(status, bool):  # unquoted YAML True/False in a hand-written dump
             p.append(f"status.conditions[{i}].status: boolean instead of a string")
             status = "True" if status else "False"
         w = f"status.conditions[{i}]"
-        ltt = as_str(c.get("lastTransitionTime"), w + ".lastTransitionTime", p)
-        # Interned, the key too: a condition's type, reason and message repeat across Workloads
-        # ("The workload is admitted"), 10 MiB of copies for the benchmark cluster's 20,000.
-        ctype = _intern(ctype)
+        ltt = as_str(ltt, w + ".lastTransitionTime", p)
         out[ctype] = Condition(
-            ctype, _intern(as_str(status, w + ".status", p)), _intern(as_str(c.get("reason"), w + ".reason", p)),
-            _intern(as_str(c.get("message"), w + ".message", p)), _intern(ltt), _time(ltt, w + ".lastTransitionTime", p),
+            ctype, _intern(as_str(status, w + ".status", p)), _intern(as_str(reason, w + ".reason", p)),
+            _intern(as_str(message, w + ".message", p)), _intern(ltt), _time(ltt, w + ".lastTransitionTime", p),
         )
     return out
 
