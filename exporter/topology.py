@@ -13,6 +13,8 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from .fields import shared
+
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 _INVALID = re.compile(r"[^a-z0-9_]")
 
@@ -176,27 +178,16 @@ class TopologyLevels:
             if key == HOSTNAME_LABEL:
                 out.append((alias, value or node_name))
             else:
-                out.append(_shared_pair(alias, value))
+                pair = (alias, value)
+                out.append(shared(_PAIRS, pair, pair))
         return out
 
 
-# The pairs of the levels above the host, one object per (alias, value): every node of a block
-# or rack repeats them, and the collector keeps a path per node in the store and in the capacity
-# (16,384 nodes: 65,000 pairs otherwise). Hostnames come and go with the nodes and are not kept
-# here; the rest is bounded by the cluster's blocks and racks, and cleared if a relabelling ever
-# made it grow past PAIRS_KEPT.
-PAIRS_KEPT = 65536
+# The pairs of the levels above the host, one object per (alias, value) (fields.shared): every
+# node of a block or rack repeats them, and the collector keeps a path per node in the store and
+# in the capacity (16,384 nodes: 65,000 pairs otherwise). Hostnames come and go with the nodes and
+# are not kept here; the rest is bounded by the cluster's blocks and racks.
 _PAIRS: dict[tuple[str, str], tuple[str, str]] = {}
-
-
-def _shared_pair(alias: str, value: str) -> tuple[str, str]:
-    pair = (alias, value)
-    kept = _PAIRS.get(pair)
-    if kept is None:
-        if len(_PAIRS) >= PAIRS_KEPT:
-            _PAIRS.clear()
-        kept = _PAIRS[pair] = pair
-    return kept
 
 
 # Labels gangscope itself puts on series; a topology alias must not shadow them.
