@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 
+import msgspec
 import pytest
+import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.exposition import Exposition
@@ -159,3 +161,41 @@ async def test_discovery_errors_are_retried(kube_sim: SimApiServer, harness: Cal
 def test_duplicate_source_rejected() -> None:
     with pytest.raises(ValueError):
         SourceSet(None, [SourceSpec(WORKLOADS, ObjectCache()), SourceSpec(WORKLOADS, ObjectCache())], Exposition())  # type: ignore[arg-type]
+
+
+def internal_errors(exposition: Exposition) -> dict[str, float]:
+    """``gangscope_internal_errors_total`` by component, from the rendered exposition."""
+    return {s.labels["component"]: s.value for family in text_string_to_metric_families(exposition.render(False).decode())
+            for s in family.samples if s.name == "gangscope_internal_errors_total"}
+
+
+class _NameOnly(msgspec.Struct, frozen=True):
+    name: str = ""
+
+
+class _DocWithoutNamespace(msgspec.Struct):
+    """A document type that breaks the informer's contract (no ``metadata.namespace``): a bug of ours."""
+
+    metadata: _NameOnly = _NameOnly()
+
+
+async def test_a_bug_in_a_source_is_counted_logged_and_retried(kube_sim: SimApiServer,
+                                                                harness: Callable[[list[Resource]], Harness]) -> None:
+    """An exception of our own inside a source (here the informer keying a document it cannot key)
+    must not end that source silently: nothing awaits its task until shutdown. It is logged,
+    counted as an internal error, the source reads down, the others sync, and it is retried."""
+    kube_sim.serve(WORKLOADS)
+    kube_sim.serve(LOCAL_QUEUES)
+    kube_sim.create(make_object(WORKLOADS, "w", "ns"))
+    kube_sim.create(make_object(LOCAL_QUEUES, "lq", "ns"))
+    h = harness([WORKLOADS, LOCAL_QUEUES])
+    h.caches["workloads"].doc_type = _DocWithoutNamespace  # type: ignore[attr-defined]
+    with structlog.testing.capture_logs() as logs:
+        await h.set.start()
+        await eventually(lambda: internal_errors(h.exposition).get("workloads", 0) >= 2)
+    assert any(e["event"] == "kube_source_failed" and e["source"] == "workloads" for e in logs)
+    assert h.series("gangscope_source_up", "workloads") == 0
+    await eventually(lambda: h.series("gangscope_source_up", "localqueues") == 1)
+    del h.caches["workloads"].doc_type  # type: ignore[attr-defined]  # the bug gone: the next retry lists
+    await h.set.wait_ready(5)
+    assert h.series("gangscope_source_up", "workloads") == 1 and h.series("gangscope_source_objects", "workloads") == 1

@@ -261,6 +261,15 @@ class SourceSet:
                 s.phase = "forbidden"
                 health.down(f"forbidden: {e.message}")
                 await asyncio.sleep(self.discovery_interval)
+            except Exception as e:  # a bug of ours (the informer's, a decoder's): counted, the source retried
+                # Nothing awaits this task until shutdown: an exception escaping it would end the
+                # source silently while every other one went on.
+                s.retire_informer()
+                slog.exception("kube_source_failed")
+                health.internal_error()
+                s.phase = "error"
+                health.down(f"internal error: {type(e).__name__}: {e}")
+                await asyncio.sleep(errors.next())
 
     @staticmethod
     def _empty(s: SourceState) -> None:
