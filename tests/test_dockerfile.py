@@ -262,14 +262,14 @@ def test_the_wheel_the_image_installs_holds_the_package_and_the_command(wheels: 
     assert re.search(r"^\[console_scripts\]\s*\ngangscope = exporter\.cli:main$", text, re.M), text
     runtime = sorted(r.split(">")[0].split("=")[0].split(";")[0].strip().lower() for r in requires if "extra ==" not in r)
     # Exactly what runs: every runtime dependency is imported by the code the image runs.
-    assert runtime == ["aiohttp", "grpcio", "isal", "kubernetes", "nvidia-ml-py", "orjson", "prometheus-client", "protobuf",
-                       "pyyaml", "structlog"]
+    assert runtime == ["aiohttp", "grpcio", "isal", "kubernetes", "msgspec", "nvidia-ml-py", "orjson", "prometheus-client",
+                       "protobuf", "pyyaml", "structlog"]
 
 
 def test_runtime_dependencies_are_imported_at_run_time(tmp_path: Path) -> None:
     """Each runtime dependency's module is imported by the collector, the agent or the one-shot
     commands (psutil, imported by nothing at run time, is a test dependency now)."""
-    modules = {"aiohttp": "aiohttp", "grpcio": "grpc", "kubernetes": "kubernetes", "nvidia-ml-py": "pynvml",
+    modules = {"aiohttp": "aiohttp", "grpcio": "grpc", "kubernetes": "kubernetes", "msgspec": "msgspec", "nvidia-ml-py": "pynvml",
                "orjson": "orjson", "prometheus-client": "prometheus_client", "protobuf": "google.protobuf",
                "pyyaml": "yaml", "structlog": "structlog"}
     kubeconfig = tmp_path / "kubeconfig"

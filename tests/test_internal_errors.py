@@ -15,6 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from exporter.cluster.collector import build_collector
+from exporter.cluster.workload_doc import WorkloadDoc
 from exporter.fields import ParseError
 from exporter.exposition import Exposition
 from exporter.health import SourceHealth
@@ -60,8 +61,9 @@ def test_a_parser_bug_is_an_internal_error_and_a_bad_object_a_parse_error(monkey
     good = workload("llama", ns="ml", conditions=admitted_conditions())
     real_parse = handler._parse
 
-    def parse(obj: Any) -> Any:
-        if obj["metadata"].get("name") == "buggy":
+    def parse(obj: Any) -> Any:  # a typed document (exporter.cluster.workload_doc), or a dict
+        name = obj.metadata.name if isinstance(obj, WorkloadDoc) else obj["metadata"].get("name")
+        if name == "buggy":
             raise KeyError("spec")  # what a parser bug looks like: not a ParseError
         return real_parse(obj)
 

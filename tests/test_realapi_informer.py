@@ -39,8 +39,8 @@ class RecordingClient(KubeClient):
         self.watches: list[dict[str, str]] = []
         self.events: list[dict[str, Any]] = []
 
-    async def get_json(self, path: str, params: Any = None, *, accept: str = "application/json") -> Any:
-        doc = await super().get_json(path, params, accept=accept)
+    async def get_json(self, path: str, params: Any = None, *, accept: str = "application/json", **kwargs: Any) -> Any:
+        doc = await super().get_json(path, params, accept=accept, **kwargs)
         self.gets.append((path, dict(params or {}), doc))
         return doc
 

@@ -101,7 +101,7 @@ def test_an_event_that_changes_nothing_read_is_not_parsed_and_moves_no_gzip_bloc
     expo, handlers, by_kind = _fed_collector(60)
     page, blocks = expo.render(False), _blocks(expo)
     calls: Counter = Counter()
-    counted(monkeypatch, store_module, "parse_workload", calls)
+    counted(monkeypatch, store_module, "read_workload", calls)
     real_podgroup = gangs_module.pg.PARSERS["podgroups_coscheduling"]
 
     def podgroup(*args: Any) -> Any:
@@ -120,7 +120,7 @@ def test_an_event_that_changes_nothing_read_is_not_parsed_and_moves_no_gzip_bloc
     # A change that is read is parsed, and moves only the blocks its lines are in.
     wl = by_kind["Workload"][0]
     handlers["workloads"].apply("MODIFIED", wl | {"spec": wl["spec"] | {"queueName": "another-queue"}})
-    assert calls == Counter(parse_workload=1)
+    assert calls == Counter(read_workload=1)
     assert expo.render(False) != page
     assert 0 < sum(a != b for a, b in zip(_blocks(expo), blocks)) < len(blocks) / 2
 

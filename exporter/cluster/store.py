@@ -57,6 +57,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
+import msgspec
 import structlog
 
 from ..exposition import Exposition, Family, LabelPairs, topology_pairs
@@ -76,8 +77,9 @@ from .nodes import Node, parse_node
 from .object_labels import WORKLOAD_LABELS, LabelsAllowlist
 from .workload_state import PodsAssembling, workload_state
 from .unchanged import digest
+from .workload_doc import WorkloadDoc, as_doc, read_workload
 from .workloads import (
-    FAMILIES, RETIRED_STAGES, TOPOLOGY_EVICTIONS, Assignment, Path, Workload, parse_workload, render_workload,
+    FAMILIES, RETIRED_STAGES, TOPOLOGY_EVICTIONS, Assignment, Path, Workload, render_workload,
 )
 
 log = structlog.get_logger(__name__)
@@ -107,8 +109,14 @@ class ResourceHandler(Generic[R]):
 
     def __init__(self, source: str, parse: Callable[[Any], R], key: Callable[[R], Any],
                  put: Callable[[R], None], remove: Callable[[Any], None], records: Mapping[Any, R],
-                 finish: Callable[[], None] | None = None, raw_key: Callable[[dict], Any] | None = None) -> None:
+                 finish: Callable[[], None] | None = None, raw_key: Callable[[Any], Any] | None = None,
+                 doc_type: type[msgspec.Struct] | None = None, as_doc: Callable[[Any], Any] | None = None) -> None:
         self.source = source
+        # With doc_type, the informer decodes LIST items into that struct (exporter.kube.typed), and
+        # ``parse`` takes either form; as_doc converts each watch event's object alike where the
+        # digests of both must compare (a struct's digest is not a dict's, exporter.cluster.unchanged).
+        self.doc_type = doc_type
+        self._as_doc = as_doc
         self.health: SourceHealth | None = None
         self._parse, self._key, self._put, self._remove, self._records = parse, key, put, remove, records
         self._finish = finish
@@ -133,7 +141,10 @@ class ResourceHandler(Generic[R]):
         seen = self._seen
         if seen is None:
             raise RuntimeError("add_page outside begin_replace/end_replace")
+        as_doc = self._as_doc
         for obj in objects:
+            if as_doc is not None:
+                obj = as_doc(obj)
             key, fingerprint = self._unchanged(obj)
             if key is not None:
                 seen.add(key)
@@ -159,6 +170,8 @@ class ResourceHandler(Generic[R]):
         if event_type not in ("ADDED", "MODIFIED", "DELETED"):
             return
         fingerprint = None
+        if self._as_doc is not None:
+            obj = self._as_doc(obj)
         if event_type != "DELETED":
             key, fingerprint = self._unchanged(obj)
             if key is not None:
@@ -238,8 +251,10 @@ class ResourceHandler(Generic[R]):
             self.health.internal_error()
 
 
-def _namespaced_key(obj: dict) -> tuple[str, str]:
-    """A raw namespaced object's record key, (namespace, name)."""
+def _namespaced_key(obj: Any) -> tuple[str, str]:
+    """A raw namespaced object's record key, (namespace, name); of a dict or a typed document."""
+    if obj.__class__ is not dict:
+        return (obj.metadata.namespace, obj.metadata.name)
     meta = obj["metadata"]
     return (meta["namespace"], meta["name"])
 
@@ -250,7 +265,10 @@ def _cluster_key(obj: dict) -> str:
 
 
 def _name(obj: Any) -> str:
-    """``namespace/name`` of a raw object, for logs ("" when it has no usable metadata)."""
+    """``namespace/name`` of a raw object or a typed document, for logs ("" when it has no usable
+    metadata)."""
+    if isinstance(obj, msgspec.Struct):
+        return f"{obj.metadata.namespace}/{obj.metadata.name}".lstrip("/")  # type: ignore[attr-defined]
     if isinstance(obj, dict) and isinstance(obj.get("metadata"), dict):
         meta = obj["metadata"]
         return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}".lstrip("/")
@@ -345,9 +363,9 @@ class ClusterStore:
         """One adapter per watched resource, keyed by ``Resource.source``."""
         settle = self.capacity.settle  # after each call: offline, the capacity series are rendered then
         return {
-            "workloads": ResourceHandler("workloads", lambda o: parse_workload(o, self.gpu_resources),
+            "workloads": ResourceHandler("workloads", lambda o: read_workload(o, self.gpu_resources),
                                          lambda w: w.key, self._put_workload, self._delete_workload, self.workloads,
-                                         finish=settle, raw_key=_namespaced_key),
+                                         finish=settle, raw_key=_namespaced_key, doc_type=WorkloadDoc, as_doc=as_doc),
             "localqueues": ResourceHandler("localqueues", parse_local_queue, lambda q: q.key,
                                            self._put_local_queue, self._delete_local_queue, self.local_queues,
                                            finish=settle, raw_key=_namespaced_key),

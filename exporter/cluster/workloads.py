@@ -353,7 +353,6 @@ class Workload:
     name: str
     uid: str
     api_version: str
-    resource_version: str
     labels: dict[str, str]
     owner: Owner | None
     queue_name: str
@@ -464,7 +463,7 @@ def parse_workload(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",))
             node = as_str(as_dict(n, f"status.unhealthyNodes[{i}]", p).get("name"), f"status.unhealthyNodes[{i}].name", p)
             if node:
                 unhealthy.append(node)
-    uid, api_version, rv = meta.get("uid"), obj.get("apiVersion"), meta.get("resourceVersion")
+    uid, api_version = meta.get("uid"), obj.get("apiVersion")
     queue, priority, active = spec.get("queueName"), spec.get("priority"), spec.get("active")
     cluster_queue = admission_d.get("clusterQueue")
     nominated = status.get("nominatedClusterNames")
@@ -478,7 +477,6 @@ def parse_workload(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",))
         name=name,
         uid=uid if uid.__class__ is str else as_str(uid, "metadata.uid", p),
         api_version=_intern(api_version if api_version.__class__ is str else as_str(api_version, "apiVersion", p)),
-        resource_version=rv if rv.__class__ is str else as_str(rv, "metadata.resourceVersion", p),
         labels=interned_map(str_map(meta.get("labels"), "metadata.labels", p)),
         owner=owner,
         queue_name=_intern(queue if queue.__class__ is str else as_str(queue, "spec.queueName", p)),

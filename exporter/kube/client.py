@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import aiohttp
+import msgspec
 import orjson
 import structlog
 
@@ -241,8 +242,11 @@ class KubeClient:
             log.warning("kube_credentials_reload_failed", error=str(e))
             return False
 
-    async def get_json(self, path: str, params: Mapping[str, str] | None = None, *, accept: str = JSON) -> Any:
-        return await self._json("GET", path, params, accept, None)
+    async def get_json(self, path: str, params: Mapping[str, str] | None = None, *, accept: str = JSON,
+                       decode: Callable[[bytes], Any] = orjson.loads) -> Any:
+        """GET a JSON document; ``decode`` turns its body into objects (a typed LIST page decoder,
+        exporter.kube.typed, or orjson)."""
+        return await self._json("GET", path, params, accept, None, decode)
 
     async def post_json(self, path: str, body: Any) -> Any:
         return await self._json("POST", path, None, JSON, orjson.dumps(body))
@@ -251,15 +255,15 @@ class KubeClient:
         return await self._json("PUT", path, None, JSON, orjson.dumps(body))
 
     async def _json(self, method: str, path: str, params: Mapping[str, str] | None, accept: str,
-                    body: bytes | None) -> Any:
-        """One request whose answer is a JSON document, decoded with orjson; errors typed."""
+                    body: bytes | None, decode: Callable[[bytes], Any] = orjson.loads) -> Any:
+        """One request whose answer is a JSON document, decoded with ``decode``; errors typed."""
         timeout = aiohttp.ClientTimeout(total=self.request_timeout, sock_connect=self.connect_timeout)
         resp = await self._send(method, path, params, accept=accept, body=body, timeout=timeout)
         try:
-            return orjson.loads(await resp.read())
+            return decode(await resp.read())
         except (aiohttp.ClientError, OSError, TimeoutError) as e:
             raise TransportError(describe(e, self.credentials.host)[0], f"{method} {path}") from None
-        except orjson.JSONDecodeError as e:
+        except (orjson.JSONDecodeError, msgspec.DecodeError) as e:
             raise ApiError(resp.status, "BadResponse", f"{method} {path}: undecodable JSON: {e}") from None
         finally:
             resp.release()

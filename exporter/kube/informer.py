@@ -16,7 +16,8 @@ only one decoded page is alive at a time instead of the whole list: 20,000 Workl
 and the transfer work while we parse (a small gain: the sync is bound by our parsing). Other
 handlers get the whole list in one ``replace`` call.
 
-Handlers receive raw dicts (orjson-decoded). For ``metadata_only`` resources they are
+Handlers receive raw dicts (orjson-decoded), or, for a handler that names a ``doc_type``, its
+LIST items as typed documents (:mod:`exporter.kube.typed`). For ``metadata_only`` resources they are
 ``PartialObjectMetadata`` objects (``metadata`` only), or full objects if the server ignored the
 request for partial metadata; handlers must only rely on ``metadata`` for those.
 
@@ -50,6 +51,7 @@ import random
 import time
 from typing import Any, Protocol
 
+import msgspec
 import orjson
 import structlog
 
@@ -58,6 +60,7 @@ from .backoff import Backoff, BackoffPolicy
 from .client import ApiError, Forbidden, Gone, KubeClient, NotFound, error_from_status, report_failure
 from .resources import Resource
 from .scope import Scope
+from .typed import page_decoder
 
 log = structlog.get_logger(__name__)
 
@@ -113,7 +116,10 @@ def collection_path(resource: Resource, version: str, namespace: str | None = No
     return f"{root}/{resource.plural}"
 
 
-def object_key(obj: dict[str, Any]) -> tuple[str, str]:
+def object_key(obj: Any) -> tuple[str, str]:
+    """(namespace, name) of a raw object or a typed document (exporter.kube.typed)."""
+    if obj.__class__ is not dict:
+        return (obj.metadata.namespace, obj.metadata.name)
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
         return ("", "")
@@ -159,10 +165,13 @@ class Informer:
         """The last resourceVersion seen (of the first collection when there are several)."""
         return self._versions.get(self.path, "") if self.paths else ""
 
-    def keeps(self, obj: dict[str, Any]) -> bool:
-        """Whether an object is in this informer's scope (always, unless a scope narrows it)."""
+    def keeps(self, obj: Any) -> bool:
+        """Whether an object (a dict, or a typed document) is in this informer's scope (always,
+        unless a scope narrows it)."""
         if not self._filtered:
             return True
+        if obj.__class__ is not dict:
+            return self.scope.keeps(obj.metadata.namespace)
         meta = obj.get("metadata")
         return isinstance(meta, dict) and self.scope.keeps(str(meta.get("namespace") or ""))
 
@@ -263,6 +272,8 @@ class Informer:
         over; returns its resourceVersion. The first list reads ``resourceVersion=0`` (the
         watch cache), a relist after 410 ``resourceVersion=""`` (consistent), as client-go."""
         accept = PARTIAL_LIST_ACCEPT if self.resource.metadata_only else JSON
+        doc_type = getattr(self.handler, "doc_type", None)
+        decode = page_decoder(doc_type) if doc_type is not None and not self.resource.metadata_only else orjson.loads
         params = dict(self.selectors)
         if self.page_size > 0:
             params["limit"] = str(self.page_size)
@@ -274,7 +285,7 @@ class Informer:
             page_params = dict(params, **{"continue": token}) if token else params
             if token:
                 page_params.pop("resourceVersion", None)
-            return asyncio.ensure_future(self.client.get_json(path, page_params, accept=accept))
+            return asyncio.ensure_future(self.client.get_json(path, page_params, accept=accept, decode=decode))
 
         token = ""
         retries = 0
@@ -328,7 +339,7 @@ class Informer:
                 if "shardSelector" in self.selectors and not continued:
                     self._note_shard_info(meta)
                 continued = True
-                items = [o for o in items if isinstance(o, dict) and self.keeps(o)]
+                items = [o for o in items if (o.__class__ is dict or isinstance(o, msgspec.Struct)) and self.keeps(o)]
                 self._keys.update(object_key(o) for o in items)
                 if not paged:
                     objects += items
