@@ -73,7 +73,8 @@ from .clusterqueues import ClusterQueue, Cohort, QueuePosition, parse_cluster_qu
 from .evictions import NODE_FAILURES, eviction_domains, failed_nodes, new_evictions
 from .localqueues import LocalQueue, parse_local_queue
 from .multimap import MultiMap
-from .nodes import Node, parse_node
+from .node_doc import NodeDoc, read_node
+from .nodes import Node
 from .object_labels import WORKLOAD_LABELS, LabelsAllowlist
 from .workload_state import PodsAssembling, workload_state
 from .unchanged import digest
@@ -380,8 +381,9 @@ class ClusterStore:
                                              finish=settle, raw_key=_cluster_key),
             "cohorts": ResourceHandler("cohorts", parse_cohort, lambda c: c.name, self._put_cohort,
                                        self._delete_cohort, self.cohorts, raw_key=_cluster_key),
-            "nodes": _NodeHandler("nodes", lambda o: parse_node(o, self.gpu_resources), lambda n: n.name,
-                                  self._put_node, self._delete_node, self.nodes, store=self, finish=settle),
+            "nodes": _NodeHandler("nodes", lambda o: read_node(o, self.gpu_resources), lambda n: n.name,
+                                  self._put_node, self._delete_node, self.nodes, store=self, finish=settle,
+                                  doc_type=NodeDoc),
         }
 
     # ---- timers ---------------------------------------------------------------------------

@@ -1,0 +1,112 @@
+"""A Node decoded straight from JSON into a typed struct (msgspec), and its record.
+
+A Node's JSON is mostly what gangscope never reads: its images, addresses, annotations, managed
+fields and daemon endpoints are 10-30 kB a node on a real GPU cluster, and ``orjson.loads``
+builds every one of those strings before :func:`parse_node` looks at the few fields it reads
+(exporter/cluster/nodes.py says which, after Kueue's node cache). The struct here names only
+those, so a Node LIST decodes without building the rest (exporter/kube/typed.py).
+
+As for Workloads (exporter/cluster/workload_doc.py): a document that decodes has every field
+of the type :func:`parse_node` takes as it is, and :func:`node_from_doc` builds the same record;
+where that parser would report a problem (a GPU quantity that is no quantity, a taint without an
+effect) it refuses, and the document is read by :func:`parse_node`. Node watch events are read
+as dicts by :func:`parse_node` (Nodes keep no digest, exporter.cluster.store). tests/test_node_doc.py
+asserts both paths give equal records for the Nodes real clusters printed and the benchmark
+cluster's.
+
+Field names follow k8s.io/api core/v1 types.go (Node, NodeSpec, NodeStatus).
+"""
+
+# No "from __future__ import annotations": msgspec reads the annotations at run time.
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from ..fields import Problems, interned_map, parse_quantity
+from ..taints import SCHEDULING_EFFECTS, parse_taints
+from .nodes import Node, _allocatable, parse_node
+
+_intern = sys.intern
+
+
+class _Struct(msgspec.Struct, rename="camel", frozen=True):
+    """Fields named as the API's JSON (camelCase); unknown fields are skipped."""
+
+
+class NodeMeta(_Struct):
+    name: str = ""
+    namespace: str = ""  # none (Nodes are cluster-scoped): the field every document has (exporter.kube.typed)
+    labels: dict[str, str] = {}
+
+
+class NodeSpec(_Struct):
+    unschedulable: bool = False
+    taints: list[dict[str, Any]] | None = None
+
+
+class NodeCondition(_Struct):
+    type: str = ""
+    status: str = ""
+
+
+class NodeStatus(_Struct):
+    allocatable: dict[str, str] = {}
+    capacity: dict[str, Any] = {}
+    conditions: list[NodeCondition] = []
+
+
+class NodeDoc(_Struct):
+    metadata: NodeMeta = NodeMeta()
+    spec: NodeSpec = NodeSpec()
+    status: NodeStatus = NodeStatus()
+
+
+class Unclean(Exception):
+    """The document decoded, but a value in it is one :func:`parse_node` reports."""
+
+
+def read_node(obj: Any, gpu_resources: Sequence[str]) -> Node:
+    """The record of a Node given as a :class:`NodeDoc` (a LIST's) or as a dict (a watch event's)."""
+    if obj.__class__ is NodeDoc:
+        try:
+            return node_from_doc(obj, gpu_resources)
+        except Unclean:
+            obj = msgspec.to_builtins(obj)
+    return parse_node(obj, gpu_resources)
+
+
+def node_from_doc(doc: NodeDoc, gpu_resources: Sequence[str]) -> Node:
+    """The record :func:`parse_node` makes of the same object; raises :class:`Unclean` where that
+    parser would report a problem, or raise (a Node without a name)."""
+    p: Problems = []
+    meta, spec, status = doc.metadata, doc.spec, doc.status
+    if not meta.name:
+        raise Unclean("metadata.name")
+    allocatable = status.allocatable
+    gpus: float = 0
+    gpu_node = False
+    for res in gpu_resources:
+        q = allocatable.get(res)
+        if q is not None:
+            gpu_node = True
+            try:
+                gpus += parse_quantity(q)
+            except ValueError:
+                raise Unclean(f"status.allocatable: bad quantity for {res}: {q!r}") from None
+        elif res in status.capacity:
+            gpu_node = True  # its device plugin reports no allocatable devices (all unhealthy, or gone)
+    taints = parse_taints(spec.taints, "spec.taints", p) if spec.taints is not None else ()
+    if any(t.effect not in SCHEDULING_EFFECTS for t in taints):
+        taints = tuple(t for t in taints if t.effect in SCHEDULING_EFFECTS)
+    ready = False
+    for c in status.conditions:
+        if c.type == "Ready":
+            ready = c.status == "True"
+            break
+    node = Node(_intern(meta.name), interned_map(meta.labels), p, gpus=gpus, gpu_node=gpu_node, ready=ready,
+                unschedulable=spec.unschedulable, taints=taints, allocatable=_allocatable(allocatable, gpu_resources, p))
+    if p:
+        raise Unclean(p[0])
+    return node
