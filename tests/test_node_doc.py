@@ -167,7 +167,7 @@ def test_the_generator_reaches_the_typed_reader():
     are refused by that reader: count both over a sample."""
     typed = refused = 0
 
-    @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=200, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(_nodes())
     def sample(obj):
         nonlocal typed, refused

@@ -37,7 +37,12 @@ def digest(obj: Any) -> int | None:
     fields); None when it has no metadata mapping or does not encode (such an object is parsed,
     and its problem counted, every time)."""
     if obj.__class__ is not dict:
-        return hash(_encode(obj)) if isinstance(obj, msgspec.Struct) else None
+        if not isinstance(obj, msgspec.Struct):
+            return None
+        try:
+            return hash(_encode(obj))
+        except OverflowError:  # an integer MessagePack cannot hold, in a field kept as Any
+            return None
     meta = obj.get("metadata")
     if meta.__class__ is not dict:
         return None
