@@ -5,54 +5,27 @@ generated Nodes with fields of every type (hypothesis); and it is taken for the 
 
 from __future__ import annotations
 
-import datetime
-import json
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.cluster.node_doc import NodeDoc, Unclean, node_from_doc, read_node
+from exporter.cluster.node_doc import NodeDoc, node_from_doc, read_node
 from exporter.cluster.nodes import Node, parse_node
 from exporter.fields import ParseError
-from exporter.kube.typed import page_decoder
+from exporter.kube.typed import Unclean, page_decoder
+from typed_docs import reach, real_objects, typed_item
 
 GPUS = ("nvidia.com/gpu",)
 HERE = Path(__file__).resolve().parent
-SHARED_REAL = HERE.parents[1] / "shared" / "fixtures" / "real"
-
-
-def _json_ready(value: Any) -> Any:
-    if isinstance(value, datetime.datetime):
-        return value.strftime("%Y-%m-%dT%H:%M:%SZ")
-    if isinstance(value, dict):
-        return {k: _json_ready(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_ready(v) for v in value]
-    return value
 
 
 def real_nodes() -> list[tuple[str, dict[str, Any]]]:
     files = sorted((HERE / "fixtures").rglob("*.yaml")) + sorted((HERE / "fixtures").rglob("*.json"))
-    if SHARED_REAL.is_dir():
-        files += sorted(SHARED_REAL.rglob("*.yaml")) + sorted(SHARED_REAL.rglob("*.json"))
-    found = []
-    for f in files:
-        try:
-            text = f.read_text()
-            docs = [json.loads(text)] if f.suffix == ".json" else [d for d in yaml.safe_load_all(text) if d]
-        except (yaml.YAMLError, json.JSONDecodeError, UnicodeDecodeError):
-            continue
-        objs = []
-        for d in docs:
-            objs += d.get("items", []) if isinstance(d, dict) and isinstance(d.get("items"), list) else [d]
-        found += [(f"{f.name}#{i}", _json_ready(o)) for i, o in enumerate(objs)
-                  if isinstance(o, dict) and o.get("kind") == "Node" and o.get("apiVersion") == "v1"]
-    return found
+    return real_objects(files, lambda o: o.get("kind") == "Node" and o.get("apiVersion") == "v1")
 
 
 def _read(read: Any, obj: Any) -> Node | str:
@@ -63,8 +36,7 @@ def _read(read: Any, obj: Any) -> Node | str:
 
 
 def _typed(obj: Any) -> Any:
-    (item,) = page_decoder(NodeDoc)(orjson.dumps({"kind": "NodeList", "metadata": {}, "items": [obj]}))["items"]
-    return item
+    return typed_item(NodeDoc, obj)
 
 
 REAL = real_nodes()
@@ -164,20 +136,6 @@ def test_any_node_reads_the_same_through_both_paths(obj):
 
 def test_the_generator_reaches_the_typed_reader():
     """The property above is evidence only if generated Nodes are read from documents, and some
-    are refused by that reader: count both over a sample."""
-    typed = refused = 0
-
-    @settings(max_examples=200, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(_nodes())
-    def sample(obj):
-        nonlocal typed, refused
-        doc = _typed(obj)
-        if isinstance(doc, NodeDoc):
-            try:
-                node_from_doc(doc, GPUS)
-                typed += 1
-            except Unclean:
-                refused += 1
-
-    sample()
+    are refused by that reader."""
+    typed, refused = reach(_nodes(), NodeDoc, node_from_doc, GPUS)
     assert typed >= 20 and refused >= 20, (typed, refused)

@@ -10,8 +10,6 @@ dict parser wherever that one reports a problem.
 
 from __future__ import annotations
 
-import datetime
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,60 +17,28 @@ from typing import Any
 import msgspec
 import orjson
 import pytest
-import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.cluster import workload_doc
-from exporter.cluster.workload_doc import Unclean, WorkloadDoc, as_doc, read_workload, workload_from_doc
+from exporter.cluster.workload_doc import WorkloadDoc, as_doc, read_workload, workload_from_doc
 from exporter.cluster.workloads import Workload, parse_workload
 from exporter.exposition import Exposition
 from exporter.fields import ParseError
 from exporter.health import SourceHealth
-from exporter.kube.typed import page_decoder
+from exporter.kube.typed import Unclean, page_decoder
 from kueue_objects import FIXTURES, cond, workload
+from typed_docs import reach, real_objects, typed_item
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from cluster import build_cluster  # noqa: E402
 
 GPUS = ("nvidia.com/gpu",)
-SHARED_REAL = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
-
-
-def _json_ready(value: Any) -> Any:
-    """A YAML document as the API server's JSON prints it (PyYAML reads unquoted times as datetimes)."""
-    if isinstance(value, datetime.datetime):
-        return value.strftime("%Y-%m-%dT%H:%M:%SZ")
-    if isinstance(value, dict):
-        return {k: _json_ready(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_ready(v) for v in value]
-    return value
-
-
-def _documents(path: Path) -> list[Any]:
-    text = path.read_text()
-    docs = [json.loads(text)] if path.suffix == ".json" else [d for d in yaml.safe_load_all(text) if d]
-    out = []
-    for d in docs:
-        out += d.get("items", []) if isinstance(d, dict) and d.get("kind", "").endswith("List") else [d]
-    return [_json_ready(d) for d in out]
 
 
 def real_workloads() -> list[tuple[str, dict[str, Any]]]:
     files = sorted((FIXTURES / "real").glob("*.y*ml")) + sorted((FIXTURES / "real").glob("*.json"))
-    files += sorted(FIXTURES.glob("*.yaml"))
-    if SHARED_REAL.is_dir():
-        files += sorted(SHARED_REAL.rglob("*.yaml")) + sorted(SHARED_REAL.rglob("*.json"))
-    found = []
-    for f in files:
-        try:
-            docs = _documents(f)
-        except (yaml.YAMLError, json.JSONDecodeError, UnicodeDecodeError):
-            continue
-        found += [(f"{f.name}#{i}", d) for i, d in enumerate(docs)
-                  if isinstance(d, dict) and d.get("kind") == "Workload" and str(d.get("apiVersion", "")).startswith("kueue.x-k8s.io/")]
-    return found
+    return real_objects(files + sorted(FIXTURES.glob("*.yaml")), lambda o: o.get("kind") == "Workload"
+                        and str(o.get("apiVersion", "")).startswith("kueue.x-k8s.io/"))
 
 
 def _comparable(wl: Workload) -> Workload:
@@ -92,9 +58,7 @@ def _read(read: Any, obj: Any) -> Workload | str:
 
 def _typed(obj: dict[str, Any]) -> Any:
     """``obj`` through the LIST's typed decode: a page of one item, as the informer receives it."""
-    page = page_decoder(WorkloadDoc)(orjson.dumps({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": [obj]}))
-    (item,) = page["items"]
-    return item
+    return typed_item(WorkloadDoc, obj)
 
 
 REAL = real_workloads()
@@ -310,21 +274,6 @@ def test_any_workload_reads_the_same_through_both_paths(obj):
 
 def test_the_generator_reaches_the_typed_reader():
     """The property above is only evidence if generated objects are read from documents, and some
-    are refused by it: sample the strategy and count both."""
-    typed = refused = 0
-    original = workload_doc.workload_from_doc
-
-    @settings(max_examples=200, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(_workloads())
-    def sample(obj):
-        nonlocal typed, refused
-        doc = _typed(obj)
-        if isinstance(doc, WorkloadDoc):
-            try:
-                original(doc, GPUS)
-                typed += 1
-            except Unclean:
-                refused += 1
-
-    sample()
+    are refused by that reader."""
+    typed, refused = reach(_workloads(), WorkloadDoc, workload_from_doc, GPUS)
     assert typed >= 20 and refused >= 20, (typed, refused)

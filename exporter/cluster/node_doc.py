@@ -24,9 +24,10 @@ from typing import Any
 
 import msgspec
 
-from ..fields import Problems, interned_map, parse_quantity
-from ..taints import SCHEDULING_EFFECTS, parse_taints
-from .nodes import Node, _allocatable, parse_node
+from ..fields import Problems, interned_map
+from ..kube.typed import Unclean, read_typed
+from ..taints import parse_taints
+from .nodes import Node, allocatable_resources, binding_taints, gpu_count, parse_node
 
 _intern = sys.intern
 
@@ -63,18 +64,9 @@ class NodeDoc(_Struct):
     status: NodeStatus = NodeStatus()
 
 
-class Unclean(Exception):
-    """The document decoded, but a value in it is one :func:`parse_node` reports."""
-
-
 def read_node(obj: Any, gpu_resources: Sequence[str]) -> Node:
     """The record of a Node given as a :class:`NodeDoc` (a LIST's) or as a dict (a watch event's)."""
-    if obj.__class__ is NodeDoc:
-        try:
-            return node_from_doc(obj, gpu_resources)
-        except Unclean:
-            obj = msgspec.to_builtins(obj)
-    return parse_node(obj, gpu_resources)
+    return read_typed(obj, NodeDoc, node_from_doc, parse_node, gpu_resources)
 
 
 def node_from_doc(doc: NodeDoc, gpu_resources: Sequence[str]) -> Node:
@@ -85,28 +77,15 @@ def node_from_doc(doc: NodeDoc, gpu_resources: Sequence[str]) -> Node:
     if not meta.name:
         raise Unclean("metadata.name")
     allocatable = status.allocatable
-    gpus: float = 0
-    gpu_node = False
-    for res in gpu_resources:
-        q = allocatable.get(res)
-        if q is not None:
-            gpu_node = True
-            try:
-                gpus += parse_quantity(q)
-            except ValueError:
-                raise Unclean(f"status.allocatable: bad quantity for {res}: {q!r}") from None
-        elif res in status.capacity:
-            gpu_node = True  # its device plugin reports no allocatable devices (all unhealthy, or gone)
-    taints = parse_taints(spec.taints, "spec.taints", p) if spec.taints is not None else ()
-    if any(t.effect not in SCHEDULING_EFFECTS for t in taints):
-        taints = tuple(t for t in taints if t.effect in SCHEDULING_EFFECTS)
+    gpus, gpu_node = gpu_count(allocatable, status.capacity, gpu_resources, p)
+    taints = binding_taints(parse_taints(spec.taints, "spec.taints", p)) if spec.taints is not None else ()
     ready = False
     for c in status.conditions:
         if c.type == "Ready":
             ready = c.status == "True"
             break
     node = Node(_intern(meta.name), interned_map(meta.labels), p, gpus=gpus, gpu_node=gpu_node, ready=ready,
-                unschedulable=spec.unschedulable, taints=taints, allocatable=_allocatable(allocatable, gpu_resources, p))
+                unschedulable=spec.unschedulable, taints=taints, allocatable=allocatable_resources(allocatable, gpu_resources, p))
     if p:
         raise Unclean(p[0])
     return node

@@ -58,6 +58,26 @@ def parse_node(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",)) -> 
     spec, status = as_dict(obj.get("spec"), "spec", p), as_dict(obj.get("status"), "status", p)
     allocatable = as_dict(status.get("allocatable"), "status.allocatable", p)
     capacity = as_dict(status.get("capacity"), "status.capacity", p)
+    gpus, gpu_node = gpu_count(allocatable, capacity, gpu_resources, p)
+    taints = binding_taints(parse_taints(spec.get("taints"), "spec.taints", p)) if spec.get("taints") is not None else ()
+    # A GPU node carries 50-100 labels (cloud, GPU feature discovery, node feature discovery), most
+    # of them the same on every node: interned, their keys and values are one string each for the
+    # whole cluster, which takes a node's labels from 6.6 to 1.7 kB (bench/capacity.py).
+    labels = interned_map(str_map(meta.get("labels"), "metadata.labels", p))
+    return Node(
+        _intern(name), labels, p, gpus=gpus, gpu_node=gpu_node,
+        ready=_ready(status.get("conditions"), p),
+        unschedulable=as_bool(spec.get("unschedulable"), "spec.unschedulable", p, False),
+        taints=taints,
+        # Kueue's placement counts every allocatable resource (tas_topology_tree.go addNode).
+        allocatable=allocatable_resources(allocatable, gpu_resources, p),
+    )
+
+
+def gpu_count(allocatable: Mapping[str, Any], capacity: Mapping[str, Any], gpu_resources: Sequence[str],
+              p: Problems) -> tuple[float, bool]:
+    """The node's allocatable GPUs and whether it is a GPU node at all: one whose device plugin
+    reports none allocatable (all unhealthy, or gone) still is, by its capacity."""
     gpus: float = 0
     gpu_node = False
     for res in gpu_resources:
@@ -69,25 +89,18 @@ def parse_node(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",)) -> 
             except ValueError:
                 p.append(f"status.allocatable: bad quantity for {res}: {q!r}")
         elif res in capacity:
-            gpu_node = True  # its device plugin reports no allocatable devices (all unhealthy, or gone)
-    taints = parse_taints(spec.get("taints"), "spec.taints", p) if spec.get("taints") is not None else ()
+            gpu_node = True
+    return gpus, gpu_node
+
+
+def binding_taints(taints: tuple[Taint, ...]) -> tuple[Taint, ...]:
+    """The taints that bind placement: PreferNoSchedule binds nothing."""
     if any(t.effect not in SCHEDULING_EFFECTS for t in taints):
-        taints = tuple(t for t in taints if t.effect in SCHEDULING_EFFECTS)  # PreferNoSchedule binds nothing
-    # A GPU node carries 50-100 labels (cloud, GPU feature discovery, node feature discovery), most
-    # of them the same on every node: interned, their keys and values are one string each for the
-    # whole cluster, which takes a node's labels from 6.6 to 1.7 kB (bench/capacity.py).
-    labels = interned_map(str_map(meta.get("labels"), "metadata.labels", p))
-    return Node(
-        _intern(name), labels, p, gpus=gpus, gpu_node=gpu_node,
-        ready=_ready(status.get("conditions"), p),
-        unschedulable=as_bool(spec.get("unschedulable"), "spec.unschedulable", p, False),
-        taints=taints,
-        # Kueue's placement counts every allocatable resource (tas_topology_tree.go addNode).
-        allocatable=_allocatable(allocatable, gpu_resources, p),
-    )
+        return tuple(t for t in taints if t.effect in SCHEDULING_EFFECTS)
+    return taints
 
 
-def _allocatable(raw: dict[str, Any], gpu_resources: Sequence[str], p: Problems) -> Mapping[str, int]:
+def allocatable_resources(raw: dict[str, Any], gpu_resources: Sequence[str], p: Problems) -> Mapping[str, int]:
     """Every allocatable resource in Kueue's units; a bad GPU quantity is already a problem above."""
     found: Problems = []
     out = resource_list(raw, "status.allocatable", found)

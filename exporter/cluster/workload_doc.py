@@ -32,6 +32,7 @@ from typing import Any
 import msgspec
 
 from ..fields import Problems, interned_map, parse_time, str_map
+from ..kube.typed import Unclean, read_typed
 from ..taints import parse_tolerations
 from .resources import pod_requests, required_affinity
 from .workloads import (
@@ -149,11 +150,6 @@ class WorkloadDoc(_Struct):
 
 
 
-class Unclean(Exception):
-    """The document decoded, but a value in it is one :func:`parse_workload` reports (an empty
-    condition type, a time that is not RFC 3339): that parser reads it, and counts the problem."""
-
-
 def as_doc(obj: Any) -> Any:
     """A watch event's Workload (a dict) as a :class:`WorkloadDoc`, or the dict itself where a
     field has another type (:func:`read_workload` then reads it with :func:`parse_workload`).
@@ -169,12 +165,7 @@ def as_doc(obj: Any) -> Any:
 
 def read_workload(obj: Any, gpu_resources: Sequence[str]) -> Workload:
     """The record of a Workload given as a :class:`WorkloadDoc` or as a dict."""
-    if obj.__class__ is WorkloadDoc:
-        try:
-            return workload_from_doc(obj, gpu_resources)
-        except Unclean:
-            obj = msgspec.to_builtins(obj)
-    return parse_workload(obj, gpu_resources)
+    return read_typed(obj, WorkloadDoc, workload_from_doc, parse_workload, gpu_resources)
 
 
 def workload_from_doc(doc: WorkloadDoc, gpu_resources: Sequence[str]) -> Workload:
