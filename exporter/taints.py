@@ -68,6 +68,14 @@ def tolerated(taint: Taint, tolerations: Iterable[Toleration]) -> bool:
     return any(t.tolerates(taint) for t in tolerations)
 
 
+def scheduling_taints(taints: tuple[Taint, ...]) -> tuple[Taint, ...]:
+    """The taints that keep pods off a node (``IsSchedulingTaint``, above): PreferNoSchedule
+    keeps none off, so a node records only the others."""
+    if any(t.effect not in SCHEDULING_EFFECTS for t in taints):
+        return tuple(t for t in taints if t.effect in SCHEDULING_EFFECTS)
+    return taints
+
+
 def untolerated(taints: Iterable[Taint], tolerations: Iterable[Toleration]) -> tuple[Taint, ...]:
     """The scheduling taints (NoSchedule, NoExecute) that none of ``tolerations`` tolerates."""
     tols = tuple(tolerations)

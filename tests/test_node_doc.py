@@ -87,6 +87,16 @@ def test_a_value_the_parser_reports_is_read_by_the_parser(obj, problem):
     assert read_node(doc, GPUS) == parse_node(obj, GPUS)
 
 
+def test_a_prefer_no_schedule_taint_is_kept_on_neither_path():
+    """Kueue's IsSchedulingTaint (pkg/util/taints/taints.go:31-34): only NoSchedule and NoExecute
+    keep pods off a node."""
+    obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}, "spec": {"taints": [
+        {"key": "a", "effect": "PreferNoSchedule"}, {"key": "b", "effect": "NoSchedule"},
+        {"key": "c", "effect": "NoExecute"}]}, "status": {}}
+    for node in (read_node(_typed(obj), GPUS), parse_node(obj, GPUS)):
+        assert [(t.key, t.effect) for t in node.taints] == [("b", "NoSchedule"), ("c", "NoExecute")]
+
+
 def test_a_node_without_a_name_is_refused_on_both_paths():
     with pytest.raises(ParseError):
         read_node(_typed({"metadata": {"labels": {}}}), GPUS)

@@ -26,8 +26,8 @@ import msgspec
 
 from ..fields import Problems, interned_map
 from ..kube.typed import Unclean, read_typed
-from ..taints import parse_taints
-from .nodes import Node, allocatable_resources, binding_taints, gpu_count, parse_node
+from ..taints import parse_taints, scheduling_taints
+from .nodes import Node, allocatable_resources, gpu_count, parse_node
 
 _intern = sys.intern
 
@@ -78,14 +78,15 @@ def node_from_doc(doc: NodeDoc, gpu_resources: Sequence[str]) -> Node:
         raise Unclean("metadata.name")
     allocatable = status.allocatable
     gpus, gpu_node = gpu_count(allocatable, status.capacity, gpu_resources, p)
-    taints = binding_taints(parse_taints(spec.taints, "spec.taints", p)) if spec.taints is not None else ()
+    taints = scheduling_taints(parse_taints(spec.taints, "spec.taints", p)) if spec.taints is not None else ()
     ready = False
     for c in status.conditions:
         if c.type == "Ready":
             ready = c.status == "True"
             break
     node = Node(_intern(meta.name), interned_map(meta.labels), p, gpus=gpus, gpu_node=gpu_node, ready=ready,
-                unschedulable=spec.unschedulable, taints=taints, allocatable=allocatable_resources(allocatable, gpu_resources, p))
+                unschedulable=spec.unschedulable, taints=taints,
+                allocatable=allocatable_resources(allocatable, gpu_resources, p))
     if p:
         raise Unclean(p[0])
     return node

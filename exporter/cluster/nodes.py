@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..fields import ParseError, Problems, as_bool, as_dict, as_list, interned_map, parse_quantity, str_map
-from ..taints import SCHEDULING_EFFECTS, Taint, parse_taints
+from ..taints import Taint, parse_taints, scheduling_taints
 from ..topology import HOSTNAME_LABEL
 from .resources import resource_list
 
@@ -59,7 +59,8 @@ def parse_node(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",)) -> 
     allocatable = as_dict(status.get("allocatable"), "status.allocatable", p)
     capacity = as_dict(status.get("capacity"), "status.capacity", p)
     gpus, gpu_node = gpu_count(allocatable, capacity, gpu_resources, p)
-    taints = binding_taints(parse_taints(spec.get("taints"), "spec.taints", p)) if spec.get("taints") is not None else ()
+    raw_taints = spec.get("taints")
+    taints = scheduling_taints(parse_taints(raw_taints, "spec.taints", p)) if raw_taints is not None else ()
     # A GPU node carries 50-100 labels (cloud, GPU feature discovery, node feature discovery), most
     # of them the same on every node: interned, their keys and values are one string each for the
     # whole cluster, which takes a node's labels from 6.6 to 1.7 kB (bench/capacity.py).
@@ -91,13 +92,6 @@ def gpu_count(allocatable: Mapping[str, Any], capacity: Mapping[str, Any], gpu_r
         elif res in capacity:
             gpu_node = True
     return gpus, gpu_node
-
-
-def binding_taints(taints: tuple[Taint, ...]) -> tuple[Taint, ...]:
-    """The taints that bind placement: PreferNoSchedule binds nothing."""
-    if any(t.effect not in SCHEDULING_EFFECTS for t in taints):
-        return tuple(t for t in taints if t.effect in SCHEDULING_EFFECTS)
-    return taints
 
 
 def allocatable_resources(raw: dict[str, Any], gpu_resources: Sequence[str], p: Problems) -> Mapping[str, int]:

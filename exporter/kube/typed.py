@@ -23,7 +23,8 @@ from typing import Any, TypeVar
 import msgspec
 
 
-R = TypeVar("R")
+A = TypeVar("A")
+T = TypeVar("T")
 
 
 class Unclean(Exception):
@@ -31,8 +32,8 @@ class Unclean(Exception):
     typed reader raises this and the object is read by that parser instead."""
 
 
-def read_typed(obj: Any, doc_type: type[msgspec.Struct], from_doc: Callable[[Any, R], Any],
-               from_dict: Callable[[Any, R], Any], arg: R) -> Any:
+def read_typed(obj: Any, doc_type: type[msgspec.Struct], from_doc: Callable[[Any, A], T],
+               from_dict: Callable[[Any, A], T], arg: A) -> T:
     """``from_doc(obj, arg)`` for a ``doc_type`` document, else (a dict, or a document it calls
     :class:`Unclean`) ``from_dict`` of the plain object: one record for both, problems counted
     by the tolerant parser alone."""
