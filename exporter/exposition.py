@@ -497,8 +497,9 @@ class Exposition:
             for name, old in counts.items():
                 self._remove(self._families[name], slot, old)
 
-    def owners(self) -> set[Hashable]:
-        return set(self._owned)
+    def owners(self) -> frozenset[Hashable]:
+        """Every owner with lines (in this class, ``set`` names the method above)."""
+        return frozenset(self._owned)
 
     def series_count(self, name: str) -> int:
         return self._families[name].total_series

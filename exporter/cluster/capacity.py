@@ -783,16 +783,16 @@ class Capacity:
         # recording rules derive them (alerts/config.yaml, capacity); a host exports its placeable
         # pods of a size only where they differ from free // size. 5 series per Node otherwise.
         host_level = self._levels().keys[level] == HOSTNAME_LABEL
-        level, topology = path[-1][0], self._fragment(path)
+        label, topology = path[-1][0], self._fragment(path)  # the level's label name
         skip = self._skip
         lines: dict[Family, list[str]] = {}
         if DOMAIN_GPUS not in skip:
             lines[DOMAIN_GPUS] = [
-                DOMAIN_GPUS.sample((level, name), value, topology) for name, value in zip(STATES, (cap, unavailable, used, free))
+                DOMAIN_GPUS.sample((label, name), value, topology) for name, value in zip(STATES, (cap, unavailable, used, free))
                 if name == "used" or (name == "free" and self.complete and not host_level)
                 or (name in ("capacity", "unavailable") and self.node_owner)]
         if self.bound_known and DOMAIN_BOUND not in skip:
-            lines[DOMAIN_BOUND] = [DOMAIN_BOUND.sample((level,), dom.sums[_BOUND], topology)]
+            lines[DOMAIN_BOUND] = [DOMAIN_BOUND.sample((label,), dom.sums[_BOUND], topology)]
         if self.complete and DOMAIN_PLACEABLE not in skip:
             placeable = dom.sums[_PLACEABLE:]
             if dom.extra_used:  # usage not on a host: take it from the largest sizes' count too
@@ -801,7 +801,7 @@ class Capacity:
             if host_level:
                 pairs = [(s, p) for s, p in pairs if p != free // s]
             if pairs:
-                lines[DOMAIN_PLACEABLE] = [DOMAIN_PLACEABLE.sample((level, str(s)), p, topology) for s, p in pairs]
+                lines[DOMAIN_PLACEABLE] = [DOMAIN_PLACEABLE.sample((label, str(s)), p, topology) for s, p in pairs]
         self.exposition.set(owner, lines)
         return changed
 
