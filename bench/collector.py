@@ -131,7 +131,8 @@ def _decode_floor(url: str, token: str, n_workloads: int, conn) -> None:  # runs
 def _user_system(before: os.times_result) -> tuple[float, float]:
     """CPU seconds in user and in kernel mode since ``before``. The kernel's share is mostly the
     page faults of memory touched for the first time, which costs more in a virtual machine than
-    on a node and moves from run to run (0.2-0.8 s of a sync here): the user share is the Python."""
+    on a node and moves from run to run (0.16-0.82 s of a sync on the development VM): the user
+    share is the Python."""
     now = os.times()
     return now.user - before.user, now.system - before.system
 
