@@ -403,7 +403,7 @@ class Demo:
         lines += ["", "  workloads by stage:"]
         for stage, count in sorted(self.stages().items()):
             lines.append(f"    {stage:<18} {count}")
-        gangs = getattr(self.collector, "gangs", None)
+        gangs = self.collector.gangs
         for ns, name in (("ml-team", "mixtral-sft"), ("research", "t5-pretrain"), ("ml-team", "gpt-pretrain"),
                          ("ml-team", "qwen-pretrain"), ("research", "sd-xl"), ("research", "gemma-eval"),
                          ("ml-team", "moe-pipeline"), ("vision", "sam-finetune"), ("ml-team", "gemma-sft"),

@@ -314,7 +314,7 @@ def placement_layer(wl: Workload | None, fit: FitReport | None = None,
         })
         if topo is not None and topo.problem and a.domains:
             unresolved.append(f"{a.name}: flavor {topo.flavor or '?'} {_UNRESOLVED[topo.problem](topo.topology)}")
-    unhealthy = [{"node": n, "path": dict(p)} for n, p in zip(wl.unhealthy_nodes, wl.unhealthy_paths)]
+    unhealthy: list[dict[str, Any]] = [{"node": n, "path": dict(p)} for n, p in zip(wl.unhealthy_nodes, wl.unhealthy_paths)]
     evidence = {"topology_request": requests, "assignment_current": wl.admitted and bool(wl.assignments),
                 "assignments": assignments, "unhealthy_nodes": unhealthy,
                 "fit": fit.evidence if fit is not None else None}
@@ -541,8 +541,8 @@ def job_layer(wl: Workload | None, store: ClusterStore, jobs: JobIndex | None, n
     kinds: list[str] = []
     fine: list[str] = []
     depth = store.eviction_depth
-    domains = sorted({path[depth - 1][1] for a in (wl.last_assignments if wl else []) for path, _ in store.placement(wl, a)
-                      if len(path) >= depth and path[depth - 1][1]})
+    domains = sorted({path[depth - 1][1] for a in wl.last_assignments for path, _ in store.placement(wl, a)
+                      if len(path) >= depth and path[depth - 1][1]}) if wl is not None else []
     where = f" in {', '.join(domains)}" if domains else ""
     stale_after = jobs.stale_after if jobs is not None else 0
     for v in views:

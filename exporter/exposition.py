@@ -212,9 +212,9 @@ class Family:
             return ""
         if topology.__class__ is not LabelPairs:
             topology = topology_pairs(topology)  # type: ignore[arg-type]
-        if topology.text and not self.topology:  # type: ignore[union-attr]
+        if topology.text and not self.topology:
             raise ValueError(f"{self.name} is not declared with topology labels")
-        return topology.text  # type: ignore[union-attr]
+        return topology.text
 
     def _extra(self, extra: Sequence[tuple[str, str]]) -> str:
         if not extra:

@@ -37,10 +37,10 @@ def require_identity(kind: str, meta: dict) -> tuple[str, str]:
     """(name, namespace) of a namespaced object; a :class:`ParseError` naming exactly what is
     missing ("Workload trainjob-x without metadata.namespace"), so that a user can find it."""
     name, namespace = meta.get("name"), meta.get("namespace")
+    if isinstance(name, str) and name and isinstance(namespace, str) and namespace:
+        return name, namespace
     has_name = isinstance(name, str) and bool(name)
     has_namespace = isinstance(namespace, str) and bool(namespace)
-    if has_name and has_namespace:
-        return name, namespace
     if has_name:
         raise ParseError(f"{kind} {name} without metadata.namespace")
     if has_namespace:

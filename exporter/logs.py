@@ -17,7 +17,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TextIO, cast
 
 import structlog
 
@@ -73,8 +73,8 @@ class _Stderr:
         return sys.stderr.isatty()
 
 
-def setup_logging(level: str = "info", stream=None) -> None:
-    stream = stream or _Stderr()
+def setup_logging(level: str = "info", stream: TextIO | None = None) -> None:
+    stream = stream or cast(TextIO, _Stderr())  # it has the three methods a logger calls
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
         raise ValueError(f"unknown log level {level!r}")

@@ -63,10 +63,10 @@ def worth_a_look(workloads: Iterable[Workload], gangs: Iterable[Gang], jobs: Ite
                 why += f", {g.idle_gpus:g} GPUs idle"
             ranked.append((GANG_ORDER.index(g.stage), ns, name, why))
     base = len(GANG_ORDER)
-    for rec in jobs:
-        why = slow_job(rec, now, stale_after)
-        if why is not None:
-            ranked.append((base, rec.namespace, rec.name, why))
+    for job in jobs:
+        slow = slow_job(job, now, stale_after)
+        if slow is not None:
+            ranked.append((base, job.namespace, job.name, slow))
     base += 1
     for wl in workloads:
         if wl.stage == "running" and wl.unhealthy_nodes:

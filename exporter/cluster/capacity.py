@@ -276,8 +276,8 @@ class Capacity:
                 if hostname is not None:
                     self._dirty_hosts.add(hostname)
                 self._non_tas_changed(node)
-        if changes is None or changes.covered:
-            self._non_tas_seen = {n: dict(self._pods.non_tas_usage_on(n)) for n in self._fit_nodes}
+        if (changes is None or changes.covered) and (pods := self._pods) is not None:
+            self._non_tas_seen = {n: dict(pods.non_tas_usage_on(n)) for n in self._fit_nodes}
             self._snapshots.clear()
             self._fit_dirty = True
         self._schedule()
@@ -392,7 +392,7 @@ class Capacity:
         old = self._node_host.pop(name, None)
         if old is not None and old != hostname:
             self._drop_host(old, name)
-        if hostname is None:
+        if node is None or hostname is None:
             return
         self._node_host[name] = hostname
         path = tuple(self._levels().labels_from_node(node.labels, name))

@@ -58,7 +58,7 @@ import asyncio
 import functools
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -68,7 +68,7 @@ from ..health import SourceHealth
 from . import podgroups as pg
 from .multimap import MultiMap
 from .object_labels import PODGROUP_LABELS
-from .gang_state import (GANG_STAGES, KAI_DEFAULT_STALENESS_GRACE, PODS_ASSEMBLING, Gang, Members, Via,
+from .gang_state import (KAI_DEFAULT_STALENESS_GRACE, PODS_ASSEMBLING, Gang, Members, Via,
                          children_members, counter_members, evaluate, pod_members, template_refs,
                          workload_members)
 from .podgroups import NativeWorkload, PodGroupRecord
@@ -78,13 +78,8 @@ from .unchanged import digest
 from .volcano_queues import VolcanoQueues
 from .workloads import Workload
 
-
-class OwnerChain(Protocol):
-    """The job index's owner chain (exporter.cluster.jobs.JobIndex), without importing it."""
-
-    def children_of(self, uid: str) -> list[str]: ...
-
-    def owners_of(self, uid: str) -> list[str]: ...
+if TYPE_CHECKING:
+    from .jobs import JobIndex
 
 log = structlog.get_logger(__name__)
 
@@ -267,7 +262,7 @@ class GangIndex:
         self.clock = clock
         self.pods = pods
         self.kai_grace = KAI_DEFAULT_STALENESS_GRACE  # --kai-staleness-grace-period
-        self.jobs: OwnerChain | None = None  # set by exporter.cluster.jobs.attach_jobs
+        self.jobs: JobIndex | None = None  # set by exporter.cluster.jobs.attach_jobs
         self.volcano_queues: VolcanoQueues | None = None  # set by exporter.cluster.collector.build_collector
         self.exposition.register(*pg.FAMILIES, *FAMILIES, GANG_IDLE_GPU_SECONDS)
         self._skip = self.exposition.filtered((*pg.FAMILIES, *FAMILIES, GANG_IDLE_GPU_SECONDS))  # --metric-denylist

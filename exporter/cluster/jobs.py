@@ -223,8 +223,8 @@ def _child(raw: Any, where: str, problems: Problems, restarts_key: str | None) -
     if restarts_key:
         for i, n in enumerate(as_list(c.get(restarts_key), f"{where}.{restarts_key}", problems)):
             restarts += as_int(n, f"{where}.{restarts_key}[{i}]", problems, 0) or 0
-    counts = [as_int(c.get(k), f"{where}.{k}", problems) for k in CHILD_STATES]
-    return ChildJobs(name, *counts, restarts=restarts)
+    ready, active, succeeded, failed, suspended = (as_int(c.get(k), f"{where}.{k}", problems) for k in CHILD_STATES)
+    return ChildJobs(name, ready, active, succeeded, failed, suspended, restarts)
 
 
 def parse_jobset(obj: Any) -> JobRecord:

@@ -33,32 +33,33 @@ _intern = sys.intern
 
 
 class _Struct(msgspec.Struct, rename="camel", frozen=True):
-    """Fields named as the API's JSON (camelCase); unknown fields are skipped."""
+    """Fields named as the API's JSON (camelCase); unknown fields are skipped. Each subclass says
+    ``frozen=True`` again, as msgspec would inherit it, so that type checkers know it too."""
 
 
-class NodeMeta(_Struct):
+class NodeMeta(_Struct, frozen=True):
     name: str = ""
     namespace: str = ""  # none (Nodes are cluster-scoped): the field every document has (exporter.kube.typed)
     labels: dict[str, str] = {}
 
 
-class NodeSpec(_Struct):
+class NodeSpec(_Struct, frozen=True):
     unschedulable: bool = False
     taints: list[dict[str, Any]] | None = None
 
 
-class NodeCondition(_Struct):
+class NodeCondition(_Struct, frozen=True):
     type: str = ""
     status: str = ""
 
 
-class NodeStatus(_Struct):
+class NodeStatus(_Struct, frozen=True):
     allocatable: dict[str, str] = {}
     capacity: dict[str, Any] = {}
     conditions: list[NodeCondition] = []
 
 
-class NodeDoc(_Struct):
+class NodeDoc(_Struct, frozen=True):
     metadata: NodeMeta = NodeMeta()
     spec: NodeSpec = NodeSpec()
     status: NodeStatus = NodeStatus()

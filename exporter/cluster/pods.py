@@ -243,7 +243,7 @@ def _gates(raw: Any) -> tuple[str, ...]:
         if g.__class__ is not dict or g.get("name").__class__ is not str or not g["name"]:
             raise ParseError("pod spec.schedulingGates entry without a name")
         names.append(_intern(g["name"]))
-    return _share(tuple(names))  # type: ignore[return-value]
+    return _share(tuple(names))
 
 
 def _waiting(status: dict) -> str:
@@ -282,18 +282,18 @@ def _gang(spec: dict, labels: dict, annotations: dict) -> GangRef | None:
     if group is not None:
         name = _value(_map(group, "spec.schedulingGroup"), "podGroupName")
         if name:
-            return _share(("native", name, ""))  # type: ignore[return-value]
+            return _share(("native", name, ""))
     name = _value(annotations, KAI_ANNOTATION)
     if name:
-        return _share(("kai", name, _value(labels, KAI_SUBGROUP_LABEL)))  # type: ignore[return-value]
+        return _share(("kai", name, _value(labels, KAI_SUBGROUP_LABEL)))
     name = _value(annotations, VOLCANO_ANNOTATION)
     if name:
         task = _value(annotations, VOLCANO_TASK_KEY) or _value(labels, VOLCANO_TASK_KEY)
-        return _share(("volcano", name, task))  # type: ignore[return-value]
+        return _share(("volcano", name, task))
     for key, api in zip(COSCHEDULING_LABELS, ("coscheduling", "coscheduling_legacy")):
         name = _value(labels, key)
         if name:  # the label of each Coscheduling group names a PodGroup of that group
-            return _share((api, name, ""))  # type: ignore[return-value]
+            return _share((api, name, ""))
     ref = spec.get("workloadRef")
     if ref is not None:
         ref = _map(ref, "spec.workloadRef")
@@ -302,7 +302,7 @@ def _gang(spec: dict, labels: dict, annotations: dict) -> GangRef | None:
             # 1.35 podGroupReplicaKey (v0.35.0 core/v1/types.go:4568-4592): pods of one pod group
             # with different keys are separate gangs of the same template.
             replica = _value(ref, "podGroupReplicaKey")
-            return _share(("native", f"{workload}/{group_name}", replica))  # type: ignore[return-value]
+            return _share(("native", f"{workload}/{group_name}", replica))
     return None
 
 
@@ -311,7 +311,7 @@ def _owner(refs: Any) -> Owner | None:
         return None
     for ref in refs:
         if ref.__class__ is dict and ref.get("controller") and ref.get("uid"):
-            return _share((_str(ref.get("kind")), _str(ref.get("name")), _str(ref["uid"])))  # type: ignore[return-value]
+            return _share((_str(ref.get("kind")), _str(ref.get("name")), _str(ref["uid"])))
     return None
 
 
@@ -319,11 +319,11 @@ def _job(labels: dict, annotations: dict) -> JobRef | None:
     name = _value(labels, LWS_NAME_LABEL)
     if name:
         size = _value(annotations, LWS_SIZE_ANNOTATION)
-        return _share(("LeaderWorkerSet", name, _value(labels, LWS_GROUP_LABEL),  # type: ignore[return-value]
+        return _share(("LeaderWorkerSet", name, _value(labels, LWS_GROUP_LABEL),
                        int(size) if size.isdigit() else 0))
     name = _value(labels, JOBSET_NAME_LABEL)
     if name:
-        return _share(("JobSet", name, "", 0))  # type: ignore[return-value]
+        return _share(("JobSet", name, "", 0))
     return None
 
 
@@ -487,8 +487,8 @@ class PodStore:
                     usage = node_usage[p.node] = dict(usage)
                 sign = 1 if add else -1
                 for k, v in p.requests.items():
-                    usage[k] = usage.get(k, 0) + sign * v  # type: ignore[index]
-                usage["pods"] = usage.get("pods", 0) + sign  # type: ignore[index]
+                    usage[k] = usage.get(k, 0) + sign * v
+                usage["pods"] = usage.get("pods", 0) + sign
                 if usage["pods"] <= 0:
                     del node_usage[p.node]
             changes.nodes.add(p.node)
@@ -662,10 +662,11 @@ class PodHandler:
         meta = obj.get("metadata") if obj.__class__ is dict else None
         if meta.__class__ is dict:
             uid, rv = meta.get("uid"), meta.get("resourceVersion")
-            known = self.store.pods.get(uid) if uid.__class__ is str and rv.__class__ is str and rv.isdigit() else None
-            if (known is not None and known.rv and known.rv == int(rv)
-                    and not known.rv_sources & self.store.source_bit(self.source)):
-                return known
+            if isinstance(uid, str) and isinstance(rv, str) and rv.isdigit():
+                known = self.store.pods.get(uid)
+                if (known is not None and known.rv and known.rv == int(rv)
+                        and not known.rv_sources & self.store.source_bit(self.source)):
+                    return known
         try:
             p = parse_pod(obj, self.store.gpu_resources)
             if p.phase not in PHASES:  # kept (its node and GPUs are real), judged "unknown" by its gang

@@ -64,7 +64,7 @@ def _resources_key(containers: Any) -> tuple[Any, ...] | None:
         return ()
     if containers.__class__ is not list:
         return None
-    out = []
+    out: list[tuple[Any, ...]] = []
     for c in containers:
         if c.__class__ is not dict:
             return None

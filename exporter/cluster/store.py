@@ -619,7 +619,7 @@ class ClusterStore:
             self._unindex_hosts(key, wl)
             self._set_unresolved(key, frozenset())
 
-    def placement(self, wl: Workload, a: Assignment) -> list[tuple[Path, int]]:
+    def placement(self, wl: Workload, a: Assignment) -> Sequence[tuple[Path, int]]:
         """The full paths and pods of an assignment of ``wl``: the store's for a Workload it keeps
         placed, else placed now with what the Nodes say now (and not kept)."""
         return a.placed if wl.key in self._hosted else self.place(a)
@@ -1012,7 +1012,7 @@ class ClusterStore:
     def _node_changed(self, name: str, hostname: str, old_hostname: str | None) -> None:
         affected: set[WorkloadKey] = set()
         for host in {name, hostname, old_hostname} - {None}:
-            for group in self._by_host.of(host):  # type: ignore[arg-type]
+            for group in self._by_host.of(host):
                 affected.update(self._by_group[group])
         if self._pending_nodes is not None:  # inside a node LIST: re-render once at the end
             self._pending_nodes.update(affected)

@@ -249,9 +249,9 @@ class FlavorSnapshot:
             if did in self.leaves:
                 _sub(self.leaves[did].capacity, u)
         for name, u in (usage or {}).items():
-            did = node_leaf.get(name)
-            if did is not None:
-                _sub(self.leaves[did].capacity, u)
+            leaf_id = node_leaf.get(name)
+            if leaf_id is not None:
+                _sub(self.leaves[leaf_id].capacity, u)
 
     def _kept(self, node: FitNode) -> bool:
         # tas_nodes_cache.go:58-66: a node that is cordoned or not Ready is dropped (with
@@ -487,7 +487,7 @@ class FlavorSnapshot:
             remaining: Mapping[str, int] = leaf.capacity
             if leaf.id in assumed:
                 remaining = dict(remaining)
-                _sub(remaining, assumed[leaf.id])  # type: ignore[arg-type]
+                _sub(remaining, assumed[leaf.id])
             leaf.pod, limiting = count_in(req, remaining)
             if leaf.pod == 0 and limiting:
                 stats.resources[limiting] = stats.resources.get(limiting, 0) + 1
@@ -495,7 +495,7 @@ class FlavorSnapshot:
             if lead is not None and leader_requests is not None and count_in(lead, remaining)[0] > 0:
                 leaf.leader = 1
                 remaining = dict(remaining)
-                _sub(remaining, leader_requests)  # type: ignore[arg-type]
+                _sub(remaining, leader_requests)
                 leaf.pod_l = count_in(req, remaining)[0]
             else:
                 leaf.pod_l = leaf.pod
@@ -704,7 +704,7 @@ class FlavorSnapshot:
             x, y = a.values[-1], b.values[-1]
         else:
             x, y = a.values, b.values  # type: ignore[assignment]
-        return (x > y) - (x < y)  # type: ignore[operator]
+        return (x > y) - (x < y)
 
     def _sorted_with_leader(self, domains: list[_Domain], unconstrained: bool) -> list[_Domain]:
         """sortedDomainsWithLeader (:1731-1768)."""

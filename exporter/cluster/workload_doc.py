@@ -44,10 +44,11 @@ _intern = sys.intern
 
 
 class _Struct(msgspec.Struct, rename="camel", frozen=True):
-    """Fields named as the API's JSON (camelCase); unknown fields are skipped."""
+    """Fields named as the API's JSON (camelCase); unknown fields are skipped. Each subclass says
+    ``frozen=True`` again, as msgspec would inherit it, so that type checkers know it too."""
 
 
-class OwnerRef(_Struct):
+class OwnerRef(_Struct, frozen=True):
     api_version: str = ""
     kind: str = ""
     name: str = ""
@@ -55,7 +56,7 @@ class OwnerRef(_Struct):
     controller: bool | None = None
 
 
-class Meta(_Struct):
+class Meta(_Struct, frozen=True):
     name: str = ""
     namespace: str = ""
     uid: str = ""
@@ -65,17 +66,17 @@ class Meta(_Struct):
     owner_references: list[OwnerRef] = []
 
 
-class TemplateMeta(_Struct):
+class TemplateMeta(_Struct, frozen=True):
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
 
 
-class Template(_Struct):
+class Template(_Struct, frozen=True):
     metadata: TemplateMeta = TemplateMeta()
     spec: dict[str, Any] = {}
 
 
-class PodSetDoc(_Struct):
+class PodSetDoc(_Struct, frozen=True):
     name: str = "main"
     count: int = 1
     min_count: int | None = None
@@ -83,11 +84,11 @@ class PodSetDoc(_Struct):
     template: Template = Template()
 
 
-class PriorityClassRef(_Struct):
+class PriorityClassRef(_Struct, frozen=True):
     name: str = ""
 
 
-class Spec(_Struct):
+class Spec(_Struct, frozen=True):
     queue_name: str = ""
     priority: int | None = None
     priority_class_ref: PriorityClassRef | None = None
@@ -96,7 +97,7 @@ class Spec(_Struct):
     pod_sets: list[PodSetDoc] = []
 
 
-class ConditionDoc(_Struct):
+class ConditionDoc(_Struct, frozen=True):
     type: str
     status: str = ""
     reason: str = ""
@@ -104,31 +105,31 @@ class ConditionDoc(_Struct):
     last_transition_time: str = ""
 
 
-class RequeueState(_Struct):
+class RequeueState(_Struct, frozen=True):
     count: int | None = None
     requeue_at: str = ""
 
 
-class Admission(_Struct):
+class Admission(_Struct, frozen=True):
     cluster_queue: str = ""
     pod_set_assignments: list[dict[str, Any]] = []
 
 
-class Eviction(_Struct):
+class Eviction(_Struct, frozen=True):
     reason: str = ""
     underlying_cause: str = ""
     count: int = 0
 
 
-class SchedulingStats(_Struct):
+class SchedulingStats(_Struct, frozen=True):
     evictions: list[Eviction] = []
 
 
-class NodeRef(_Struct):
+class NodeRef(_Struct, frozen=True):
     name: str = ""
 
 
-class Status(_Struct):
+class Status(_Struct, frozen=True):
     conditions: list[ConditionDoc] = []
     requeue_state: RequeueState | None = None
     admission: Admission | None = None
@@ -141,7 +142,7 @@ class Status(_Struct):
     accumulated_past_exexcution_time_seconds: int | None = None
 
 
-class WorkloadDoc(_Struct):
+class WorkloadDoc(_Struct, frozen=True):
     api_version: str = ""
     metadata: Meta = Meta()
     spec: Spec = Spec()

@@ -501,8 +501,8 @@ def parse_workload(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",))
         past_execution_seconds=_past_execution(status, p),
         worker_cluster=_intern(worker) if worker.__class__ is str else as_str(worker, "status.clusterName", p),
         nominated_clusters=nominated_clusters,
-        replaces_slice="kueue.x-k8s.io/workload-slice-replacement-for" in (
-            meta.get("annotations") if meta.get("annotations").__class__ is dict else _EMPTY),
+        replaces_slice=isinstance(annotations := meta.get("annotations"), dict)
+        and "kueue.x-k8s.io/workload-slice-replacement-for" in annotations,
     )
     if p:
         wl.problems = tuple(p)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -268,7 +268,7 @@ class KubeClient:
         finally:
             resp.release()
 
-    async def watch(self, path: str, params: Mapping[str, str] | None = None, *, accept: str = JSON) -> AsyncIterator[dict[str, Any]]:
+    async def watch(self, path: str, params: Mapping[str, str] | None = None, *, accept: str = JSON) -> AsyncGenerator[dict[str, Any], None]:
         """Decoded watch events (``{"type", "object"}``), one per line of the chunked stream.
 
         Ends when the server ends the stream cleanly (its ``timeoutSeconds``); raises

@@ -53,7 +53,6 @@ from ..exposition import Exposition, Family
 from .backoff import Backoff, BackoffPolicy
 from .client import ApiError, KubeClient
 from ..fields import parse_time
-from .resources import STATEFULSETS
 from .scope import HASH_SPACE, fnv1a_64
 
 log = structlog.get_logger(__name__)
@@ -153,7 +152,9 @@ class NamespaceList:
 def _namespace(obj: Any) -> tuple[str, float | None] | None:
     """A Namespace's name and creation time (None where absent or unreadable)."""
     meta = obj.get("metadata") if isinstance(obj, dict) else None
-    name = meta.get("name") if isinstance(meta, dict) else None
+    if not isinstance(meta, dict):
+        return None
+    name = meta.get("name")
     if not isinstance(name, str) or not name:
         return None
     created = meta.get("creationTimestamp")

@@ -21,7 +21,6 @@ from typing import Any
 import structlog
 
 from ..config import exposition_from_args
-from ..exposition import Exposition
 from ..health import SourceHealth
 from ..kube.resources import AGENT_NODE, AGENT_PODS, TOPOLOGIES
 from ..topology import TopologyLevels, parse_alias_overrides

@@ -149,7 +149,7 @@ class FabricSampler:
         line = self._line
         out: dict[F.Family, list[str]] = {fam: [] for fam in F.FABRIC_FAMILIES}
         for (dev, port), (tx, rx, rate, up) in snap.ports.items():
-            labels = (("device", dev), ("port", port))
+            labels: tuple[tuple[str, str], ...] = (("device", dev), ("port", port))
             if tx is not None:
                 out[F.FABRIC_TX].append(line(F.FABRIC_TX, labels, self.counters[("ib", dev, port, "tx")].total * WORD))
             if rx is not None:

@@ -17,7 +17,6 @@ and the agent exits non-zero, so the kubelet restarts it with the new driver's f
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -237,7 +236,12 @@ class NvmlLifecycle:
             except pynvml.NVMLError as exc:
                 log.warning("nvml_shutdown_failed", error=str(exc))
                 ok = False
-            loop.call_soon_threadsafe(lambda: done.done() or done.set_result(ok))
+
+            def settle() -> None:
+                if not done.done():
+                    done.set_result(ok)
+
+            loop.call_soon_threadsafe(settle)
 
         threading.Thread(target=call, name="nvml-shutdown", daemon=True).start()
         try:

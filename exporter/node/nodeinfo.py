@@ -104,7 +104,9 @@ class TopologyLevelsWatch:
         problems: list[str] = []
         if event_type == "DELETED":
             meta = obj.get("metadata") if isinstance(obj, dict) else None
-            self.topologies.pop(meta.get("name") if isinstance(meta, dict) else None, None)
+            name = meta.get("name") if isinstance(meta, dict) else None
+            if isinstance(name, str):
+                self.topologies.pop(name, None)
         elif (topo := self._parse(obj, problems)) is not None:
             self.topologies[topo.name] = topo
         self._update(problems)

@@ -13,11 +13,17 @@ import asyncio
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from ..health import SourceHealth
+
+if TYPE_CHECKING:  # grpc and the messages are imported when the first poll runs
+    import grpc
+
+    from . import podresources_pb2 as pb
+    from .podresources_pb2_grpc import PodResourcesListerStub
 
 log = structlog.get_logger(__name__)
 
@@ -58,7 +64,8 @@ def resource_matches(name: str, patterns: Sequence[str]) -> bool:
     return any(name == p or (p.endswith("*") and name.startswith(p[:-1])) for p in patterns)
 
 
-def allocations_from_response(response, resources: Sequence[str], dra_driver: str = DRA_DRIVER) -> list[Allocation]:
+def allocations_from_response(response: pb.ListPodResourcesResponse, resources: Sequence[str],
+                              dra_driver: str = DRA_DRIVER) -> list[Allocation]:
     """The GPU allocations in a ``ListPodResourcesResponse``, in the kubelet's order."""
     out: list[Allocation] = []
     for pod in response.pod_resources:
@@ -92,7 +99,8 @@ def resolve_device(alloc: Allocation, inventory: Mapping[str, tuple[int, str]],
     return by_minor.get(int(m.group(1))) if m else None
 
 
-def allocatable_from_response(response, resources: Sequence[str]) -> tuple[tuple[str, str], ...]:
+def allocatable_from_response(response: pb.AllocatableResourcesResponse,
+                              resources: Sequence[str]) -> tuple[tuple[str, str], ...]:
     """The GPU devices in an ``AllocatableResourcesResponse``: (resource name, device id), in order."""
     return tuple((devs.resource_name, d) for devs in response.devices if resource_matches(devs.resource_name, resources)
                  for d in devs.device_ids)
@@ -130,8 +138,8 @@ class PodResourcesPoller:
         # (resource, device id) the kubelet can hand out; None until answered, or where not served
         self.allocatable: tuple[tuple[str, str], ...] | None = None
         self.allocatable_served = True  # False once the kubelet said it does not serve the call
-        self._channel = None
-        self._stub = None
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: PodResourcesListerStub | None = None
 
     async def run(self) -> None:
         while True:

@@ -48,8 +48,12 @@ def pod_key_and_meta(obj: Mapping[str, Any]) -> tuple[tuple[str, str], PodMeta]:
         raise ValueError("pod without metadata.name")
     labels = _str_map(meta.get("labels"), "labels")
     annotations = _str_map(meta.get("annotations"), "annotations")
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-    group = spec.get("schedulingGroup") if isinstance(spec.get("schedulingGroup"), dict) else {}
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        spec = {}
+    group = spec.get("schedulingGroup")
+    if not isinstance(group, dict):
+        group = {}
     podgroup = (next((labels[k] for k in PODGROUP_LABELS if labels.get(k)), "") or annotations.get(VOLCANO_ANNOTATION)
                 or annotations.get(KAI_ANNOTATION) or group.get("podGroupName") or "")
     values = (annotations.get(WORKLOAD_ANNOTATION) or "", labels.get(PODSET_LABEL) or "", podgroup)

@@ -114,7 +114,8 @@ def make_object(resource: Resource, name: str, namespace: str | None = "default"
 
 # --- selectors -------------------------------------------------------------------------------
 
-Requirement = tuple[str, str, str | frozenset[str] | None]  # (key, op in = != in notin exists !exists, value)
+# (key, op in = != in notin exists !exists, value); a shard's value: its ranges of the FNV-1a hash
+Requirement = tuple[str, str, str | frozenset[str] | tuple[tuple[int, int], ...] | None]
 
 
 def _split_requirements(text: str) -> list[str]:
@@ -181,7 +182,7 @@ def parse_shard_selector(text: str) -> Requirement:
             raise ValueError(f"invalid shardSelector {text!r}")
         key = m.group(1)
         ranges.append((int(m.group(2), 16), int(m.group(3), 16)))
-    return (key or "", "shard", tuple(ranges))  # type: ignore[return-value]
+    return (key or "", "shard", tuple(ranges))
 
 
 def _field_value(obj: dict[str, Any], path: str) -> str | None:
@@ -198,7 +199,7 @@ def _matches(obj: dict[str, Any], fields: list[Requirement], labels: list[Requir
         actual = _field_value(obj, key) or ""  # the real server compares absent fields as ""
         if (op == "=" and actual != value) or (op == "!=" and actual == value):
             return False
-        if op == "shard" and not any(start <= _fnv64a(actual) < end for start, end in value):  # type: ignore[union-attr]
+        if op == "shard" and isinstance(value, tuple) and not any(start <= _fnv64a(actual) < end for start, end in value):
             return False
     obj_labels = (obj.get("metadata") or {}).get("labels") or {}
     for key, op, value in labels:
@@ -963,7 +964,7 @@ class SimApiServer:
                     item = await asyncio.wait_for(w.queue.get(), wait)
                 except TimeoutError:
                     if bookmarks and deadline - time.monotonic() > 0:
-                        mark = {"kind": PARTIAL_KIND if partial else store.kind,
+                        mark: dict[str, Any] = {"kind": PARTIAL_KIND if partial else store.kind,
                                 "apiVersion": META_API_VERSION if partial else store.api_version(version),
                                 "metadata": {"resourceVersion": str(self._rv)}}
                         if partial or not store.group:  # a typed Go object: its zero creationTimestamp

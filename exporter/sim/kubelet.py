@@ -83,7 +83,8 @@ class SimKubelet(pb_grpc.PodResourcesListerServicer):
     def set_pods(self, pods: Iterable[SimPod]) -> None:
         self.response = to_message(pods)
 
-    async def List(self, request, context):  # noqa: N802 (the gRPC method name)
+    async def List(self, request: pb.ListPodResourcesRequest,  # noqa: N802 (the gRPC method name)
+                   context: grpc.aio.ServicerContext) -> pb.ListPodResourcesResponse:
         self.calls += 1
         if self.delay:
             await asyncio.sleep(self.delay)
@@ -91,7 +92,8 @@ class SimKubelet(pb_grpc.PodResourcesListerServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "simulated kubelet failure")
         return self.response
 
-    async def GetAllocatableResources(self, request, context):  # noqa: N802
+    async def GetAllocatableResources(self, request: pb.AllocatableResourcesRequest,  # noqa: N802
+                                      context: grpc.aio.ServicerContext) -> pb.AllocatableResourcesResponse:
         self.allocatable_calls += 1
         if self.allocatable_answer == "unimplemented":
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "unknown method GetAllocatableResources")

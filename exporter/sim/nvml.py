@@ -39,6 +39,7 @@ import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pynvml
 
@@ -214,7 +215,7 @@ class SimNvml:
         wanted = set(scenarios)
         named = wanted & set(PROFILES)
         if len(named) > 1 or (profile and named and named != {profile}):
-            raise ValueError(f"one GPU profile per node, got {sorted(named | {profile} - {None})}")
+            raise ValueError(f"one GPU profile per node, got {sorted(n for n in named | {profile} if n)}")
         profile = profile or (named.pop() if named else DEFAULT_PROFILE)
         wanted -= set(PROFILES)
         if profile not in PROFILES:
@@ -482,7 +483,7 @@ class SimNvml:
         self._gpu(mig.parent)
         return 1 + mig.slot
 
-    def nvmlDeviceGetFieldValues(self, handle: SimGpu, fieldIds: Sequence[int | tuple[int, int]]):
+    def nvmlDeviceGetFieldValues(self, handle: SimGpu, fieldIds: Sequence[int | tuple[int, int]]) -> ctypes.Array[Any]:
         """Real ``c_nvmlFieldValue_t`` arrays. The per-request layout (ids, return codes, types,
         static values) is built once and copied; only the counters and timestamps are filled per
         call, so the benchmark measures the agent rather than this simulator."""
@@ -506,7 +507,7 @@ class SimNvml:
             _VALUE.pack_into(buf, i * _ENTRY + 32, (int(per_second * elapsed) + offset) % modulus)
         return array_type.from_buffer_copy(buf)
 
-    def _plan(self, gpu: SimGpu, specs: tuple) -> tuple[type, bytes, list[tuple[int, float, int, int]]]:
+    def _plan(self, gpu: SimGpu, specs: tuple) -> tuple[type[ctypes.Array[Any]], bytes, list[tuple[int, float, int, int]]]:
         array_type = pynvml.c_nvmlFieldValue_t * len(specs)
         values = array_type()
         counters: list[tuple[int, float, int, int]] = []
