@@ -37,15 +37,13 @@ def require_identity(kind: str, meta: dict) -> tuple[str, str]:
     """(name, namespace) of a namespaced object; a :class:`ParseError` naming exactly what is
     missing ("Workload trainjob-x without metadata.namespace"), so that a user can find it."""
     name, namespace = meta.get("name"), meta.get("namespace")
-    if isinstance(name, str) and name and isinstance(namespace, str) and namespace:
-        return name, namespace
-    has_name = isinstance(name, str) and bool(name)
-    has_namespace = isinstance(namespace, str) and bool(namespace)
-    if has_name:
+    if not isinstance(name, str) or not name:
+        if isinstance(namespace, str) and namespace:
+            raise ParseError(f"{kind} in namespace {namespace} without metadata.name")
+        raise ParseError(f"{kind} without metadata.name and metadata.namespace")
+    if not isinstance(namespace, str) or not namespace:
         raise ParseError(f"{kind} {name} without metadata.namespace")
-    if has_namespace:
-        raise ParseError(f"{kind} in namespace {namespace} without metadata.name")
-    raise ParseError(f"{kind} without metadata.name and metadata.namespace")
+    return name, namespace
 
 
 def as_dict(value: Any, what: str, problems: Problems) -> dict:
