@@ -49,6 +49,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import psutil
@@ -180,7 +181,7 @@ async def run_agent(args: argparse.Namespace, nvml: str, extra: tuple[str, ...],
         c0, w0 = ps.cpu_times(), time.monotonic()
         await asyncio.sleep(args.idle)
         c1, w1 = ps.cpu_times(), time.monotonic()
-        out = {"cpu": ((c1.user + c1.system) - (c0.user + c0.system)) / (w1 - w0), "rss_warm": rss_warm}
+        out: dict[str, Any] = {"cpu": ((c1.user + c1.system) - (c0.user + c0.system)) / (w1 - w0), "rss_warm": rss_warm}
         if scrapes:
             out["text"] = await scrape_many(port, scrapes, False)
             out["gzip"] = await scrape_many(port, scrapes, True)

@@ -65,7 +65,7 @@ def _switch_off(name: str, store: Any) -> None:
         try:
             import exporter.fields as fields
         except ImportError:
-            import exporter.cluster.fields as fields  # type: ignore[no-redef]
+            import exporter.cluster.fields as fields  # type: ignore[no-redef, import-not-found]  # an older checkout
         fields._TIME_CACHE = Forgetful()
         return
     setattr(workloads, name, Forgetful())
@@ -142,7 +142,7 @@ def prepare(workloads: int, nodes: int, n_events: int, path: Path) -> None:
     def pages(objs: list[dict]) -> list[str]:
         return [orjson.dumps(objs[i:i + 500]).decode() for i in range(0, len(objs), 500)]
 
-    inputs = {"topologies": pages([cluster.topology]), "nodes": pages(cluster.nodes),
+    inputs: dict[str, list[Any]] = {"topologies": pages([cluster.topology]), "nodes": pages(cluster.nodes),
               "workloads": pages(cluster.workloads), "podgroups_coscheduling": pages(cluster.podgroups)}
     churn = Churn(cluster)
     inputs["events"] = [(c.obj["kind"], c.verb, orjson.dumps(c.obj).decode()) for _ in range(n_events) for c in churn.next()]
@@ -160,7 +160,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="gscaches-") as tmp:
         path = Path(tmp) / "input.json"
         prepare(args.workloads, args.nodes, args.events, path)
-        configs = [("(all on)", [])] + [(c, [c]) for c in (args.only or caches())]
+        configs: list[tuple[str, list[str]]] = [("(all on)", [])] + [(c, [c]) for c in (args.only or caches())]
         if not args.only:
             configs.append(("(all off)", caches()))
         results: dict[str, list[tuple[float, int, float]]] = {name: [] for name, _ in configs}

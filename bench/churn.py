@@ -34,6 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +147,7 @@ async def run(args: argparse.Namespace) -> None:
     control, control_child = mp.Pipe()
     sim = mp.get_context("fork").Process(target=serve_sim, args=(args.workloads, args.nodes, child, control_child), daemon=True)
     sim.start()
-    if cores and len(cores) > args.cores:  # the sim (and the scraper it forks from): the other cores
+    if cores and len(cores) > args.cores and sim.pid is not None:  # the sim (and the scraper it forks from): the other cores
         os.sched_setaffinity(sim.pid, set(cores[args.cores:]))
     url, kubeconfig, jobs = parent.recv()
     tmp = Path(tempfile.mkdtemp(prefix="gschurn-"))
@@ -181,6 +182,7 @@ async def run(args: argparse.Namespace) -> None:
     # prometheus_client on the same samples of a changed page: generate_latest + its gzip.compress,
     # against gangscope's complete gzip response of a page that changed since the last scrape.
     from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.metrics_core import Metric
     from prometheus_client.parser import text_string_to_metric_families
 
     async with aiohttp.ClientSession(auto_decompress=False) as s:
@@ -196,7 +198,7 @@ async def run(args: argparse.Namespace) -> None:
     families = list(text_string_to_metric_families(gzip.decompress(body).decode()))
 
     class Same:
-        def collect(self):  # noqa: ANN202
+        def collect(self) -> Iterator[Metric]:
             return iter(families)
 
     registry = CollectorRegistry()

@@ -38,7 +38,10 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -46,6 +49,7 @@ import aiohttp  # noqa: E402
 import orjson  # noqa: E402
 import psutil  # noqa: E402
 from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
+from prometheus_client.metrics_core import Metric  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from exporter.cluster.main import Collector, add_arguments, tune_gc  # noqa: E402
@@ -60,7 +64,7 @@ from cluster import build_cluster  # noqa: E402
 SOURCES = (WORKLOADS, LOCAL_QUEUES, TOPOLOGIES, RESOURCE_FLAVORS, NODES, COSCHEDULING_PODGROUPS)
 
 
-def _serve_sim(n_workloads: int, n_nodes: int, conn) -> None:  # runs in the child process
+def _serve_sim(n_workloads: int, n_nodes: int, conn: Connection) -> None:  # runs in the child process
     from exporter.sim.apiserver import SimApiServer
 
     async def main() -> None:
@@ -94,7 +98,7 @@ async def run(n_workloads: int, n_nodes: int, scrapes: int) -> list[tuple[str, s
     return rows
 
 
-def _decode_floor(url: str, token: str, n_workloads: int, conn) -> None:  # runs in a child process
+def _decode_floor(url: str, token: str, n_workloads: int, conn: Connection) -> None:  # runs in a child process
     """Fetch every LIST the collector makes (each in one response) and time ``orjson.loads`` of
     them all (best of 3): the same bytes the collector decodes, the least any Python client spends."""
 
@@ -137,7 +141,7 @@ def _user_system(before: os.times_result) -> tuple[float, float]:
     return now.user - before.user, now.system - before.system
 
 
-def _scraper(port: int, scrapes: int, conn) -> None:  # runs in a child process
+def _scraper(port: int, scrapes: int, conn: Connection) -> None:  # runs in a child process
     """Scrape like Prometheus (gzip), then without compression; send the times and one body."""
 
     async def main() -> tuple[float, list[float], list[float], bytes]:
@@ -162,7 +166,7 @@ def _scraper(port: int, scrapes: int, conn) -> None:  # runs in a child process
     conn.send(asyncio.run(main()))
 
 
-def in_child(target, *args):  # noqa: ANN001, ANN202
+def in_child(target: Callable[..., None], *args: Any) -> Any:
     """Run ``target(*args, conn)`` in a fresh (spawned) process and return what it sends back;
     its memory (payload copies, the scraper's buffers) stays out of the collector's RSS."""
     parent, child = mp.Pipe()
@@ -222,7 +226,7 @@ async def _measure(url: str, kubeconfig: str, n_workloads: int, scrapes: int) ->
     samples = sum(len(f.samples) for f in families)
 
     class Same:
-        def collect(self):
+        def collect(self) -> Iterator[Metric]:
             return iter(families)
 
     registry = CollectorRegistry()

@@ -90,9 +90,9 @@ def measure(expo: Tracking, positions: dict[Hashable, int], block: int, moved: b
             if owner in before_slots:
                 old = before_slots[owner]
                 dirty_blocks.add((name, old // block))
-            pos = positions.get(owner) if moved else (expo._owned[owner][0] if owner in expo._owned else None)  # noqa: SLF001
-            if pos is not None:
-                dirty_blocks.add((name, pos // block))
+            now = positions.get(owner) if moved else (expo._owned[owner][0] if owner in expo._owned else None)  # noqa: SLF001
+            if now is not None:
+                dirty_blocks.add((name, now // block))
         total_bytes += sum(size for b, size in blocks.items() if (name, b) in dirty_blocks)
     return total_bytes, members
 

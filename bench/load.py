@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from collections import deque
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +109,7 @@ def serve_sim(n_workloads: int, n_nodes: int, rate: float, conn: Any, paused: An
     asyncio.run(churn())
 
 
-def start_sim(n_workloads: int, n_nodes: int, rate: float) -> tuple[mp.Process, str, dict, Any]:
+def start_sim(n_workloads: int, n_nodes: int, rate: float) -> tuple[BaseProcess, str, dict[str, Any], Any]:
     parent, child = mp.Pipe()
     paused = mp.get_context("fork").Event()
     proc = mp.get_context("fork").Process(target=serve_sim, args=(n_workloads, n_nodes, rate, child, paused), daemon=True)

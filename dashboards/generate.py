@@ -21,6 +21,8 @@ from pathlib import Path
 
 from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.builders import common, heatmap, prometheus, stat, statetimeline, table, timeseries
+from grafana_foundation_sdk.cog import variants
+from grafana_foundation_sdk.cog.builder import Builder
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common as model_common
 from grafana_foundation_sdk.models import dashboard as model
@@ -57,8 +59,8 @@ class Q:
     instant: bool = False
 
 
-def _targets(queries: Sequence[Q]) -> list[prometheus.Dataquery]:
-    built = []
+def _targets(queries: Sequence[Q]) -> list[Builder[variants.Dataquery]]:
+    built: list[Builder[variants.Dataquery]] = []
     for index, q in enumerate(queries):
         target = prometheus.Dataquery().expr(q.expr).ref_id(chr(ord("A") + index)).datasource(DATASOURCE)
         target = target.legend_format(q.legend or "__auto")
@@ -70,7 +72,7 @@ def _targets(queries: Sequence[Q]) -> list[prometheus.Dataquery]:
     return built
 
 
-def series(title: str, description: str, unit: str, *queries: Q, span: int = 12, height: int = 8, stack: bool = False):
+def series(title: str, description: str, unit: str, *queries: Q, span: int = 12, height: int = 8, stack: bool = False) -> timeseries.Panel:
     panel = (
         timeseries.Panel()
         .title(title)
@@ -90,21 +92,21 @@ def series(title: str, description: str, unit: str, *queries: Q, span: int = 12,
     return panel
 
 
-def single(title: str, description: str, unit: str, *queries: Q, span: int = 4, height: int = 5):
+def single(title: str, description: str, unit: str, *queries: Q, span: int = 4, height: int = 5) -> stat.Panel:
     return (
         stat.Panel().title(title).description(description).unit(unit).datasource(DATASOURCE)
         .targets(_targets(queries)).span(span).height(height)
     )
 
 
-def grid(title: str, description: str, unit: str, *queries: Q, span: int = 12, height: int = 8):
+def grid(title: str, description: str, unit: str, *queries: Q, span: int = 12, height: int = 8) -> table.Panel:
     return (
         table.Panel().title(title).description(description).unit(unit).datasource(DATASOURCE)
         .targets(_targets([Q(q.expr, q.legend, instant=True) for q in queries])).span(span).height(height)
     )
 
 
-def density(title: str, description: str, unit: str, query: Q, span: int = 8, height: int = 8):
+def density(title: str, description: str, unit: str, query: Q, span: int = 8, height: int = 8) -> heatmap.Panel:
     """A heatmap of how many series (domains) sit at each value over time: Grafana buckets the
     values of every series per time step (``calculate``), 8 buckets from the data's range."""
     buckets = common.HeatmapCalculationOptions().y_buckets(
@@ -115,7 +117,7 @@ def density(title: str, description: str, unit: str, query: Q, span: int = 8, he
     )
 
 
-def timeline(title: str, description: str, unit: str, *queries: Q, span: int = 24, height: int = 6):
+def timeline(title: str, description: str, unit: str, *queries: Q, span: int = 24, height: int = 6) -> statetimeline.Panel:
     return (
         statetimeline.Panel().title(title).description(description).unit(unit).datasource(DATASOURCE)
         .targets(_targets(queries)).span(span).height(height)

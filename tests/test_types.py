@@ -1,7 +1,8 @@
 """The package's annotations hold: it ships ``py.typed``, so type checkers of its users read them.
 
 mypy, configured in pyproject.toml (``[tool.mypy]``: the whole ``exporter`` package, simulators
-included, every function annotated, the generated gRPC stubs exempt), must find no error. Its
+included, the benchmarks, the rules' and dashboards' generators, the GPU smoke check and the Kueue
+TAS case converter, every function annotated, the generated gRPC stubs exempt), must find no error. Its
 cache goes to a temporary folder so that the check always runs on the files as they are.
 """
 
