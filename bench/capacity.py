@@ -335,7 +335,10 @@ def _fit_cost(n: int, n_workloads: int, n_waiting: int, repeat: int) -> dict[str
     h["workloads"].replace([workload(i, n) for i in range(n_workloads)]
                            + [workload(n_workloads + i, n, waiting=True) for i in range(n_waiting)])
     cap = store.capacity
-    full, single_new, single_seen, relabel = [], [], [], []
+    full: list[float] = []
+    single_new: list[float] = []
+    single_seen: list[float] = []
+    relabel: list[float] = []
     for r in range(repeat):
         moved = gpu_node(r)
         moved["metadata"]["labels"][RACK] = f"rack-moved-{r}"
