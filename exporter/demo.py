@@ -480,7 +480,8 @@ async def _main(args: argparse.Namespace) -> int:
             print("demo: the collector or an agent did not sync within 30 s", file=sys.stderr)
         print(await demo.report(), flush=True)
         try:
-            await asyncio.wait_for(stop.wait(), args.duration or None)
+            async with asyncio.timeout(args.duration or None):  # not wait_for (exporter.node.nvml.start)
+                await stop.wait()
         except TimeoutError:
             pass
         print("  workloads by stage at the end: " + ", ".join(f"{k}={v}" for k, v in sorted(demo.stages().items())), flush=True)

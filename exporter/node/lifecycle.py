@@ -245,7 +245,8 @@ class NvmlLifecycle:
 
         threading.Thread(target=call, name="nvml-shutdown", daemon=True).start()
         try:
-            return await asyncio.wait_for(asyncio.shield(done), SHUTDOWN_TIMEOUT)
+            async with asyncio.timeout(SHUTDOWN_TIMEOUT):  # not wait_for, which drops a stop that lands
+                return await asyncio.shield(done)  # as the call returns (3.11, exporter.node.nvml.start)
         except TimeoutError:
             log.warning("nvml_shutdown_timeout", timeout=SHUTDOWN_TIMEOUT)
             return False

@@ -948,7 +948,12 @@ class NvmlSampler:
             lib = self._lib_factory()
             reader = NvmlReader(TimedLibrary(lib), self.pcie_interval, self.clock, self.node, self.interval)
             fut = self._init_pool.submit(reader.init)
-            driver, count = await asyncio.wait_for(asyncio.wrap_future(fut), self.timeout * 5)
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for returns a result that arrives in
+            # the same loop iteration as a cancellation and drops the cancellation
+            # (python/cpython#86296, fixed by the 3.12 rewrite on asyncio.timeout, #98518): a stop
+            # as NVML came up left the sampler running and the agent waiting for it.
+            async with asyncio.timeout(self.timeout * 5):
+                driver, count = await asyncio.wrap_future(fut)
         except (pynvml.NVMLError, OSError) as exc:
             self.log.warning("nvml_unavailable", error=str(exc))
             self.health.down(f"NVML unavailable: {exc}")

@@ -961,7 +961,8 @@ class SimApiServer:
                     break
                 wait = min(remaining, self.bookmark_interval) if bookmarks else remaining
                 try:
-                    item = await asyncio.wait_for(w.queue.get(), wait)
+                    async with asyncio.timeout(wait):  # not wait_for (exporter.node.nvml.start)
+                        item = await w.queue.get()
                 except TimeoutError:
                     if bookmarks and deadline - time.monotonic() > 0:
                         mark: dict[str, Any] = {"kind": PARTIAL_KIND if partial else store.kind,
