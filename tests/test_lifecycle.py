@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import threading
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -36,7 +35,7 @@ from exporter.node.lifecycle import (
 )
 from exporter.sim.apiserver import SimApiServer, make_object
 from exporter.sim.nvml import SimNvml
-from waiting import cancels_are_kept
+from waiting import cancels_are_kept, gate
 
 NODE = "gpu-a1"
 FIXTURE = str(Path(__file__).parent / "fixtures" / "sysfs")
@@ -300,17 +299,6 @@ async def test_a_release_during_nvml_init_waits_for_it_and_shuts_it_down(tmp_pat
         await api.stop()
 
 
-class GatedShutdown(SimNvml):
-    """``nvmlShutdown`` returns only once the test opens the gate."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gate = threading.Event()
-
-    def nvmlShutdown(self) -> None:
-        self.gate.wait(10)
-        super().nvmlShutdown()
-
 
 async def test_a_stop_as_nvml_shutdown_returns_is_not_dropped() -> None:
     """A release cancelled just as ``nvmlShutdown`` returned (the agent stopped during a
@@ -318,9 +306,10 @@ async def test_a_stop_as_nvml_shutdown_returns_is_not_dropped() -> None:
     ``asyncio.wait_for`` would drop it and leave the agent's stop waiting."""
 
     def start() -> tuple[Awaitable[bool], Callable[[], None], Callable[[], None]]:
-        lib = GatedShutdown()
+        lib = SimNvml()
+        opened = gate(lib, "nvmlShutdown")
         watched = FatalWatch(lib, lambda exc: None)
         watched.nvmlInit()
-        return NvmlLifecycle._shutdown(watched), lib.gate.set, lambda: None
+        return NvmlLifecycle._shutdown(watched), opened.set, lambda: None
 
     await cancels_are_kept(start)

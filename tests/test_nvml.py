@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -20,7 +19,7 @@ from exporter.node.fields import fast_period, field_value, pcie_max_rate
 from exporter.node.nvml import NvmlReader, NvmlSampler
 from exporter.sim.gpus import PROFILES, UINT, ULL
 from exporter.sim.nvml import UINT_MAX, SimNvml
-from waiting import cancels_are_kept
+from waiting import cancels_are_kept, gate
 
 BASE = (("node", "n1"), ("rack", "r1"), ("host", "n1"))
 FI_TX, FI_RX = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
@@ -756,26 +755,15 @@ def test_the_flag_lists_every_profile() -> None:
     assert SIM_PROFILES == tuple(PROFILES)
 
 
-class GatedInit(SimNvml):
-    """``nvmlInit`` returns only once the test opens the gate (a driver slow to initialise)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gate = threading.Event()
-
-    def nvmlInit(self) -> None:
-        self.gate.wait(10)
-        super().nvmlInit()
-
-
 async def test_a_stop_as_nvml_init_returns_stops_the_sampler() -> None:
     """The sampler cancelled just as ``nvmlInit`` returned (an agent stopped as its NVML came up)
     stops. Python 3.11's ``asyncio.wait_for`` returned the call's result there and dropped the
     cancellation, and the agent then waited for a sampler that never stopped."""
 
     def start() -> tuple[Awaitable[None], Callable[[], None], Callable[[], None]]:
-        sim = GatedInit()
+        sim = SimNvml()
+        opened = gate(sim, "nvmlInit")
         sampler = make(sim)[2]
-        return sampler.run(), sim.gate.set, sampler.close
+        return sampler.run(), opened.set, sampler.close
 
     await cancels_are_kept(start)

@@ -1,10 +1,11 @@
-"""Waiting in tests: polling a real server or process (sync or async checks), and cancelling a
-task at each loop iteration after the thread it waits on returned."""
+"""Waiting in tests: polling a real server or process (sync or async checks), a call that returns
+when the test says, and cancelling a task at each loop iteration after the thread it waits on returned."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -23,6 +24,20 @@ async def eventually(check: Callable[[], Any], timeout: float = 30.0, interval: 
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
         await asyncio.sleep(interval)
+
+
+def gate(obj: Any, method: str) -> threading.Event:
+    """Make ``obj.<method>`` wait on its calling thread until the returned event is set (at most
+    10 s): a driver call that returns when the test says."""
+    opened = threading.Event()
+    call = getattr(obj, method)
+
+    def gated(*args: Any, **kwargs: Any) -> Any:
+        opened.wait(10)
+        return call(*args, **kwargs)
+
+    setattr(obj, method, gated)
+    return opened
 
 
 async def cancels_are_kept(start: Callable[[], tuple[Awaitable[Any], Callable[[], None], Callable[[], None]]],
