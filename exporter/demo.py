@@ -480,7 +480,7 @@ async def _main(args: argparse.Namespace) -> int:
             print("demo: the collector or an agent did not sync within 30 s", file=sys.stderr)
         print(await demo.report(), flush=True)
         try:
-            async with asyncio.timeout(args.duration or None):  # not wait_for (exporter.node.nvml.start)
+            async with asyncio.timeout(args.duration or None):  # not wait_for (exporter.node.nvml.NvmlSampler.start)
                 await stop.wait()
         except TimeoutError:
             pass

@@ -246,7 +246,7 @@ class NvmlLifecycle:
         threading.Thread(target=call, name="nvml-shutdown", daemon=True).start()
         try:
             async with asyncio.timeout(SHUTDOWN_TIMEOUT):  # not wait_for, which drops a stop that lands
-                return await asyncio.shield(done)  # as the call returns (3.11, exporter.node.nvml.start)
+                return await asyncio.shield(done)  # as the call returns (3.11, exporter.node.nvml.NvmlSampler.start)
         except TimeoutError:
             log.warning("nvml_shutdown_timeout", timeout=SHUTDOWN_TIMEOUT)
             return False

@@ -961,7 +961,7 @@ class SimApiServer:
                     break
                 wait = min(remaining, self.bookmark_interval) if bookmarks else remaining
                 try:
-                    async with asyncio.timeout(wait):  # not wait_for (exporter.node.nvml.start)
+                    async with asyncio.timeout(wait):  # not wait_for (exporter.node.nvml.NvmlSampler.start)
                         item = await w.queue.get()
                 except TimeoutError:
                     if bookmarks and deadline - time.monotonic() > 0:
