@@ -465,6 +465,11 @@ class Capacity:
         self._fit_dirty = True
         self._schedule()
 
+    def cluster_queue_changed(self, name: str) -> None:
+        """A ClusterQueue was put with other flavors, or deleted: the fits of its Workloads depend on them."""
+        self.fits.queue_changed(name)
+        self._schedule()
+
     def workload_changed(self, key: WorkloadKey, wl: Workload | None) -> None:
         """A Workload was put or re-rendered (``wl``) or deleted (None)."""
         usage = self._usage_of(wl) if wl is not None else ()

@@ -129,6 +129,11 @@ class Fits:
             self.exposition.delete(("capacity_workload_fit", *key))
             self._blocked_dirty |= bool(old.verdict is not None and old.verdict.blocked_level and old.topological)
 
+    def queue_changed(self, cluster_queue: str) -> None:
+        """A ClusterQueue came, went or changed its flavors: its waiting Workloads' verdicts are
+        asked again (a queue that arrives after its Workloads, in a dump or live, gives them a fit)."""
+        self._dirty.update(k for k, w in self._waiting.items() if w.cluster_queue == cluster_queue)
+
     def forget_all(self) -> None:
         """This collector no longer sees every Workload (a shard): no fit at all."""
         for key in self._waiting:

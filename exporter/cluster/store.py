@@ -864,12 +864,15 @@ class ClusterStore:
         prev = self.cluster_queues.get(cq.name)
         self.cluster_queues[cq.name] = cq
         self._render_cluster_queue(cq)
+        if prev is None or prev.flavor_names != cq.flavor_names:
+            self.capacity.cluster_queue_changed(cq.name)
         if prev is None or (prev.active, prev.active_reason, prev.stop_policy) != (cq.active, cq.active_reason, cq.stop_policy):
             self._rerender_cluster_queue_workloads(cq.name)
 
     def _delete_cluster_queue(self, name: str) -> None:
         if self.cluster_queues.pop(name, None) is not None:
             self.exposition.delete(("clusterqueue", name))
+            self.capacity.cluster_queue_changed(name)
             self._rerender_cluster_queue_workloads(name)
 
     def set_cluster_queue_owner(self, owner: bool) -> None:
