@@ -228,3 +228,30 @@ def test_a_port_in_use_is_one_line_and_the_client_is_closed(command: str, tmp_pa
     assert_one_clean_line(subprocess.CompletedProcess(logged.args, logged.returncode, "", "".join(rest)), command,
                           f"cannot listen on {listen}")
 
+
+def test_explain_against_a_refused_api_server_answers_at_once(tmp_path: Path) -> None:
+    """Nothing listens at the kubeconfig's server: the connection's refusal is the answer, not a
+    wait for --sync-timeout (30 s by default)."""
+    port = closed_port()
+    started = time.monotonic()
+    out = subprocess.run(gangscope("explain", "ml-team/llama", "--kubeconfig", kubeconfig_for(tmp_path, f"http://127.0.0.1:{port}")),
+                         capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - started
+    assert_one_clean_line(out, "explain", f"cannot reach the API server at http://127.0.0.1:{port}: Connection refused")
+    assert out.returncode == 1 and out.stdout == ""
+    assert took < 10, f"{took:.1f} s"
+
+
+def test_explain_against_a_silent_api_server_waits_for_the_sync_timeout(tmp_path: Path) -> None:
+    """A server that accepts the connection and does not answer (slow, overloaded) gets the whole
+    --sync-timeout: only a connection that fails as such is an answer at once."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)  # the kernel completes the handshakes; nothing reads
+        server = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+        out = subprocess.run(gangscope("explain", "ml-team/llama", "--kubeconfig", kubeconfig_for(tmp_path, server),
+                                       "--sync-timeout", "3"), capture_output=True, text=True, timeout=60)
+        took = time.monotonic() - started
+    assert_one_clean_line(out, "explain", "cannot read the cluster: not within --sync-timeout 3s")
+    assert out.returncode == 1 and took >= 3, f"{took:.1f} s"
