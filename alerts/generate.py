@@ -13,7 +13,7 @@ window shortened by the ``demo`` section of config.yaml (:func:`shortened`), wri
 simulators' package (exporter/sim/rules/) so an installed demo finds them; a rule added or
 changed here reaches the demo by the same run.
 
-Usage: python alerts/generate.py [--check] [--prometheusrule PATH [--namespace NS]]
+Usage: python alerts/generate.py [--check] [--runbook-base-url URL] [--prometheusrule PATH [--namespace NS]]
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def duration(total: int) -> str:
 
 @dataclass(frozen=True)
 class Config:
-    runbook_url: str
+    runbook_base_url: str
     target_selector: str
     levels: tuple[str, ...]
     domain_level: str
@@ -95,7 +95,7 @@ class Config:
                 if key in alert:
                     seconds(alert[key])
         return cls(
-            runbook_url=raw["runbook_url"].rstrip("/"),
+            runbook_base_url=raw["runbook_base_url"].rstrip("/"),
             target_selector=raw["target_selector"],
             levels=levels,
             domain_level=raw["domain_alert_level"],
@@ -311,7 +311,7 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
             "annotations": {
                 "summary": summary,
                 "description": description,
-                "runbook_url": f"{cfg.runbook_url}#{name.lower()}",
+                "runbook_url": f"{cfg.runbook_base_url}#{name.lower()}",
             },
         }
 
@@ -1501,8 +1501,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if a generated file differs from config.yaml")
     parser.add_argument("--prometheusrule", type=Path, help="also write a PrometheusRule manifest to this path")
     parser.add_argument("--namespace", help="metadata.namespace of the PrometheusRule")
+    parser.add_argument("--runbook-base-url", metavar="URL",
+                        help="base of every alert's runbook_url, for a copy of docs/runbook.md elsewhere (default: "
+                             "runbook_base_url of alerts/config.yaml, the runbook in the project's repository)")
     args = parser.parse_args(argv)
     cfg = Config.load()
+    if args.runbook_base_url:
+        if not re.match(r"https?://[^/\s]+", args.runbook_base_url):
+            parser.error(f"--runbook-base-url wants an http(s) URL, got {args.runbook_base_url!r}")
+        cfg = dataclasses.replace(cfg, runbook_base_url=args.runbook_base_url.rstrip("/"))
     stale = []
     for path, text in render(cfg).items():
         if args.check:

@@ -12,6 +12,7 @@ import platform
 import sys
 
 from . import __version__
+from .errors import CommandError
 from .topology import TopologyError
 
 DESCRIPTION = ("why is my training job pending, or slow? Kueue admission, topology placement, gang assembly "
@@ -68,3 +69,6 @@ def main(argv: list[str] | None = None) -> int:
         mine.print_usage(sys.stderr)
         print(f"gangscope {argv[0]}: error: {exc}", file=sys.stderr)
         return 2
+    except CommandError as exc:  # an ordinary mistake (a bad --listen, a port in use): one line, no traceback
+        print(f"gangscope {argv[0]}: {exc}", file=sys.stderr)
+        return exc.status

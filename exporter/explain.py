@@ -829,7 +829,14 @@ async def _list_once(args: argparse.Namespace, client: Any, specs: list[Any]) ->
     sources = SourceSet(client, specs, Exposition(), discovery_interval=args.discovery_interval)
     await sources.start()
     try:
-        await sources.wait_ready(timeout=args.sync_timeout)
+        async with asyncio.timeout(args.sync_timeout):
+            while not sources.ready()[0]:
+                # A connection that fails as such (refused: nothing listens; no such host; a
+                # certificate refused) is the answer: the sources' retries until --sync-timeout
+                # would only print the same line 30 s later. A slow server connects, and waits.
+                if client.reachability.failing:
+                    raise RuntimeError(client.reachability.failing)
+                await asyncio.sleep(0.02)
     except TimeoutError:  # say why, once: an unreachable API server reads the same for every source
         raise RuntimeError(client.reachability.failing or
                            f"not within --sync-timeout {args.sync_timeout:g}s: {sources.ready()[1]}") from None

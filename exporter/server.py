@@ -306,8 +306,8 @@ def landing_page(config: ServerConfig) -> str:
 def parse_listen(value: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:9400`` for IPv6, ``:9400`` for all interfaces)."""
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"--listen wants HOST:PORT, got {value!r}")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"--listen wants HOST:PORT (a port 0-65535), got {value!r}")
     host = host.strip("[]") or "0.0.0.0"
     return host, int(port)
 
@@ -318,7 +318,11 @@ async def start_server(app: web.Application, listen: str, ssl_context: ssl.SSLCo
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
-    await site.start()
+    try:
+        await site.start()
+    except BaseException:  # a port in use: the runner's cleanup is the caller's no longer
+        await runner.cleanup()
+        raise
     return runner
 
 

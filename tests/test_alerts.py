@@ -121,7 +121,7 @@ def test_recording_rules_are_unit_tested() -> None:
 
 
 def test_alert_labels_and_annotations() -> None:
-    base = yaml.safe_load((ALERTS / "config.yaml").read_text())["runbook_url"]
+    base = yaml.safe_load((ALERTS / "config.yaml").read_text())["runbook_base_url"]
     for rule in rules("alert"):
         name = rule["alert"]
         assert re.fullmatch(r"Gangscope[A-Z][A-Za-z0-9]+", name)
@@ -133,6 +133,25 @@ def test_alert_labels_and_annotations() -> None:
         assert "{{" in notes["description"], name
         assert notes["runbook_url"] == f"{base}#{name.lower()}"
         assert seconds(rule["for"]) > 0, f"{name}: every alert has a `for` (and a test just short of it)"
+
+
+def test_the_runbook_base_url_is_the_projects_runbook_and_a_flag_changes_it(tmp_path: Path) -> None:
+    """By default each runbook_url is a section of docs/runbook.md in the project's repository (the
+    chart's home); --runbook-base-url points every alert at a copy elsewhere."""
+    home = yaml.safe_load((ROOT / "deploy" / "helm" / "gangscope" / "Chart.yaml").read_text())["home"]
+    assert load_generator().Config.load().runbook_base_url == f"{home}/blob/main/docs/runbook.md"
+    out = tmp_path / "rule.yaml"
+    # --check: the committed files stay as they are (and differ from this base: exit 1)
+    run = subprocess.run([sys.executable, str(ALERTS / "generate.py"), "--check", "--runbook-base-url",
+                          "https://wiki.example/ml/gangscope-runbook/", "--prometheusrule", str(out)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and "gangscope-alerts.yaml is not what" in run.stderr, run.stderr
+    alerts = [r for g in yaml.safe_load(out.read_text())["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    assert alerts and {r["annotations"]["runbook_url"] for r in alerts} == \
+        {f"https://wiki.example/ml/gangscope-runbook#{r['alert'].lower()}" for r in alerts}
+    bad = subprocess.run([sys.executable, str(ALERTS / "generate.py"), "--check", "--runbook-base-url", "wiki/runbook"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--runbook-base-url wants an http(s) URL, got 'wiki/runbook'" in bad.stderr
 
 
 def seconds(duration: str) -> int:

@@ -18,6 +18,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 
 from exporter.cluster.main import Collector
 from exporter.config import topology_from_args
+from exporter.errors import CommandError
 from exporter.kube.resources import AGENT_NODE, AGENT_PODS, LOCAL_QUEUES, NODES, TOPOLOGIES, WORKLOADS
 from exporter.node import main as agent_main
 from exporter.node.agent import Agent
@@ -193,7 +194,7 @@ async def test_agent_metrics_auth_without_kubernetes_refuses_to_start(tmp_path: 
     args = agent_args("--kubeconfig", str(tmp_path / "missing"))
     agent = Agent(args, topology_from_args(args)[0], nvml=lambda: SimNvml())
     try:
-        with pytest.raises(SystemExit, match="--metrics-auth needs access to the Kubernetes API"):
+        with pytest.raises(CommandError, match="--metrics-auth needs access to the Kubernetes API"):
             await agent.start()
     finally:
         await agent.stop()

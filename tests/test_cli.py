@@ -164,3 +164,94 @@ def test_one_shot_commands_say_nothing_but_their_answer_by_default() -> None:
                                      "or PodGroup of that name (")
     assert missing.stderr.endswith(" object(s) of the dump could not be read; --log-level info lists them)\n")
     assert missing.stderr.count("\n") == 1
+
+
+# ---- ordinary mistakes: one line, a non-zero status, no traceback --------------------------
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def kubeconfig_for(tmp_path: Path, server: str) -> str:
+    path = tmp_path / "kubeconfig"
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": server}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}]}))
+    return str(path)
+
+
+def assert_one_clean_line(out: subprocess.CompletedProcess[str], command: str, says: str) -> None:
+    assert out.returncode != 0, out.stderr
+    assert "Traceback" not in out.stderr and "Unclosed" not in out.stderr, out.stderr
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith(f"gangscope {command}: "), out.stderr
+    assert says in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("command", ["collector", "agent"])
+@pytest.mark.parametrize("listen, says", [
+    ("nonsense", "--listen wants HOST:PORT (a port 0-65535), got 'nonsense'"),
+    ("127.0.0.1:65536", "got '127.0.0.1:65536'"),
+])
+def test_a_malformed_listen_address_is_one_line(command: str, listen: str, says: str, tmp_path: Path) -> None:
+    """Refused before the start is logged or the API client opened: the whole of stderr is the line."""
+    extra = ["--nvml", "sim", "--pod-resources-socket", str(tmp_path / "x.sock")] if command == "agent" else []
+    out = subprocess.run(gangscope(command, "--listen", listen, "--kubeconfig",
+                                   kubeconfig_for(tmp_path, f"http://127.0.0.1:{closed_port()}"), *extra),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert_one_clean_line(out, command, says)
+
+
+@pytest.mark.parametrize("command", ["collector", "agent"])
+def test_a_port_in_use_is_one_line_and_the_client_is_closed(command: str, tmp_path: Path) -> None:
+    """Found only when binding, after the start is logged (at warning level not even that): one
+    line that names the address, and the API client's session closed (no "Unclosed client session")."""
+    extra = ["--nvml", "sim", "--pod-resources-socket", str(tmp_path / "x.sock")] if command == "agent" else []
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        listen = f"127.0.0.1:{taken.getsockname()[1]}"
+        argv = [command, "--listen", listen, "--kubeconfig", kubeconfig_for(tmp_path, f"http://127.0.0.1:{closed_port()}"),
+                *extra]
+        quiet = subprocess.run(gangscope(*argv, "--log-level", "warning"), capture_output=True, text=True, timeout=60)
+        logged = subprocess.run(gangscope(*argv), capture_output=True, text=True, timeout=60)
+    assert quiet.returncode == 1
+    assert_one_clean_line(quiet, command, f"cannot listen on {listen}: Address already in use")
+    first, *rest = logged.stderr.splitlines(keepends=True)
+    assert json.loads(first)["event"] == "gangscope_starting"
+    assert_one_clean_line(subprocess.CompletedProcess(logged.args, logged.returncode, "", "".join(rest)), command,
+                          f"cannot listen on {listen}")
+
+
+def test_explain_against_a_refused_api_server_answers_at_once(tmp_path: Path) -> None:
+    """Nothing listens at the kubeconfig's server: the connection's refusal is the answer, not a
+    wait for --sync-timeout (30 s by default)."""
+    port = closed_port()
+    started = time.monotonic()
+    out = subprocess.run(gangscope("explain", "ml-team/llama", "--kubeconfig", kubeconfig_for(tmp_path, f"http://127.0.0.1:{port}")),
+                         capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - started
+    assert_one_clean_line(out, "explain", f"cannot reach the API server at http://127.0.0.1:{port}: Connection refused")
+    assert out.returncode == 1 and out.stdout == ""
+    assert took < 10, f"{took:.1f} s"
+
+
+def test_explain_against_a_silent_api_server_waits_for_the_sync_timeout(tmp_path: Path) -> None:
+    """A server that accepts the connection and does not answer (slow, overloaded) gets the whole
+    --sync-timeout: only a connection that fails as such is an answer at once."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)  # the kernel completes the handshakes; nothing reads
+        server = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+        out = subprocess.run(gangscope("explain", "ml-team/llama", "--kubeconfig", kubeconfig_for(tmp_path, server),
+                                       "--sync-timeout", "3"), capture_output=True, text=True, timeout=60)
+        took = time.monotonic() - started
+    assert_one_clean_line(out, "explain", "cannot read the cluster: not within --sync-timeout 3s")
+    assert out.returncode == 1 and took >= 3, f"{took:.1f} s"

@@ -7,7 +7,6 @@ them (kueue_objects.cluster_queue, quoting kubernetes-sigs/kueue@ff69552e).
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,16 +19,16 @@ from exporter.cluster.workloads import parse_workload
 from exporter.exposition import Exposition
 from exporter.fields import ParseError
 from exporter.health import SourceHealth
+import shared_folder
 from kueue_objects import STOPPED, cluster_queue, cond, family_series, flavor, flavor_not_found, local_queue, workload
 
-REAL = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real" / "kueue-and-gangs"
-if not REAL.is_dir():  # the worktree layout: /work/wt/<branch>/tests -> /work/shared
-    REAL = Path("/work/shared/fixtures/real/kueue-and-gangs")
 NOW = 1787220000.0
 
 
 def real(name: str) -> dict[str, Any]:
-    return next(d for d in yaml.safe_load_all((REAL / name).read_text()) if isinstance(d, dict) and d.get("kind") == "ClusterQueue")
+    """A ClusterQueue of ../shared's real fixtures (the test skips without them, fails under CI)."""
+    path = shared_folder.require("fixtures", "real", "kueue-and-gangs", name)
+    return next(d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict) and d.get("kind") == "ClusterQueue")
 
 
 def lines(cq: dict[str, Any], topologies: dict[str, str] | None = None) -> str:

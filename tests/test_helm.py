@@ -59,7 +59,7 @@ EVERYTHING: dict[str, Any] = {
               "nodeSelector": {"gpu": "h100"}, "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
               "podAnnotations": {"example.com/team": "ml-platform"}},
     "serviceMonitor": {"interval": "15s", "scrapeTimeout": "5s", "labels": {"release": "kube-prometheus-stack"}},
-    "prometheusRule": {"labels": {"release": "kube-prometheus-stack"}},
+    "prometheusRule": {"labels": {"release": "kube-prometheus-stack"}, "runbookBaseUrl": "https://wiki.example/ml/runbook/"},
     "dashboards": {"namespace": "monitoring", "labels": {"grafana_dashboard": "1", "team": "ml"}},
     "networkPolicy": {"enabled": True, "prometheus": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}},
                       "apiServer": {"ports": [6443], "cidrs": ["10.0.0.1/32"]}},
@@ -204,7 +204,7 @@ def test_schema_rejects_misspelt_and_wrong_values() -> None:
     with helm.Chart.load(CHART) as chart:
         for bad in ({"agent": {"sampleIntervl": 2}}, {"collector": {"logLevel": "verbose"}}, {"agent": {"nvml": "fake"}},
                     {"topology": {"levels": "a,b"}}, {"serviceMonitor": {"interval": "30 seconds"}},
-                    {"networkPolicy": {"apiServer": {"ports": []}}}):
+                    {"networkPolicy": {"apiServer": {"ports": []}}}, {"prometheusRule": {"runbookBaseUrl": "wiki/runbook"}}):
             with pytest.raises(helm.HelmValuesError):
                 chart.validate_schema(bad)
 
@@ -309,6 +309,8 @@ def test_everything_reaches_its_objects(rendered: dict[str, dict[str, Any]]) -> 
         assert policy["egress"][0] == {"ports": [{"port": 6443, "protocol": "TCP"}], "to": [{"ipBlock": {"cidr": "10.0.0.1/32"}}]}
         assert policy["ingress"][0]["from"][0]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
     assert one(objs, "PrometheusRule", "prod-gangscope-rules")["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    alerts = [r for g in one(objs, "PrometheusRule", "prod-gangscope-rules")["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    assert alerts and all(r["annotations"]["runbook_url"] == f"https://wiki.example/ml/runbook#{r['alert'].lower()}" for r in alerts)
     dashboards = [o for o in objs if o["kind"] == "ConfigMap"]
     assert dashboards and {o["metadata"]["namespace"] for o in dashboards} == {"monitoring"}
     assert one(objs, "Namespace", "monitoring-ns")["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"

@@ -23,7 +23,7 @@ from exporter.kube import client
 ROOT = Path(__file__).resolve().parents[1]
 
 SCRIPT = textwrap.dedent("""
-    import asyncio, json, subprocess, time
+    import asyncio, json, os, subprocess, tempfile, time
     from exporter.exposition import Exposition
     from exporter.health import SourceHealth
     from exporter.kube import client as kc
@@ -42,8 +42,10 @@ SCRIPT = textwrap.dedent("""
         sim.serve(WORKLOADS)
         sim.create(make_object(WORKLOADS, "a", "ns"))
         await sim.start()
-        sim.write_kubeconfig("/tmp/gs-deadconn-kubeconfig")
-        api = await kc.KubeClient.create("/tmp/gs-deadconn-kubeconfig", watch_read_slack=300)
+        # a folder of its own (removed at exit): a fixed path would be another run's on a shared machine
+        folder = tempfile.TemporaryDirectory(prefix="gs-deadconn-")
+        kubeconfig = sim.write_kubeconfig(os.path.join(folder.name, "kubeconfig"))
+        api = await kc.KubeClient.create(kubeconfig, watch_read_slack=300)
         health = SourceHealth("workloads", Exposition())
         inf = Informer(api, WORKLOADS, "v1beta2", ObjectCache(), health, watch_timeout=300,
                        backoff=BackoffPolicy(base=0.05, cap=0.1))

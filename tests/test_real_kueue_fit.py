@@ -1,5 +1,5 @@
 """A real Kueue decides, gangscope must agree: the fit of a waiting Workload against the upstream
-Kueue controller manager (``/work/shared/tools/kueue``, v0.19.2) on the suite's real kube-apiserver.
+Kueue controller manager (``../shared/tools/kueue``, v0.19.2) on the suite's real kube-apiserver.
 
 One apiserver, one Kueue, one scenario per ClusterQueue: each scenario's Nodes carry its own label,
 which its ResourceFlavor(s) select, so scenarios cannot see each other's capacity. The
@@ -16,23 +16,29 @@ import os
 import subprocess
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 import realapi
+import shared_folder
 from collectors import started_collector
 from exporter.cluster.workloads import parse_workload
 from realapi import RealCluster
 
-KUEUE = Path(os.environ.get("GANGSCOPE_KUEUE_TOOLS", "/work/shared/tools/kueue"))
+KUEUE = shared_folder.root() / "tools" / "kueue"
 BLOCK, RACK, HOST = "cloud.provider.com/topology-block", "cloud.provider.com/topology-rack", "kubernetes.io/hostname"
 SCENARIO_LABEL = "gangscope.test/scenario"
 GPU = "nvidia.com/gpu"
 ALLOCATABLE = {"cpu": "8", "memory": "64Gi", "pods": "110", GPU: "8"}
 
-pytestmark = [pytest.mark.realapi, pytest.mark.skipif(not (KUEUE / "start.sh").exists(), reason="no Kueue tools")]
+pytestmark = pytest.mark.realapi
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _kueue_tools() -> None:
+    """Before the module's API server starts: skip without ../shared's Kueue (fail under CI)."""
+    shared_folder.require("tools", "kueue", "start.sh")
 
 
 @dataclass

@@ -30,15 +30,19 @@ from typing import Any
 import pytest
 
 import realapi
+import shared_folder
 from collectors import started_collector
 from kueue_objects import family_series, local_queue
 from waiting import eventually
 
-KUEUE = Path(__file__).resolve().parents[2] / "shared" / "tools" / "kueue"
-if not KUEUE.is_dir():
-    KUEUE = Path("/work/shared/tools/kueue")
-pytestmark = [pytest.mark.realapi, pytest.mark.skipif(not (KUEUE / "kueue").exists() or shutil.which("kubectl") is None,
-                                reason="the real Kueue (../shared/tools/kueue) or kubectl is not on this machine")]
+KUEUE = shared_folder.root() / "tools" / "kueue"
+pytestmark = [pytest.mark.realapi, pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not on this machine")]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _kueue_tools() -> None:
+    """Before the module's API server starts: skip without ../shared's Kueue (fail under CI)."""
+    shared_folder.require("tools", "kueue", "kueue")
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import shared_folder
 from exporter.kube.typed import Unclean, page_decoder
 
-SHARED_REAL = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
+SHARED_REAL = shared_folder.present("fixtures", "real")  # more real objects where ../shared is beside the checkout
 
 
 def _json_ready(value: Any) -> Any:
@@ -33,7 +34,7 @@ def _json_ready(value: Any) -> Any:
 def real_objects(files: list[Path], keep: Callable[[dict[str, Any]], bool]) -> list[tuple[str, dict[str, Any]]]:
     """Every object ``keep`` takes in ``files`` (YAML streams or JSON, Lists unpacked), named
     ``file#index``, with the shared real fixtures' files after them where they are present."""
-    if SHARED_REAL.is_dir():
+    if SHARED_REAL is not None:
         files = files + sorted(SHARED_REAL.rglob("*.yaml")) + sorted(SHARED_REAL.rglob("*.json"))
     found = []
     for f in files:

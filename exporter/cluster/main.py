@@ -145,6 +145,9 @@ async def settle_gc_after_first_sync(ready: Callable[[], Awaitable[None]], limit
 
 
 def run(args: argparse.Namespace) -> int:
+    from .. import serving
+
+    serving.check(args)  # a --listen that cannot work: the one error line, before the start is logged
     start_logging("collector", args, args.log_level)
     tune_gc()
     try:
@@ -232,11 +235,15 @@ class Collector:
             self.handlers[name].health = state.health  # parse errors counted on the source's own health
         from ..explain import EXPLAIN_ROUTE, explain_route
 
-        self.endpoint = await serving.start(
-            args, self.exposition, self.ready, [explain_route(self.store, self.gangs)], post_json=self.client.post_json,
-            title="gangscope collector", sources=self._healths, featured=self._worth_a_look,
-            routes=[(EXPLAIN_ROUTE, "why a job is pending or slow, layer by layer (JSON; &pretty, or a browser, "
-                                    "gets it indented)")])
+        try:
+            self.endpoint = await serving.start(
+                args, self.exposition, self.ready, [explain_route(self.store, self.gangs)], post_json=self.client.post_json,
+                title="gangscope collector", sources=self._healths, featured=self._worth_a_look,
+                routes=[(EXPLAIN_ROUTE, "why a job is pending or slow, layer by layer (JSON; &pretty, or a browser, "
+                                        "gets it indented)")])
+        except BaseException:  # a port in use: nothing else started yet, and stop() would not be called
+            await self.client.close()
+            raise
         self.store.capacity.hold()  # until the first sync: its domains rendered once (_first_sync)
         self._first_sync_task = asyncio.create_task(self._first_sync(), name="collector:first-sync")
         self.gangs.start_timers()

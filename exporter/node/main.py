@@ -73,6 +73,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .. import serving
+
+    serving.check(args)  # a --listen that cannot work: the one error line, before the start is logged
     start_logging("agent", args, args.log_level)
     try:
         levels, _ = topology_from_args(args)
@@ -119,7 +122,11 @@ async def serve(args: argparse.Namespace, levels: TopologyLevels, stop: asyncio.
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-    await agent.start()
+    try:
+        await agent.start()
+    except BaseException:  # a port in use (CommandError): close what started, the API client's session first of all
+        await agent.stop()
+        raise
     waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(agent.lifecycle.wait_fatal())]
     try:
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
@@ -132,6 +139,12 @@ async def serve(args: argparse.Namespace, levels: TopologyLevels, stop: asyncio.
 
 
 if __name__ == "__main__":  # ``python -m exporter.node.main``: the agent without the other subcommands' imports
+    from ..errors import CommandError
+
     _parser = argparse.ArgumentParser(prog="gangscope agent")
     add_arguments(_parser)
-    sys.exit(run(_parser.parse_args()))
+    try:
+        sys.exit(run(_parser.parse_args()))
+    except CommandError as _exc:  # what exporter.cli.main says for ``gangscope agent``
+        print(f"gangscope agent: {_exc}", file=sys.stderr)
+        sys.exit(_exc.status)
