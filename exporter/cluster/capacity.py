@@ -41,7 +41,7 @@ it the cluster as Kueue's placement reads it (:mod:`.tas_fit`): per GPU node its
 resources, taints and readiness, and the usage on it, the admitted Workloads' pods x requests (and
 a ``pods`` unit each) on the hosts of their assignments plus the requests of the bound non-TAS pods
 the pod store holds (Kueue's non-TAS usage, pod_usage_controller.go:158-173), one snapshot per
-flavor and state of the cluster, and the time it last saw capacity freed.
+flavor and state of the cluster.
 
 **Sharding.** Capacity and unavailable GPUs come from Nodes, which every shard watches; used
 GPUs from Workloads and bound GPUs from pods, which shards split by namespace. So with several
@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -192,15 +191,13 @@ class Capacity:
                  *, gpu_resources: Sequence[str] = ("nvidia.com/gpu",), sizes: Sequence[int] = DEFAULT_PLACEMENT_SIZES,
                  flavors: Mapping[str, ResourceFlavor] | None = None, topologies: Mapping[str, Topology] | None = None,
                  shard: int = 0, total_shards: int = 1,
-                 queue_flavors: Callable[[str], tuple[str, ...] | None] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 queue_flavors: Callable[[str], tuple[str, ...] | None] | None = None) -> None:
         self.exposition = exposition
         exposition.register(*FAMILIES)
         self._skip = exposition.filtered(FAMILIES)  # --metric-denylist: never formatted
         self.fits = Fits(exposition, lambda key: self._levels().alias(key))
         # The flavors of a ClusterQueue, in spec order (None: the queue is not known).
         self._queue_flavors = queue_flavors or (lambda _cq: None)
-        self._clock = clock
         self._levels, self._fragment = levels, fragment
         self.sizes = tuple(sizes)
         self._flavors: Mapping[str, ResourceFlavor] = flavors if flavors is not None else {}
@@ -222,12 +219,11 @@ class Capacity:
         self._needed: dict[WorkloadKey, list[tuple[PodSet, str, Any]]] = {}  # admitted, preferred: (pod set, flavor, level key)
         self._dirty_needed: set[WorkloadKey] = set()
         # The fit's view (see module doc): usage per hostname of the admitted Workloads, every
-        # resource; per flavor the snapshot of the current state; when capacity was last freed.
+        # resource; per flavor the snapshot of the current state.
         self._tas_usage: dict[str, dict[str, int]] = {}
         self._snapshots: dict[str, FlavorSnapshot] = {}
         self._fit_flavors: dict[str, FitFlavor] | None = None
         self._fit_dirty = False  # the cluster changed since the fits were last evaluated
-        self.changed_at: float | None = None
         self._needed_cache: dict[Any, list[int]] = {}
         self._candidates_cache: dict[Any, list[Host]] = {}
         self._flavor_cache: dict[tuple[str, str], list[Candidates]] = {}
@@ -284,23 +280,14 @@ class Capacity:
         self.settle()
 
     def _non_tas_changed(self, node: str) -> None:
-        """A watched pod on ``node`` came, went or changed: the fit's snapshots are stale, and
-        usage that went down freed capacity."""
+        """A watched pod on ``node`` came, went or changed: the fit's snapshots are stale."""
         new = self._pods.non_tas_usage_on(node) if self._pods is not None else {}
         old = self._non_tas_seen.get(node, {})
         if new == old:
             return
-        if any(new.get(k, 0) < v for k, v in old.items()):
-            self._freed()
         self._non_tas_seen[node] = dict(new)
         self._snapshots.clear()
         self._fit_dirty = True
-
-    def _freed(self) -> None:
-        """Capacity was freed, seen live: a fit Kueue denied before now may be right (see
-        :func:`.workload_fit.against_kueue`). Offline, nothing is seen change."""
-        if self._loop is not None:
-            self.changed_at = self._clock()
 
     def _node_fit(self, name: str, node: Node | None) -> None:
         """Keep what the placement reads of every Node (its record shared, so equal Nodes cost little)."""
@@ -313,20 +300,9 @@ class Capacity:
         if old is not None and (old.allocatable, old.taints, old.ready, old.unschedulable, old.labels) == (
                 node.allocatable, node.taints, node.ready, node.unschedulable, node.labels):
             return  # a heartbeat: nothing the placement reads
-        new = self._fit_nodes[name] = _fit_node(node)
-        self._fit_changed(new, old)
-
-    def _fit_changed(self, new: FitNode, old: FitNode | None) -> None:
-        """A Node changed what the placement reads of it."""
+        self._fit_nodes[name] = _fit_node(node)
         self._snapshots.clear()
         self._fit_dirty = True
-        if old is None:
-            return  # a Node first seen: during a LIST every one is; never counted as freed
-        usable_before = old.ready and not old.unschedulable
-        usable = new.ready and not new.unschedulable
-        if ((usable and not usable_before) or any(new.allocatable.get(k, 0) > v for k, v in old.allocatable.items())
-                or any(t not in new.taints for t in old.taints) or new.labels != old.labels):
-            self._freed()
 
     @property
     def bound_known(self) -> bool:
@@ -531,8 +507,6 @@ class Capacity:
                     u["pods"] = u.get("pods", 0) + n
                     if u["pods"] <= 0:
                         del tas[host]
-                    if sign < 0 and host in hosts:
-                        self._freed()
                     self._snapshots.clear()
                     self._fit_dirty = True
                 if gpus == 0:
@@ -715,7 +689,7 @@ class Capacity:
             self._render_needed()
         if self.complete and (self._fit_dirty or self.fits.pending):
             cluster_changed, self._fit_dirty = self._fit_dirty, False
-            self.fits.evaluate(cluster_changed, self._queue_flavors, self.fit_flavors(), self.snapshot, self.changed_at)
+            self.fits.evaluate(cluster_changed, self._queue_flavors, self.fit_flavors(), self.snapshot)
 
     # ---- the fit's view (see module doc) --------------------------------------------------------
 
@@ -725,7 +699,7 @@ class Capacity:
         if not self.complete:
             return None
         self.flush()
-        return self.fits.report(wl.key, self.changed_at)
+        return self.fits.report(wl.key)
 
     def fit_flavors(self) -> dict[str, FitFlavor]:
         """The TAS ResourceFlavors whose Topology is known, as the placement reads them."""

@@ -142,15 +142,14 @@ class Fits:
         self.exposition.delete(_BLOCKED_OWNER)
 
     def evaluate(self, cluster_changed: bool, queue_flavors: Callable[[str], tuple[str, ...] | None],
-                 flavors: Mapping[str, FitFlavor], snapshot: Callable[[FitFlavor], FlavorSnapshot],
-                 changed_at: float | None) -> None:
+                 flavors: Mapping[str, FitFlavor], snapshot: Callable[[FitFlavor], FlavorSnapshot]) -> None:
         """Verdicts for the Workloads that changed, or all when the cluster did; render them."""
         keys = list(self._waiting) if cluster_changed else [k for k in self._dirty if k in self._waiting]
         self._dirty.clear()
         memo: dict[Any, Verdict] = {}
         for key in keys:
             w = self._waiting[key]
-            verdict = self._verdict(w, queue_flavors, flavors, snapshot, changed_at, memo)
+            verdict = self._verdict(w, queue_flavors, flavors, snapshot, memo)
             if verdict != w.verdict:
                 was_blocked = w.verdict is not None and bool(w.verdict.blocked_level) and w.topological
                 w.verdict = verdict
@@ -165,16 +164,16 @@ class Fits:
         """Workloads noted since the last evaluation, or a fragmentation count to render."""
         return bool(self._dirty) or self._blocked_dirty
 
-    def report(self, key: WorkloadKey, changed_at: float | None) -> FitReport | None:
+    def report(self, key: WorkloadKey) -> FitReport | None:
         """explain's view of one Workload's fit (None: it is not waiting with a topology request)."""
         w = self._waiting.get(key)
         if w is None or w.verdict is None or (not w.verdict.known and all(ps.topology is None for ps in w.podsets)):
             return None  # nothing topological to say of a Workload without a topology request
-        return FitReport(w.verdict, fit_text(w.verdict, w.kueue_failed_at, changed_at), fit_evidence(w.verdict))
+        return FitReport(w.verdict, fit_text(w.verdict, w.kueue_failed_at), fit_evidence(w.verdict))
 
     def _verdict(self, w: _Waiting, queue_flavors: Callable[[str], tuple[str, ...] | None],
                  flavors: Mapping[str, FitFlavor], snapshot: Callable[[FitFlavor], FlavorSnapshot],
-                 changed_at: float | None, memo: dict[Any, Verdict]) -> Verdict:
+                 memo: dict[Any, Verdict]) -> Verdict:
         if w.unknown:
             return Verdict(False, why=w.unknown)
         qf = queue_flavors(w.cluster_queue) if w.cluster_queue else None
@@ -186,7 +185,7 @@ class Fits:
         verdict = memo.get(shape)
         if verdict is None:
             verdict = memo[shape] = workload_verdict(podsets, qf, flavors, snapshot)
-        return against_kueue(verdict, w.kueue_failed_at, changed_at)
+        return against_kueue(verdict, w.kueue_failed_at)
 
     def _render(self, key: WorkloadKey, v: Verdict) -> None:
         owner = ("capacity_workload_fit", *key)

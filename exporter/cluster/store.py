@@ -347,7 +347,7 @@ class ClusterStore:
         self._level_names: dict[str, str] = {}
         self.capacity = Capacity(exposition, lambda: self.levels, self.fragment, gpu_resources=self.gpu_resources,
                                  sizes=placement_sizes, flavors=self.flavors, topologies=self.topologies,
-                                 shard=shard, total_shards=total_shards, queue_flavors=self.queue_flavors, clock=clock)
+                                 shard=shard, total_shards=total_shards, queue_flavors=self.queue_flavors)
         self.on_workload_change.append(lambda key: self.capacity.workload_changed(key, self.workloads.get(key)))
         self.on_topology_change.append(self.capacity.levels_changed)
 

@@ -54,8 +54,7 @@ class Verdict:
     blocked_level: str = ""  # the required level that fragmentation blocks ("" when not fragmented)
     placements: tuple[tuple[str, PodSetPlacement], ...] = ()  # per pod set, in that flavor
     why: str = ""
-    disagrees: bool = False  # the model places it, Kueue's last attempt did not, nothing freed since
-    kueue_stale: bool = False  # the model places it, Kueue's last attempt did not, capacity freed since
+    disagrees: bool = False  # the model places it, Kueue's last attempt did not
 
 
 def relaxed(ps: FitPodSet) -> FitPodSet:
@@ -107,18 +106,21 @@ def workload_verdict(podsets: Sequence[FitPodSet], queue_flavors: Sequence[str] 
                                                                      for ps in podsets))
 
 
-def against_kueue(verdict: Verdict, kueue_failed_at: float | None, cluster_changed_at: float | None) -> Verdict:
-    """Never say the opposite of Kueue without a reason: when Kueue's last attempt (its
-    ``QuotaReserved=False`` condition, topological, at ``kueue_failed_at``) found no placement
-    and the model finds one, the fit stands only if the cluster freed capacity after that attempt
-    (``cluster_changed_at``, gangscope's own observation); else it is unknown: something gangscope
-    does not see (pods it does not watch, a node replacement, a gate) may be what Kueue counted."""
+def against_kueue(verdict: Verdict, kueue_failed_at: float | None) -> Verdict:
+    """Never say the opposite of Kueue: when Kueue's last attempt (its ``QuotaReserved=False``
+    condition, topological, failing since ``kueue_failed_at``) found no placement and the model
+    finds one, the fit is unknown. Kueue tries again as soon as capacity of the ClusterQueue or its
+    cohort is freed: deleting or finishing an admitted Workload requeues the inadmissible ones
+    (kueue v0.19.2 pkg/controller/core/workload_controller.go, ``Delete`` and the finish path, via
+    pkg/cache/queue/manager.go ``QueueAssociatedInadmissibleWorkloadsAfter``), so a difference that
+    lasts is something gangscope does not see (pods it does not watch, a node replacement, a gate).
+    A judgement of the objects alone: the same in a dump, in explain's own LIST and in a collector
+    that has watched for hours (which once trusted the model after seeing capacity freed, and so
+    answered otherwise than explain on the same objects)."""
     if not verdict.known or not verdict.domain or kueue_failed_at is None:
         return verdict
-    if cluster_changed_at is not None and cluster_changed_at > kueue_failed_at:
-        return replace(verdict, kueue_stale=True)
     return Verdict(False, flavor=verdict.flavor, placements=verdict.placements, disagrees=True,
-                   why="Kueue's last attempt found no placement and the cluster has not freed capacity since")
+                   why="Kueue's last attempt found no placement where gangscope's model finds one")
 
 
 def _ts(t: float | None) -> str:
@@ -131,21 +133,18 @@ def _placed(p: PodSetPlacement) -> str:
     return f"{pods} pods on {len(p.domains)} {where}{'s' if len(p.domains) != 1 else ''}"
 
 
-def fit_text(v: Verdict, kueue_failed_at: float | None, changed_at: float | None) -> str:
+def fit_text(v: Verdict, kueue_failed_at: float | None) -> str:
     """explain's sentence for a verdict, beside Kueue's own message (never its opposite without saying why)."""
     if not v.known:
         if v.disagrees:
             return (f"gangscope's model of Kueue's placement would place it now (flavor {v.flavor}), but Kueue's last "
-                    f"attempt at {_ts(kueue_failed_at)} found no placement and gangscope has seen no capacity freed since: "
-                    "Kueue counts something gangscope does not see (pods outside gangscope's watch, for one); fit unknown")
+                    f"attempt (failing since {_ts(kueue_failed_at)}) found no placement. Kueue tries again as soon as "
+                    "capacity is freed, so if this lasts Kueue counts something gangscope does not see (pods outside "
+                    "gangscope's watch, for one); fit unknown")
         return f"fit unknown: {v.why}"
     if v.domain:
-        text = f"gangscope's model places it now in flavor {v.flavor}: " + "; ".join(
+        return f"gangscope's model places it now in flavor {v.flavor}: " + "; ".join(
             f"{name} {_placed(p)}" for name, p in v.placements)
-        if v.kueue_stale:
-            text = (f"Kueue's last attempt at {_ts(kueue_failed_at)} found no placement; since then capacity was freed "
-                    f"(last at {_ts(changed_at)}): it should be admitted on its next attempt. " + text)
-        return text
     reasons = "; ".join(f"{name}: {p.reason}" for name, p in v.placements if p.reason)
     if v.cluster:
         return f"no single domain fits ({reasons}), but the flavor {v.flavor} would hold it with the level dropped: fragmented"
@@ -157,7 +156,7 @@ def fit_evidence(v: Verdict) -> dict[str, Any]:
     return {
         "known": v.known, "fits_as_requested": v.domain if v.known else None, "fits_with_levels_dropped": v.cluster if v.known else None,
         "flavor": v.flavor or None, "fragmented_level": v.blocked_level or None, "unknown_because": v.why or None,
-        "kueue_disagrees": v.disagrees, "kueue_attempt_stale": v.kueue_stale,
+        "kueue_disagrees": v.disagrees,
         "podsets": [{"podset": name, "levels": list(p.levels), "domains": [{"values": list(d), "pods": n} for d, n in p.domains],
                      "reason": p.reason or None} for name, p in v.placements],
     }
