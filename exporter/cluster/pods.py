@@ -137,7 +137,7 @@ class Pod:
     rv: int  # metadata.resourceVersion as a number (0 when not one): a late event of one watch never undoes a newer one
     terminating: bool = False  # metadata.deletionTimestamp is set: it still holds its node's GPUs, but leaves the gang
     gates: tuple[str, ...] = ()  # spec.schedulingGates[].name: the scheduler does not look at the pod until they go
-    waiting: str = ""  # bound but not started: the first waiting container's reason (ImagePullBackOff, ...)
+    waiting: str = ""  # bound, a container not running: the first waiting one's reason (ImagePullBackOff, CrashLoopBackOff, ...)
     gpus_unknown: bool = False  # GPUs through DRA claims or KAI gpu-memory: held, but how many is not in the pod
     disrupted: str = ""  # the DisruptionTarget condition's reason while True (preemption, eviction, node drain)
     sources: int = 0  # bit set of the sources that currently deliver the pod
@@ -210,7 +210,7 @@ def parse_pod(obj: Any, gpu_resources: Sequence[str]) -> Pod:
         jobset_uid=_value(labels, JOBSET_UID_LABEL), rv=int(rv) if rv.__class__ is str and rv.isdigit() else 0,
         requests=requests, tas=any(a in annotations for a in TAS_ANNOTATIONS),
         terminating=bool(deletion), gates=_gates(spec.get("schedulingGates")),
-        waiting=_waiting(status) if node and phase == "Pending" else "", disrupted=disrupted, gpus_unknown=gpus_unknown,
+        waiting=_waiting(status) if node and phase in ("Pending", "Running") else "", disrupted=disrupted, gpus_unknown=gpus_unknown,
     )
 
 
@@ -247,7 +247,8 @@ def _gates(raw: Any) -> tuple[str, ...]:
 
 
 def _waiting(status: dict) -> str:
-    """Why a bound pod has not started: the first waiting init container's reason, else the first
+    """Why a bound pod has not started, or (Running) a container of it is not running (CrashLoopBackOff
+    between restarts): the first waiting init container's reason, else the first
     waiting container's (the kubelet's words: ContainerCreating, ImagePullBackOff, ...); "" when
     the kubelet reported none yet. Malformed entries say nothing (the phase still tells)."""
     for key in ("initContainerStatuses", "containerStatuses"):
