@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
+import yaml
 import structlog
 
 from .cluster.gang_state import PLACEMENT_GATES, workload_members
@@ -36,6 +37,7 @@ from .cluster.volcano_queues import queue_verdict
 from .cluster.workload_fit import is_topological
 from .cluster.workload_state import WAITING_STAGES, in_queue
 from .config import add_kube, add_logging
+from .rule_queries import Rules
 from .training_layer import DEFAULT_MAPPINGS, Mapping, training_layer
 from .training_layer import add_arguments as training_arguments
 
@@ -671,7 +673,7 @@ async def interconnect_layer(wl: Workload | None, prometheus: str | None, now: f
 
 async def diagnose(store: ClusterStore, gangs: GangIndex, namespace: str, name: str, *,
                    prometheus: str | None = None, now: float | None = None,
-                   throughput: Sequence[Mapping] = DEFAULT_MAPPINGS) -> dict[str, Any]:
+                   throughput: Sequence[Mapping] = DEFAULT_MAPPINGS, rules: Rules | None = None) -> dict[str, Any]:
     """The explain document (schema in docs/explain.md); raises :class:`UnknownTarget`."""
     now = time.time() if now is None else now
     how, wl, wl_gangs = resolve(store, gangs, namespace, name)
@@ -699,7 +701,7 @@ async def diagnose(store: ClusterStore, gangs: GangIndex, namespace: str, name: 
         elif layer_name == "interconnect":
             layer = await interconnect_layer(wl, prometheus, now)
         elif layer_name == "training":
-            layer = await _training(wl, prometheus, now, throughput)
+            layer = await _training(wl, prometheus, now, throughput, rules)
         else:
             layer = job_layer(wl, store, gangs.jobs, now)
         if layer_name in CLUSTER_LAYERS and (layer["status"] == "blocking") != (layer_name == holding):
@@ -715,6 +717,10 @@ async def diagnose(store: ClusterStore, gangs: GangIndex, namespace: str, name: 
     elif blocked is not None:
         slow = blocked["name"] in ("interconnect", "training") or blocked["evidence"].get("problem") == "progress_stale"
         verdict = {"status": "slow" if slow else "held", "layer": blocked["name"], "summary": blocked["summary"]}
+    elif failed := [l for l in layers if l["evidence"].get("error")]:
+        # a Prometheus that was asked and did not answer: no healthy verdict that was not computed
+        verdict = {"status": "unknown", "layer": None, "summary": "admitted, placed and assembled; "
+                   + "; ".join(f"{l['name']} {l['summary']}" for l in failed)}
     elif all(l["status"] == "ok" for l in layers):
         verdict = {"status": "running", "layer": None, "summary": "every layer is healthy"}
     elif all(l["status"] == "ok" for l in layers if l["name"] not in ("interconnect", "training")):
@@ -748,13 +754,14 @@ def topology_gated(wl: Workload | None, wl_gangs: Sequence[Gang], index: GangInd
             if any(gate in PLACEMENT_GATES for gate in p.gates)]
 
 
-async def _training(wl: Workload | None, prometheus: str | None, now: float, mappings: Sequence[Mapping]) -> dict[str, Any]:
+async def _training(wl: Workload | None, prometheus: str | None, now: float, mappings: Sequence[Mapping],
+                    rules: Rules | None) -> dict[str, Any]:
     """The training layer (exporter.training_layer) of a Workload: its own throughput against its
     previous hour, and whether a slowdown is scheduling, hardware or the job itself."""
     if wl is None:
         return {"name": "training", "status": "unknown", "summary": "no Kueue Workload: throughput is joined by workload name",
                 "evidence": {}}
-    return await training_layer(wl.namespace, wl.name, wl.stage == "running", prometheus, now, mappings)
+    return await training_layer(wl.namespace, wl.name, wl.stage == "running", prometheus, now, mappings, rules)
 
 
 # ---- rendering ---------------------------------------------------------------------------------
@@ -988,8 +995,13 @@ def run(args: argparse.Namespace) -> int:
             if quiet:
                 setup_logging(args.log_level)
     try:
+        rules = Rules.load(args.rules)
+    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as exc:
+        print(f"gangscope explain: --rules {args.rules}: not a Prometheus rules file ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return 2
+    try:
         doc = asyncio.run(diagnose(store, gangs, namespace, name, prometheus=args.prometheus,
-                                   throughput=args.throughput or DEFAULT_MAPPINGS))
+                                   throughput=args.throughput or DEFAULT_MAPPINGS, rules=rules))
     except UnknownTarget as exc:
         print(f"gangscope explain: {exc}{unread}", file=sys.stderr)
         return 1
@@ -999,7 +1011,10 @@ def run(args: argparse.Namespace) -> int:
         tty = sys.stdout.isatty()
         sys.stdout.write(render_text(doc, colour=tty, columns=shutil.get_terminal_size().columns if tty else 100))
     sys.stdout.flush()
-    return 0
+    errors = sorted({l["evidence"]["error"] for l in doc["layers"] if l["evidence"].get("error")})
+    for error in errors:  # what was asked for could not be checked: say it once, exit non-zero
+        print(f"gangscope explain: {error}", file=sys.stderr)
+    return 1 if errors else 0
 
 
 EXPLAIN_ROUTE = "/debug/explain?namespace=NAMESPACE&name=NAME"

@@ -103,11 +103,22 @@ class Prometheus:
         self.session, self.base = session, base.rstrip("/")
 
     async def query(self, expr: str, at: float) -> list[Sample]:
+        data = await self._get("query", {"query": expr, "time": f"{at:.3f}"}, expr, "vector")
+        return [(s.get("metric") or {}, float(s["value"][1])) for s in data.get("result") or []]
+
+    async def query_range(self, expr: str, start: float, end: float, step: float) -> list[tuple[dict[str, str], list[Any]]]:
+        """``/api/v1/query_range``: per series its labels and ``[time, value]`` points."""
+        params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+        data = await self._get("query_range", params, expr, "matrix")
+        return [(s.get("metric") or {}, s.get("values") or []) for s in data.get("result") or []]
+
+    async def _get(self, api: str, params: dict[str, str], expr: str, want: str) -> dict[str, Any]:
+        """One API call; every way it can fail is one sentence (:class:`PrometheusError`)."""
         import aiohttp
 
-        url = f"{self.base}/api/v1/query"
+        url = f"{self.base}/api/v1/{api}"
         try:
-            async with self.session.get(url, params={"query": expr, "time": f"{at:.3f}"}) as resp:
+            async with self.session.get(url, params=params) as resp:
                 status, ctype, raw = resp.status, resp.content_type, await resp.read()
         except aiohttp.ClientConnectorError as exc:
             raise PrometheusError(f"cannot reach Prometheus at {self.base}: {exc.os_error.strerror or exc.os_error}; "
@@ -130,9 +141,9 @@ class Prometheus:
             raise PrometheusError(f"Prometheus{' ' + version if version else ''} at {self.base} refused a query "
                                   f"(HTTP {status}, {body.get('errorType') or 'error'}: {body.get('error')}){hint}", expr)
         data = body.get("data") or {}
-        if data.get("resultType") != "vector":
-            raise PrometheusError(f"Prometheus at {self.base} answered a {data.get('resultType')!r}, not an instant vector", expr)
-        return [(s.get("metric") or {}, float(s["value"][1])) for s in data.get("result") or []]
+        if data.get("resultType") != want:
+            raise PrometheusError(f"Prometheus at {self.base} answered a {data.get('resultType')!r}, not a {want}", expr)
+        return data
 
     async def version(self) -> str | None:
         """The server's version from ``/api/v1/status/buildinfo``, or None (old or not Prometheus)."""

@@ -1,17 +1,21 @@
 """explain's training layer: is the job itself slower, and is it scheduling, hardware or the job?
 
-The same diagnosis as the ``gangscope-training.rules`` recording rules (alerts/generate.py
-``training_rules``), computed for one Workload from the raw series, so it works on any
+The diagnosis of the ``gangscope-training.rules`` recording rules (alerts/generate.py
+``training_rules``) for one Workload, computed from the scraped series, so it works on any
 Prometheus that scrapes the jobs and gangscope (with or without gangscope's rules loaded, and on
 history recorded before the rules were): the job's own throughput now against its rolling
-baseline (its average over the hour that ends 15m before now, through a subquery), its NVLink
-throughput per GPU against the same baseline, the scheduling events (re-placement, gang timeout,
-eviction) and hardware signals (link down, NVLink errors, fabric health, PCIe width) of the last
-30 minutes. Every query is in the layer's evidence, so a user can run it.
+baseline (its average over the hour that ends 15m before now, through a subquery); and, in the
+rules' own expressions (:mod:`exporter.rule_queries` inlines them from the rules file the package
+ships), its interconnect ratio (NVLink and PCIe, both directions), the scheduling events
+(re-placement, gang timeout, eviction, job restart) and hardware signals (link down, NVLink
+errors, fabric health, PCIe width, a straggler GPU, racks with mixed hardware, XIDs) of the last
+30 minutes: an event or a signal the rules count, explain counts. Every query is in the layer's
+evidence, so a user can run it.
 
-:func:`verdict` is the judgement, a pure function of those numbers; :func:`training_layer` runs
-the queries. The defaults equal alerts/config.yaml's ``training`` section (tests/test_training_layer.py
-checks), and ``--throughput`` adds or replaces mappings the way ``training.throughput`` does.
+:func:`verdict` is the judgement, a pure function of those numbers in the order and with the
+conditions of the rules' verdicts; :func:`training_layer` runs the queries. The defaults equal
+alerts/config.yaml's ``training`` section (tests/test_training_layer.py checks), and
+``--throughput`` adds or replaces mappings the way ``training.throughput`` does.
 """
 
 from __future__ import annotations
@@ -20,9 +24,13 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import structlog
+
+from .interconnect import Prometheus, PrometheusError
+from .rule_queries import Rules, for_workload
 
 log = structlog.get_logger(__name__)
 
@@ -33,8 +41,11 @@ RATE = "5m"
 RATIO = 0.7
 INTERCONNECT_RATIO = 0.7
 MIN_INTERCONNECT = 1e8  # bytes per second of baseline for the interconnect ratio to count
-NVLINK_ERRORS = 10  # GangscopeNVLinkErrorsRising's min_errors
-STRAGGLER_RATIO, STRAGGLER_MIN_MEDIAN = 0.5, 1e9  # GangscopeGPUStraggler's ratio and min_median_bytes_per_second
+# the rules' records (alerts/generate.py): the rate window is part of the per-GPU record's name
+SCHEDULING_EVENTS = "namespace_workload:gangscope_job_scheduling_events:count"
+HARDWARE_SIGNALS = "namespace_workload:gangscope_job_hardware_signals:count"
+INTERCONNECT = "namespace_workload:gangscope_interconnect_bytes:ratio"
+GPU_NVLINK = "namespace_workload_gpu:gangscope_nvlink_bytes:rate"
 STEP = 60  # seconds between the points of the "since when" range queries
 LOOKBACK = 7200  # how far back "since when" looks
 
@@ -99,6 +110,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "tokens_per_second, samples_total and TrainJob trainerStatus tokens_per_second, "
                         "alerts/config.yaml's training.throughput): type=gauge|counter, join=pod|job, label=LABEL, "
                         "aggregate=sum|max|avg")
+    p.add_argument("--rules", type=Path, metavar="FILE",
+                   help="the recording rules your Prometheus loads (alerts/generate.py's gangscope-rules.yaml, from your "
+                        "config.yaml): the training layer asks their scheduling events and hardware signals (default: the rules "
+                        "of the shipped config.yaml, installed with gangscope)")
 
 
 def baseline_of(expr: str) -> str:
@@ -113,43 +128,30 @@ def gpus_of(namespace: str, workload: str) -> str:
     return f'max by (node, gpu) (gangscope_gpu_pod_info{{namespace="{namespace}", workload="{workload}"}})'
 
 
-def queries(namespace: str, workload: str, mappings: Sequence[Mapping]) -> dict[str, str]:
+def queries(namespace: str, workload: str, mappings: Sequence[Mapping], rules: Rules | None = None) -> dict[str, str]:
     """Every instant query of the layer, by name (the evidence prints them)."""
-    gpus = gpus_of(namespace, workload)
-    nvlink = (f'sum by (node, gpu) (rate({{__name__=~"gangscope_nvlink_(transmit|receive)_bytes_total"}}[{RATE}])'
-              f" * on (node, gpu) group_left () {gpus})")
-    sel = f'namespace="{namespace}", workload="{workload}"'
+    rules = rules or Rules.load()
+    one = lambda expr: for_workload(rules.inline(expr), namespace, workload)  # noqa: E731
+    gpu = rules.named(GPU_NVLINK)
     out = {}
     for m in mappings:
         out[f"throughput:{m.name}"] = m.series(namespace, workload)
         out[f"baseline:{m.name}"] = baseline_of(m.series(namespace, workload))
     out |= {
-        # the job's whole NVLink traffic (the verdict's, as the rules', over whatever GPUs it held at each
-        # point: a move compares the new GPUs with the old), and each GPU's own (to name the worst)
-        "nvlink_ratio": f"sum({nvlink}) / (sum({baseline_of(nvlink)}) > {MIN_INTERCONNECT:g})",
-        "nvlink_gpu_ratio": f"({nvlink}) / ({baseline_of(nvlink)} > {MIN_INTERCONNECT:g})",
-        "nvlink_gpu_now": nvlink,
-        # as the rules: a Workload that held GPUs WINDOW ago, not where an agent's target is down
-        "placement_changed": (f"count(gangscope_gpu_pod_info{{{sel}}} unless gangscope_gpu_pod_info offset {WINDOW}"
-                              f" or gangscope_gpu_pod_info{{{sel}}} offset {WINDOW} unless gangscope_gpu_pod_info)"
-                              f" and on () count(gangscope_gpu_pod_info{{{sel}}} offset {WINDOW})"
-                              f" unless on () count(gangscope_gpu_pod_info{{{sel}}} offset {WINDOW} * on (job, instance) group_left () (up == 0))"),
-        "gang_stuck": f"max(max_over_time(gangscope_gang_assembly_stuck{{{sel}}}[{WINDOW}]))",
-        "evicted": f"sum(increase(gangscope_workload_evictions_total{{{sel}}}[{WINDOW}]))",
-        "nvlink_down": f"min by (node, gpu) (min_over_time(gangscope_nvlink_link_up[{WINDOW}]) * on (node, gpu) group_left () {gpus}) == 0",
-        "nvlink_errors": (f"sum by (node, gpu) (increase(gangscope_nvlink_errors_total[{WINDOW}]) * on (node, gpu) group_left () {gpus})"
-                          f" > {NVLINK_ERRORS}"),
-        "fabric_unhealthy": f"max by (node, gpu) ((gangscope_gpu_fabric_health == 1) * on (node, gpu) group_left () {gpus})",
-        "pcie_width_degraded": ('max by (node, gpu) ((gangscope_pcie_link_width{kind="current"} < ignoring (kind) '
-                                f'gangscope_pcie_link_width{{kind="max"}}) * on (node, gpu) group_left () {gpus})'),
+        # the rules' verdicts read these three (alerts/generate.py training_rules)
+        "interconnect_ratio": one(f"min by (namespace, workload) ({INTERCONNECT})"),
+        "scheduling_events": one(SCHEDULING_EVENTS),
+        "hardware_signals": one(HARDWARE_SIGNALS),
+        # each GPU's own NVLink traffic (both directions) against its previous hour, to name the worst
+        "nvlink_gpu_ratio": one(f"{gpu} / ({baseline_of(gpu)} > {MIN_INTERCONNECT:g})"),
     }
     return out
 
 
-def range_queries(namespace: str, workload: str, mapping: Mapping) -> dict[str, str]:
+def range_queries(namespace: str, workload: str, mapping: Mapping, rules: Rules | None = None) -> dict[str, str]:
     """The ratios over the last two hours, to say since when each is down."""
     return {"throughput_ratio": ratio_of(mapping.series(namespace, workload)),
-            "nvlink_gpu_ratio": queries(namespace, workload, ())["nvlink_gpu_ratio"]}
+            "nvlink_gpu_ratio": queries(namespace, workload, (), rules)["nvlink_gpu_ratio"]}
 
 
 @dataclass(frozen=True)
@@ -183,23 +185,6 @@ def verdict(ev: Evidence) -> str | None:
     return None
 
 
-async def _instant(session: Any, url: str, q: str, now: float) -> list[dict[str, Any]]:
-    async with session.get(url.rstrip("/") + "/api/v1/query", params={"query": q, "time": str(now)}) as resp:
-        body = await resp.json(content_type=None)
-    if resp.status != 200 or body.get("status") != "success":
-        raise RuntimeError(f"Prometheus {resp.status}: {body.get('error') or body}")
-    return body["data"]["result"]
-
-
-async def _range(session: Any, url: str, q: str, now: float) -> list[dict[str, Any]]:
-    params = {"query": q, "start": str(now - LOOKBACK), "end": str(now), "step": str(STEP)}
-    async with session.get(url.rstrip("/") + "/api/v1/query_range", params=params) as resp:
-        body = await resp.json(content_type=None)
-    if resp.status != 200 or body.get("status") != "success":
-        raise RuntimeError(f"Prometheus {resp.status}: {body.get('error') or body}")
-    return body["data"]["result"]
-
-
 def down_since(values: Sequence[Sequence[Any]], threshold: float) -> float | None:
     """The start of the last unbroken run of points below ``threshold`` that reaches the end."""
     since = None
@@ -212,32 +197,20 @@ def down_since(values: Sequence[Sequence[Any]], threshold: float) -> float | Non
     return since if last is not None and since is not None and float(values[-1][1]) < threshold else None
 
 
-def stragglers(rates: dict[tuple[str, str], float]) -> list[tuple[str, str]]:
-    """GPUs far below their gang's median GPU (GangscopeGPUStraggler's ratio and floor): an uneven drop."""
-    if len(rates) < 2:
-        return []
-    ordered = sorted(rates.values())
-    mid = len(ordered) // 2
-    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-    if median <= STRAGGLER_MIN_MEDIAN:
-        return []
-    return sorted(k for k, v in rates.items() if v < STRAGGLER_RATIO * median)
-
-
 def _clock(t: float | None) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%H:%M") if t is not None else "?"
 
 
-async def check_mappings(session: Any, url: str, mappings: Sequence[Mapping], now: float) -> dict[str, str]:
+async def check_mappings(prom: Prometheus, mappings: Sequence[Mapping], now: float) -> dict[str, str]:
     """Each mapping's state from Prometheus's metadata and series: ok, missing (no series: renamed,
     not scraped, or no job exports it), wrong_type (Prometheus knows it as another type). A
     problem is logged with the metric's name; the layer goes on with the others."""
     out = {}
     for m in mappings:
-        async with session.get(url.rstrip("/") + "/api/v1/metadata", params={"metric": m.metric}) as resp:
+        async with prom.session.get(prom.base + "/api/v1/metadata", params={"metric": m.metric}) as resp:
             meta = (await resp.json(content_type=None)).get("data", {}) if resp.status == 200 else {}
         types = {e.get("type") for e in meta.get(m.metric, [])} - {None, "unknown"}
-        series = await _instant(session, url, f"count({m.metric}{{{m.match}}})", now)
+        series = await prom.query(f"count({m.metric}{{{m.match}}})", now)
         if not series:
             state = "missing"
         elif types and m.type not in types:
@@ -252,65 +225,66 @@ async def check_mappings(session: Any, url: str, mappings: Sequence[Mapping], no
 
 
 async def training_layer(namespace: str, workload: str, running: bool, prometheus: str | None, now: float,
-                         mappings: Sequence[Mapping] = DEFAULT_MAPPINGS) -> dict[str, Any]:
+                         mappings: Sequence[Mapping] = DEFAULT_MAPPINGS, rules: Rules | None = None) -> dict[str, Any]:
     """The explain layer dict (name, status, summary, evidence)."""
     import aiohttp
 
-    qs = queries(namespace, workload, mappings)
+    qs = queries(namespace, workload, mappings, rules)
     evidence: dict[str, Any] = {"prometheus": prometheus, "queries": qs}
     if prometheus is None:
         return _layer("unknown", f"not checked: run with --prometheus URL, or query {qs[f'throughput:{mappings[0].name}']}"
                       if mappings else "not checked: no throughput mapping", evidence)
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
-            results = {k: await _instant(session, prometheus, q, now) for k, q in qs.items()}
-            evidence["mappings"] = await check_mappings(session, prometheus, mappings, now)
+            prom = Prometheus(session, prometheus)
+            results = {k: await prom.query(q, now) for k, q in qs.items()}
+            evidence["mappings"] = await check_mappings(prom, mappings, now)
             found = next((m for m in mappings if results[f"throughput:{m.name}"] and results[f"baseline:{m.name}"]), None)
-            ranges: dict[str, list[dict[str, Any]]] = {}
+            ranges: dict[str, list[tuple[dict[str, str], list[Any]]]] = {}
             if found is not None:
-                rq = range_queries(namespace, workload, found)
+                rq = range_queries(namespace, workload, found, rules)
                 evidence["range_queries"] = rq
-                ranges = {k: await _range(session, prometheus, q, now) for k, q in rq.items()}
-    except Exception as exc:  # unreachable Prometheus: say so, keep the rest of the diagnosis
-        evidence["error"] = str(exc)
-        return _layer("unknown", f"Prometheus query failed: {exc}", evidence)
+                ranges = {k: await prom.query_range(q, now - LOOKBACK, now, STEP) for k, q in rq.items()}
+    except PrometheusError as exc:  # one sentence; the rest of the diagnosis goes on
+        evidence.update(error=str(exc), failed_query=exc.query)
+        return _layer("unknown", f"not checked: {exc}", evidence)
     if found is None:
         present = [m.name for m in mappings if results[f"throughput:{m.name}"]]
         why = (f"{', '.join(present)} has no baseline yet (the job's first {OFFSET})" if present else
                "no throughput series for this job (" + ", ".join(f"{m.name}: {evidence['mappings'][m.name]}" for m in mappings) + ")")
         return _layer("unknown", why, evidence)
-    value = lambda key: float(results[key][0]["value"][1]) if results[key] else None  # noqa: E731
+    value = lambda key: results[key][0][1] if results[key] else None  # noqa: E731
     now_tp, base_tp = value(f"throughput:{found.name}"), value(f"baseline:{found.name}")
     tp_ratio = now_tp / base_tp if now_tp is not None and base_tp else None
-    gpus = {(r["metric"].get("node", ""), r["metric"].get("gpu", "")): float(r["value"][1]) for r in results["nvlink_gpu_ratio"]}
+    gpus = {(labels.get("node", ""), labels.get("gpu", "")): v for labels, v in results["nvlink_gpu_ratio"]}
     worst = min(gpus.items(), key=lambda kv: kv[1]) if gpus else None
-    events = tuple(k for k in ("placement_changed", "gang_stuck", "evicted") if (value(k) or 0) > 0)
-    signals = tuple(f"{k} on gpu {r['metric'].get('gpu')} of node {r['metric'].get('node')}"
-                    for k in ("nvlink_down", "nvlink_errors", "fabric_unhealthy", "pcie_width_degraded") for r in results[k])
-    signals += tuple(f"nvlink_straggler on gpu {g} of node {n}" for n, g in stragglers(
-        {(r["metric"].get("node", ""), r["metric"].get("gpu", "")): float(r["value"][1]) for r in results["nvlink_gpu_now"]}))
-    ev = Evidence(tp_ratio, value("nvlink_ratio"), events, signals, running)
+    # the rules' records: a series per event or signal that holds (alerts/generate.py training_rules)
+    events = tuple(sorted({labels.get("event", "") for labels, _ in results["scheduling_events"]}))
+    counts = {labels.get("signal", ""): int(v) for labels, v in results["hardware_signals"]}
+    signals = tuple(sorted(counts))
+    ev = Evidence(tp_ratio, value("interconnect_ratio"), events, signals, running)
     decided = verdict(ev)
-    tp_since = down_since(ranges["throughput_ratio"][0]["values"], RATIO) if ranges.get("throughput_ratio") else None
+    tp_since = down_since(ranges["throughput_ratio"][0][1], RATIO) if ranges.get("throughput_ratio") else None
     evidence.update(throughput={"metric": found.name, "unit": found.unit, "now": now_tp, "baseline": base_tp,
                                 "ratio": tp_ratio, "down_since": tp_since},
-                    nvlink_ratio=ev.interconnect_ratio, nvlink_gpu_ratio={f"{n}/{g}": r for (n, g), r in sorted(gpus.items())},
-                    scheduling_events=list(events), hardware_signals=list(signals), verdict=decided)
+                    interconnect_ratio=ev.interconnect_ratio, nvlink_gpu_ratio={f"{n}/{g}": r for (n, g), r in sorted(gpus.items())},
+                    scheduling_events=list(events), hardware_signals=counts, verdict=decided)
     text = f"{found.name} {_pct_below(tp_ratio)} its previous hour"
     if decided == "ok":
         return _layer("ok", f"{found.name} at {tp_ratio:.0%} of its previous hour", evidence)
     text += f" since {_clock(tp_since)}"
     if worst is not None and worst[1] < INTERCONNECT_RATIO:
         node, gpu = worst[0]
-        series = next((s for s in ranges.get("nvlink_gpu_ratio", []) if (s["metric"].get("node"), s["metric"].get("gpu")) == (node, gpu)), None)
-        nv_since = down_since(series["values"], INTERCONNECT_RATIO) if series else None
+        series = next((v for labels, v in ranges.get("nvlink_gpu_ratio", []) if (labels.get("node"), labels.get("gpu")) == (node, gpu)), None)
+        nv_since = down_since(series, INTERCONNECT_RATIO) if series else None
         text += f"; NVLink on gpu {gpu} of node {node} down {1 - worst[1]:.0%} since {_clock(nv_since)}"
     if ev.interconnect_ratio is not None and (worst is None or worst[1] >= INTERCONNECT_RATIO):
-        text += f"; the job's NVLink traffic at {ev.interconnect_ratio:.0%} of its previous hour"
+        text += f"; the job's interconnect traffic at {ev.interconnect_ratio:.0%} of its previous hour"
     if events:
         text += "; " + ", ".join(events) + f" in the last {WINDOW}"
     if signals:
-        text += "; " + ", ".join(signals)
+        text += "; " + ", ".join(f"{s} ({counts[s]} GPU{'s' if counts[s] != 1 else ''})" if s not in ("hardware_label_mismatch",)
+                                 else s for s in signals)
     text += f": {decided}" if decided else ": cause unknown (no interconnect measured, or a move with healthy links)"
     return _layer("blocking" if decided else "unknown", text, evidence)
 

@@ -325,3 +325,37 @@ def test_an_unreachable_api_server_is_one_line(tmp_path: Path, capsys: pytest.Ca
     assert err == (f"gangscope explain: cannot read the cluster: cannot reach the API server at {url}: Connection refused: "
                    "check the kubeconfig's server (in a pod: KUBERNETES_SERVICE_HOST), that the API server is up, and the "
                    "network path to it\n")
+
+
+def test_an_unreachable_or_wrong_prometheus_is_one_sentence_and_no_healthy_verdict(
+        dump: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A running job with --prometheus that does not answer (a closed port; a server that is not
+    Prometheus): each layer that needed it says why in one sentence, the verdict is not "running",
+    the command says it once on stderr and exits 1."""
+    rc, out, err = run_cli(["ml-team/llama-train", "--from-file", str(dump), "--prometheus", "http://127.0.0.1:9",
+                            "--output", "json"], capsys)
+    doc = json.loads(out)
+    assert rc == 1 and doc["verdict"]["status"] == "unknown", doc["verdict"]
+    training = next(layer for layer in doc["layers"] if layer["name"] == "training")
+    assert training["summary"] == ("not checked: cannot reach Prometheus at http://127.0.0.1:9: Connect call failed "
+                                   "('127.0.0.1', 9); check the URL and that Prometheus is running")
+    assert err.strip().splitlines() == ["gangscope explain: cannot reach Prometheus at http://127.0.0.1:9: Connect call "
+                                        "failed ('127.0.0.1', 9); check the URL and that Prometheus is running"]
+
+    async def not_prometheus() -> tuple[int, str, str]:
+        app = web.Application()
+        app.router.add_get("/{tail:.*}", lambda _: web.Response(text="<html>grafana</html>", content_type="text/html"))
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        try:
+            return await asyncio.to_thread(run_cli, ["ml-team/llama-train", "--from-file", str(dump), "--prometheus",
+                                                     f"http://127.0.0.1:{port}"], capsys)
+        finally:
+            await runner.cleanup()
+
+    rc, out, err = asyncio.run(not_prometheus())
+    assert rc == 1 and "verdict" in out and "running" not in out.split("verdict", 1)[1].splitlines()[0], out
+    assert len(err.strip().splitlines()) == 1 and "answered HTTP 200 (text/html), not Prometheus's query API" in err, err
