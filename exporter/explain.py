@@ -575,6 +575,11 @@ def job_layer(wl: Workload | None, store: ClusterStore, jobs: JobIndex | None, n
     views = jobs.jobs_of(wl) if jobs is not None and wl is not None else []
     evidence: dict[str, Any] = {"jobs": [_job_dict(v) for v in views], "problem": None}
     if not views:
+        owner = wl.owner if wl is not None else None
+        if owner is not None and owner.kind in ("JobSet", "TrainJob", "LeaderWorkerSet"):
+            # its owner is one of the kinds this layer reads, but not among the objects: not "none"
+            return _layer("job", "unknown", f"its {owner.kind} {owner.name} is not known (not in the dump, or not watched)",
+                          evidence)
         return _layer("job", "ok", "no JobSet, TrainJob or LeaderWorkerSet owns this Workload", evidence)
     problems: list[str] = []
     kinds: list[str] = []

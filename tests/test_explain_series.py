@@ -210,3 +210,31 @@ def test_pods_held_by_kueues_topology_gate_are_held_at_placement() -> None:
     assert placement["status"] == "blocking" and "kueue.x-k8s.io/topology" in placement["summary"]
     assert placement["evidence"]["topology_gated"] == ["pod gated-0", "pod gated-1"]
     assert next(layer for layer in doc["layers"] if layer["name"] == "assembly")["status"] == "not_reached"
+
+
+@pytest.mark.parametrize(("missing", "target", "layer", "says"), [
+    ((), "ml-team/llama-70b-sft", "placement", "no single domain fits"),
+    (("ClusterQueue",), "ml-team/llama-70b-sft", "placement", "fit unknown: its ClusterQueue is not known"),
+    (("Node",), "ml-team/llama-70b-sft", "placement", "fit unknown: no Node is known (a dump without Nodes, or Nodes not readable)"),
+    (("Topology", "ResourceFlavor"), "ml-team/llama-70b-sft", "placement", "fit unknown: no TAS flavor of its ClusterQueue is known"),
+    (("PodGroup",), "ml-team/llama-train", "assembly", "which gangscope does not see (deleted, or not watched)"),
+])
+def test_a_dump_without_a_kind_says_what_it_cannot_answer(missing: tuple[str, ...], target: str, layer: str, says: str) -> None:
+    """The README's offline table: each kind a dump lacks turns the answers that need it into
+    "unknown" with the reason, never into a confident verdict (a dump without Nodes once said
+    "does not fit": no domain at the level)."""
+    objs = [("demo", o) for _, o in _demo_at(0) if o["kind"] not in missing]
+    store, gangs = _load(objs)
+    namespace, name = target.split("/")
+    doc = asyncio.run(explain.diagnose(store, gangs, namespace, name, now=store.clock()))
+    summary = next(x for x in doc["layers"] if x["name"] == layer)["summary"]
+    assert says in summary, summary
+
+
+def test_a_dump_without_the_jobset_says_its_owner_is_not_known() -> None:
+    objs = [("demo", o) for _, o in _demo_at(0) if o["kind"] != "JobSet"]
+    store, gangs = _load(objs)
+    wl = next(w for w in store.workloads.values() if w.owner is not None and w.owner.kind == "JobSet" and w.stage == "running")
+    doc = asyncio.run(explain.diagnose(store, gangs, wl.namespace, wl.name, now=store.clock()))
+    job = next(x for x in doc["layers"] if x["name"] == "job")
+    assert (job["status"], job["summary"]) == ("unknown", f"its JobSet {wl.owner.name} is not known (not in the dump, or not watched)")

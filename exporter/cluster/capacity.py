@@ -689,7 +689,7 @@ class Capacity:
             self._render_needed()
         if self.complete and (self._fit_dirty or self.fits.pending):
             cluster_changed, self._fit_dirty = self._fit_dirty, False
-            self.fits.evaluate(cluster_changed, self._queue_flavors, self.fit_flavors(), self.snapshot)
+            self.fits.evaluate(cluster_changed, self._queue_flavors, self.fit_flavors(), self.snapshot, bool(self._fit_nodes))
 
     # ---- the fit's view (see module doc) --------------------------------------------------------
 

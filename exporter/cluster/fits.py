@@ -142,14 +142,18 @@ class Fits:
         self.exposition.delete(_BLOCKED_OWNER)
 
     def evaluate(self, cluster_changed: bool, queue_flavors: Callable[[str], tuple[str, ...] | None],
-                 flavors: Mapping[str, FitFlavor], snapshot: Callable[[FitFlavor], FlavorSnapshot]) -> None:
-        """Verdicts for the Workloads that changed, or all when the cluster did; render them."""
+                 flavors: Mapping[str, FitFlavor], snapshot: Callable[[FitFlavor], FlavorSnapshot],
+                 nodes_known: bool = True) -> None:
+        """Verdicts for the Workloads that changed, or all when the cluster did; render them.
+        ``nodes_known``: some Node is known. With none (a dump without Nodes, a Nodes source not
+        listed or forbidden) every fit is unknown, never "does not fit": no Node is no evidence."""
         keys = list(self._waiting) if cluster_changed else [k for k in self._dirty if k in self._waiting]
         self._dirty.clear()
         memo: dict[Any, Verdict] = {}
         for key in keys:
             w = self._waiting[key]
-            verdict = self._verdict(w, queue_flavors, flavors, snapshot, memo)
+            verdict = (self._verdict(w, queue_flavors, flavors, snapshot, memo) if nodes_known else
+                       Verdict(False, why="no Node is known (a dump without Nodes, or Nodes not readable)"))
             if verdict != w.verdict:
                 was_blocked = w.verdict is not None and bool(w.verdict.blocked_level) and w.topological
                 w.verdict = verdict
