@@ -38,7 +38,7 @@ from .cluster.workload_fit import is_topological
 from .cluster.workload_state import WAITING_STAGES, in_queue
 from .config import add_kube, add_logging
 from .rule_queries import Rules
-from .training_layer import DEFAULT_MAPPINGS, Mapping, training_layer
+from .training_layer import Windows, training_layer
 from .training_layer import add_arguments as training_arguments
 
 if TYPE_CHECKING:
@@ -678,7 +678,7 @@ async def interconnect_layer(wl: Workload | None, prometheus: str | None, now: f
 
 async def diagnose(store: ClusterStore, gangs: GangIndex, namespace: str, name: str, *,
                    prometheus: str | None = None, now: float | None = None,
-                   throughput: Sequence[Mapping] = DEFAULT_MAPPINGS, rules: Rules | None = None) -> dict[str, Any]:
+                   rules: Rules | None = None) -> dict[str, Any]:
     """The explain document (schema in docs/explain.md); raises :class:`UnknownTarget`."""
     now = time.time() if now is None else now
     how, wl, wl_gangs = resolve(store, gangs, namespace, name)
@@ -706,7 +706,7 @@ async def diagnose(store: ClusterStore, gangs: GangIndex, namespace: str, name: 
         elif layer_name == "interconnect":
             layer = await interconnect_layer(wl, prometheus, now)
         elif layer_name == "training":
-            layer = await _training(wl, prometheus, now, throughput, rules)
+            layer = await _training(wl, prometheus, now, rules)
         else:
             layer = job_layer(wl, store, gangs.jobs, now)
         if layer_name in CLUSTER_LAYERS and (layer["status"] == "blocking") != (layer_name == holding):
@@ -759,14 +759,13 @@ def topology_gated(wl: Workload | None, wl_gangs: Sequence[Gang], index: GangInd
             if any(gate in PLACEMENT_GATES for gate in p.gates)]
 
 
-async def _training(wl: Workload | None, prometheus: str | None, now: float, mappings: Sequence[Mapping],
-                    rules: Rules | None) -> dict[str, Any]:
+async def _training(wl: Workload | None, prometheus: str | None, now: float, rules: Rules | None) -> dict[str, Any]:
     """The training layer (exporter.training_layer) of a Workload: its own throughput against its
     previous hour, and whether a slowdown is scheduling, hardware or the job itself."""
     if wl is None:
         return {"name": "training", "status": "unknown", "summary": "no Kueue Workload: throughput is joined by workload name",
                 "evidence": {}}
-    return await training_layer(wl.namespace, wl.name, wl.stage == "running", prometheus, now, mappings, rules)
+    return await training_layer(wl.namespace, wl.name, wl.stage == "running", prometheus, now, rules)
 
 
 # ---- rendering ---------------------------------------------------------------------------------
@@ -1001,12 +1000,13 @@ def run(args: argparse.Namespace) -> int:
                 setup_logging(args.log_level)
     try:
         rules = Rules.load(args.rules)
+        Windows.of(rules)
     except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as exc:
         print(f"gangscope explain: --rules {args.rules}: not a Prometheus rules file ({type(exc).__name__}: {exc})", file=sys.stderr)
         return 2
     try:
         doc = asyncio.run(diagnose(store, gangs, namespace, name, prometheus=args.prometheus,
-                                   throughput=args.throughput or DEFAULT_MAPPINGS, rules=rules))
+                                   rules=rules))
     except UnknownTarget as exc:
         print(f"gangscope explain: {exc}{unread}", file=sys.stderr)
         return 1

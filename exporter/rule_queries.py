@@ -17,8 +17,8 @@ over time, done in one query):
   labels set (``label_replace(expr, "event", "restarted", "", "")``, joined by ``or``);
 * ``record{label="value"}`` -> the rules whose static labels match;
 * ``record[range]`` (inside ``rate``, ``avg_over_time``, ``changes``) -> the subquery
-  ``(expr)[range:step]``, ``step`` the rules' evaluation interval (Prometheus's default, 1m):
-  the points the rule would have recorded;
+  ``(expr)[range:step]``, ``step`` the rule group's ``interval`` (else Prometheus's default
+  evaluation interval, 1m): the points the rule would have recorded;
 * ``record{workload!=""}`` (or ``namespace!=""``) -> ``record``: explain's queries keep one
   Workload's series (:func:`for_workload`), which carry both labels, so the matcher keeps nothing
   more there;
@@ -48,19 +48,19 @@ _MATCHER = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!=|!~|=)\s*"((?:[^"\\]
 class Rule:
     expr: str
     labels: tuple[tuple[str, str], ...]
+    step: str  # its group's evaluation interval: the spacing of the points it records
 
 
 class Rules:
     """The recording rules by record name, and their expressions with every record inlined."""
 
     def __init__(self, groups: list[dict[str, Any]], step: str = DEFAULT_STEP) -> None:
-        self.step = step
         self.records: dict[str, list[Rule]] = {}
         for group in groups:
             for rule in group.get("rules", []):
                 if "record" in rule:
                     labels = tuple(sorted((rule.get("labels") or {}).items()))
-                    self.records.setdefault(rule["record"], []).append(Rule(rule["expr"], labels))
+                    self.records.setdefault(rule["record"], []).append(Rule(rule["expr"], labels, group.get("interval") or step))
 
     @classmethod
     def load(cls, path: Path | None = None, step: str = DEFAULT_STEP) -> Rules:
@@ -114,7 +114,7 @@ class Rules:
             rng = re.match(r"\s*\[([^\]:]+)\]", expr[end:])
             body = self.record(name, match, _stack)
             if rng:
-                body = f"({body})[{rng.group(1).strip()}:{self.step}]"
+                body = f"({body})[{rng.group(1).strip()}:{self.records[name][0].step}]"
                 end += rng.end()
             elif re.match(r"\s+offset\b", expr[end:]):
                 raise ValueError(f"{name} offset without a range cannot be inlined")

@@ -1,26 +1,22 @@
 """explain's training layer: is the job itself slower, and is it scheduling, hardware or the job?
 
-The diagnosis of the ``gangscope-training.rules`` recording rules (alerts/generate.py
-``training_rules``) for one Workload, computed from the scraped series, so it works on any
-Prometheus that scrapes the jobs and gangscope (with or without gangscope's rules loaded, and on
-history recorded before the rules were): the job's own throughput now against its rolling
-baseline (its average over the hour that ends 15m before now, through a subquery); and, in the
-rules' own expressions (:mod:`exporter.rule_queries` inlines them from the rules file the package
-ships), its interconnect ratio (NVLink and PCIe, both directions), the scheduling events
-(re-placement, gang timeout, eviction, job restart) and hardware signals (link down, NVLink
-errors, fabric health, PCIe width, a straggler GPU, racks with mixed hardware, XIDs) of the last
-30 minutes: an event or a signal the rules count, explain counts. Every query is in the layer's
+The verdict of the ``gangscope-training.rules`` recording rules (alerts/generate.py
+``training_rules``) for one Workload, asked in the rules' own expressions: :mod:`.rule_queries`
+inlines each recorded series from the rules file (the one the package ships, or ``--rules``, the
+file a user's Prometheus loads, generated from their ``config.yaml`` with their throughput
+mappings and thresholds), so the answer is the rules' on any Prometheus that scrapes the jobs and
+gangscope, with or without the rules loaded, and over history recorded before they were. The
+rules decide (``namespace_workload:gangscope_job_slowdown:ratio``: scheduling, hardware,
+workload); this layer renders that decision with the evidence the rules read (the throughput now
+and its baseline, the interconnect ratio, the scheduling events and hardware signals, and to name
+it the GPU whose NVLink fell most) and never decides again. Every query is in the layer's
 evidence, so a user can run it.
-
-:func:`verdict` is the judgement, a pure function of those numbers in the order and with the
-conditions of the rules' verdicts; :func:`training_layer` runs the queries. The defaults equal
-alerts/config.yaml's ``training`` section (tests/test_training_layer.py checks), and
-``--throughput`` adds or replaces mappings the way ``training.throughput`` does.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -34,14 +30,12 @@ from .rule_queries import Rules, for_workload
 
 log = structlog.get_logger(__name__)
 
-BASELINE = "1h"
-OFFSET = "15m"  # rate window 5m + the verdicts' for 10m (alerts/generate.py baseline_offset)
-WINDOW = "30m"
-RATE = "5m"
-RATIO = 0.7
-INTERCONNECT_RATIO = 0.7
-MIN_INTERCONNECT = 1e8  # bytes per second of baseline for the interconnect ratio to count
 # the rules' records (alerts/generate.py): the rate window is part of the per-GPU record's name
+THROUGHPUT = "namespace_workload:gangscope_job_throughput:rate"
+BASELINE = "namespace_workload:gangscope_job_throughput:baseline"
+RATIO = "namespace_workload:gangscope_job_throughput:ratio"
+VERDICT = "namespace_workload:gangscope_job_slowdown:ratio"
+MAPPING_SERIES = "mapping:gangscope_job_throughput_series:count"
 SCHEDULING_EVENTS = "namespace_workload:gangscope_job_scheduling_events:count"
 HARDWARE_SIGNALS = "namespace_workload:gangscope_job_hardware_signals:count"
 INTERCONNECT = "namespace_workload:gangscope_interconnect_bytes:ratio"
@@ -50,139 +44,60 @@ STEP = 60  # seconds between the points of the "since when" range queries
 LOOKBACK = 7200  # how far back "since when" looks
 
 
-@dataclass(frozen=True)
-class Mapping:
-    """One throughput mapping (alerts/config.yaml training.throughput)."""
-
-    name: str
-    metric: str
-    type: str = "gauge"
-    unit: str = ""
-    join: str = "pod"
-    label: str = "pod"
-    aggregate: str = "sum"
-    match: str = ""
-
-    def series(self, namespace: str, workload: str) -> str:
-        """The mapped throughput of one Workload (one series, no labels)."""
-        matchers = ", ".join(m for m in (self.match, f'namespace="{namespace}"') if m)
-        src = f"{self.metric}{{{matchers}}}"
-        if self.type == "counter":
-            src = f"rate({src}[{RATE}])"
-        key = "pod" if self.join == "pod" else "name"
-        if self.label != key:
-            src = f'label_replace({src}, "{key}", "$1", "{self.label}", "(.+)")'
-        info = (f'max by (namespace, pod) (gangscope_gpu_pod_info{{namespace="{namespace}", workload="{workload}"}})'
-                if self.join == "pod" else
-                f'max by (namespace, name) (gangscope_job_info{{namespace="{namespace}", workload="{workload}"}})')
-        return f"{self.aggregate}({src} * on (namespace, {key}) group_left () {info})"
-
-
-DEFAULT_MAPPINGS = (
-    Mapping("tokens_per_second", "tokens_per_second", "gauge", "tokens", "pod", "pod", "sum"),
-    Mapping("samples_total", "samples_total", "counter", "samples", "pod", "pod", "sum"),
-    Mapping("trainer_tokens_per_second", "gangscope_job_trainer_metric", "gauge", "tokens", "job", "name", "max",
-            'kind="TrainJob", metric="tokens_per_second"'),
-)
-
-
-def parse_mapping(text: str) -> Mapping:
-    """``METRIC[,type=counter][,join=job][,label=L][,aggregate=max][,unit=U]`` (the flag's form)."""
-    metric, *opts = text.split(",")
-    fields: dict[str, str] = {}
-    for opt in opts:
-        key, sep, value = opt.partition("=")
-        if not sep or key not in ("type", "join", "label", "aggregate", "unit"):
-            raise argparse.ArgumentTypeError(f"--throughput {text!r}: want METRIC[,type=..][,join=..][,label=..]"
-                                             f"[,aggregate=..][,unit=..], got {opt!r}")
-        fields[key] = value
-    m = Mapping(metric, metric, **fields)
-    if m.type not in ("gauge", "counter") or m.join not in ("pod", "job") or m.aggregate not in ("sum", "max", "avg"):
-        raise argparse.ArgumentTypeError(f"--throughput {text!r}: type gauge|counter, join pod|job, aggregate sum|max|avg")
-    if "label" not in fields:
-        m = Mapping(m.name, m.metric, m.type, m.unit, m.join, "pod" if m.join == "pod" else "name", m.aggregate)
-    return m
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--throughput", action="append", default=[], type=parse_mapping, metavar="METRIC[,OPTION=VALUE...]",
-                   help="a throughput series the jobs export, for the training layer (repeatable; replaces the defaults "
-                        "tokens_per_second, samples_total and TrainJob trainerStatus tokens_per_second, "
-                        "alerts/config.yaml's training.throughput): type=gauge|counter, join=pod|job, label=LABEL, "
-                        "aggregate=sum|max|avg")
     p.add_argument("--rules", type=Path, metavar="FILE",
                    help="the recording rules your Prometheus loads (alerts/generate.py's gangscope-rules.yaml, from your "
-                        "config.yaml): the training layer asks their scheduling events and hardware signals (default: the rules "
-                        "of the shipped config.yaml, installed with gangscope)")
+                        "config.yaml): the training layer asks their throughput mappings, thresholds, scheduling events "
+                        "and hardware signals (default: the rules of the shipped config.yaml, installed with gangscope)")
 
 
-def baseline_of(expr: str) -> str:
-    return f"avg_over_time(({expr})[{BASELINE}:1m] offset {OFFSET})"
+@dataclass(frozen=True)
+class Windows:
+    """What the rules compare, read from their expressions (for the text and the per-GPU view)."""
+
+    ratio: float  # the throughput ratio below which a job is slow
+    interconnect_ratio: float
+    min_interconnect: float  # bytes per second of baseline for the interconnect ratio to count
+    baseline: str  # the baseline's range, e.g. 1h
+    offset: str  # how long before now it ends, e.g. 15m
+    window: str  # the events' and signals' window, e.g. 30m
+
+    @classmethod
+    def of(cls, rules: Rules) -> Windows:
+        verdicts = " ".join(r.expr for r in rules.records.get(VERDICT, []))
+        baseline = " ".join(r.expr for r in rules.records.get(BASELINE, []))
+        inter = " ".join(r.expr for r in rules.records.get(INTERCONNECT, []))
+        events = " ".join(r.expr for r in rules.records.get(SCHEDULING_EVENTS, []))
+        num = r"([0-9.]+(?:e[+-]?[0-9]+)?)"
+        ratio = re.search(re.escape(RATIO) + r"\s*<\s*" + num, verdicts)
+        iratio = re.search(r"\(" + re.escape(INTERCONNECT) + r"\)\s*<\s*" + num, verdicts)
+        window = re.search(r"\[(\w+)\]\s*offset\s+(\w+)", baseline)
+        floor = re.search(r">\s*" + num + r"\)\s*$", inter.split("\n")[-1] if inter else "")
+        ev = re.search(r"max_over_time\([^\[]*\[(\w+)\]", events)
+        if not (ratio and iratio and window and ev):
+            raise ValueError("the rules file has no training verdicts (alerts/generate.py training_rules): "
+                             "is it gangscope's recording rules, with config.yaml's training section?")
+        return cls(float(ratio.group(1)), float(iratio.group(1)), float(floor.group(1)) if floor else 0.0,
+                   window.group(1), window.group(2), ev.group(1))
 
 
-def ratio_of(expr: str) -> str:
-    return f"({expr}) / ({baseline_of(expr)} > 0)"
-
-
-def gpus_of(namespace: str, workload: str) -> str:
-    return f'max by (node, gpu) (gangscope_gpu_pod_info{{namespace="{namespace}", workload="{workload}"}})'
-
-
-def queries(namespace: str, workload: str, mappings: Sequence[Mapping], rules: Rules | None = None) -> dict[str, str]:
+def queries(namespace: str, workload: str, rules: Rules) -> dict[str, str]:
     """Every instant query of the layer, by name (the evidence prints them)."""
-    rules = rules or Rules.load()
+    w = Windows.of(rules)
     one = lambda expr: for_workload(rules.inline(expr), namespace, workload)  # noqa: E731
     gpu = rules.named(GPU_NVLINK)
-    out = {}
-    for m in mappings:
-        out[f"throughput:{m.name}"] = m.series(namespace, workload)
-        out[f"baseline:{m.name}"] = baseline_of(m.series(namespace, workload))
-    out |= {
-        # the rules' verdicts read these three (alerts/generate.py training_rules)
+    return {
+        # the rules' decision, and what it read (alerts/generate.py training_rules)
+        "verdict": one(VERDICT),
+        "throughput": one(THROUGHPUT),
+        "baseline": one(BASELINE),
+        "ratio": one(RATIO),
         "interconnect_ratio": one(f"min by (namespace, workload) ({INTERCONNECT})"),
         "scheduling_events": one(SCHEDULING_EVENTS),
         "hardware_signals": one(HARDWARE_SIGNALS),
         # each GPU's own NVLink traffic (both directions) against its previous hour, to name the worst
-        "nvlink_gpu_ratio": one(f"{gpu} / ({baseline_of(gpu)} > {MIN_INTERCONNECT:g})"),
+        "nvlink_gpu_ratio": one(f"{gpu} / (avg_over_time({gpu}[{w.baseline}] offset {w.offset}) > {w.min_interconnect:g})"),
     }
-    return out
-
-
-def range_queries(namespace: str, workload: str, mapping: Mapping, rules: Rules | None = None) -> dict[str, str]:
-    """The ratios over the last two hours, to say since when each is down."""
-    return {"throughput_ratio": ratio_of(mapping.series(namespace, workload)),
-            "nvlink_gpu_ratio": queries(namespace, workload, (), rules)["nvlink_gpu_ratio"]}
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """What the queries found, as the verdict reads it."""
-
-    throughput_ratio: float | None
-    interconnect_ratio: float | None  # the job's NVLink ratio
-    scheduling_events: tuple[str, ...]
-    hardware_signals: tuple[str, ...]
-    running: bool
-
-
-def verdict(ev: Evidence) -> str | None:
-    """scheduling, hardware, workload; ``"ok"`` when throughput is not down; None when it is down
-    but the evidence decides nothing (no interconnect measured, a move with healthy links), or
-    when there is no throughput or baseline. The same order and conditions as the recording rules."""
-    if ev.throughput_ratio is None:
-        return None
-    if ev.throughput_ratio >= RATIO:
-        return "ok"
-    bw_down = ev.interconnect_ratio is not None and ev.interconnect_ratio < INTERCONNECT_RATIO
-    if bw_down and ev.scheduling_events:
-        return "scheduling"
-    if not ev.running or ev.scheduling_events:
-        return None
-    if ev.hardware_signals:  # positive evidence on its GPUs; an even drop of every GPU's traffic is not
-        return "hardware"
-    if ev.interconnect_ratio is not None and not bw_down:  # measured and healthy
-        return "workload"
-    return None
 
 
 def down_since(values: Sequence[Sequence[Any]], threshold: float) -> float | None:
@@ -201,96 +116,86 @@ def _clock(t: float | None) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%H:%M") if t is not None else "?"
 
 
-async def check_mappings(prom: Prometheus, mappings: Sequence[Mapping], now: float) -> dict[str, str]:
-    """Each mapping's state from Prometheus's metadata and series: ok, missing (no series: renamed,
-    not scraped, or no job exports it), wrong_type (Prometheus knows it as another type). A
-    problem is logged with the metric's name; the layer goes on with the others."""
-    out = {}
-    for m in mappings:
-        async with prom.session.get(prom.base + "/api/v1/metadata", params={"metric": m.metric}) as resp:
-            meta = (await resp.json(content_type=None)).get("data", {}) if resp.status == 200 else {}
-        types = {e.get("type") for e in meta.get(m.metric, [])} - {None, "unknown"}
-        series = await prom.query(f"count({m.metric}{{{m.match}}})", now)
-        if not series:
-            state = "missing"
-        elif types and m.type not in types:
-            state = "wrong_type"
-        else:
-            state = "ok"
-        if state != "ok":
-            log.warning("throughput_mapping_problem", metric=m.metric, mapping=m.name, state=state,
-                        expected_type=m.type, prometheus_types=sorted(t for t in types if t))
-        out[m.name] = state
-    return out
+async def _no_series(prom: Prometheus, rules: Rules, now: float) -> str:
+    """Why no mapping gives this job a throughput: per mapped metric, its series in Prometheus and
+    those joined to no Workload (the rules' own count, ``mapping:gangscope_job_throughput_series:count``)."""
+    counts: dict[str, dict[str, int]] = {}
+    for labels, v in await prom.query(rules.record(MAPPING_SERIES), now):
+        counts.setdefault(labels.get("metric", "?"), {})[labels.get("state", "?")] = int(v)
+    parts = []
+    for metric, c in counts.items():
+        present, unjoined = c.get("present", 0), c.get("unjoined", 0)
+        parts.append(f"{metric}: no series in Prometheus" if not present else
+                     f"{metric}: {present} series, {unjoined} joined to no Workload, none to this one")
+        if not present or unjoined:
+            log.info("throughput_mapping_problem", metric=metric, series=present, unjoined=unjoined)
+    return "no throughput series for this job (" + ("; ".join(parts) or "the rules map no throughput metric") + ")"
 
 
 async def training_layer(namespace: str, workload: str, running: bool, prometheus: str | None, now: float,
-                         mappings: Sequence[Mapping] = DEFAULT_MAPPINGS, rules: Rules | None = None) -> dict[str, Any]:
-    """The explain layer dict (name, status, summary, evidence)."""
+                         rules: Rules | None = None) -> dict[str, Any]:
+    """The explain layer dict (name, status, summary, evidence). ``running``: the Workload's stage,
+    as the rules read it from gangscope_workload_stage (for the evidence only: the rules decide)."""
     import aiohttp
 
-    qs = queries(namespace, workload, mappings, rules)
+    rules = rules or Rules.load()
+    w = Windows.of(rules)
+    qs = queries(namespace, workload, rules)
     evidence: dict[str, Any] = {"prometheus": prometheus, "queries": qs}
     if prometheus is None:
-        return _layer("unknown", f"not checked: run with --prometheus URL, or query {qs[f'throughput:{mappings[0].name}']}"
-                      if mappings else "not checked: no throughput mapping", evidence)
+        return _layer("unknown", f"not checked: run with --prometheus URL, or query {qs['ratio']}", evidence)
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
             prom = Prometheus(session, prometheus)
             results = {k: await prom.query(q, now) for k, q in qs.items()}
-            evidence["mappings"] = await check_mappings(prom, mappings, now)
-            found = next((m for m in mappings if results[f"throughput:{m.name}"] and results[f"baseline:{m.name}"]), None)
+            by_metric = {k: {labels.get("metric", ""): v for labels, v in results[k]} for k in ("throughput", "baseline", "ratio")}
+            # the first mapping (in the rules' order) with a ratio; else the first with a throughput
+            order = [dict(r.labels).get("metric", "") for r in rules.records.get(THROUGHPUT, [])]
+            metric = next((m for m in order if m in by_metric["ratio"]), next((m for m in order if m in by_metric["throughput"]), None))
+            if metric is None:
+                return _layer("unknown", await _no_series(prom, rules, now), evidence)
             ranges: dict[str, list[tuple[dict[str, str], list[Any]]]] = {}
-            if found is not None:
-                rq = range_queries(namespace, workload, found, rules)
+            if metric in by_metric["ratio"]:
+                rq = {"ratio": qs["ratio"], "nvlink_gpu_ratio": qs["nvlink_gpu_ratio"]}
                 evidence["range_queries"] = rq
                 ranges = {k: await prom.query_range(q, now - LOOKBACK, now, STEP) for k, q in rq.items()}
     except PrometheusError as exc:  # one sentence; the rest of the diagnosis goes on
         evidence.update(error=str(exc), failed_query=exc.query)
         return _layer("unknown", f"not checked: {exc}", evidence)
-    if found is None:
-        present = [m.name for m in mappings if results[f"throughput:{m.name}"]]
-        why = (f"{', '.join(present)} has no baseline yet (the job's first {OFFSET})" if present else
-               "no throughput series for this job (" + ", ".join(f"{m.name}: {evidence['mappings'][m.name]}" for m in mappings) + ")")
-        return _layer("unknown", why, evidence)
-    value = lambda key: results[key][0][1] if results[key] else None  # noqa: E731
-    now_tp, base_tp = value(f"throughput:{found.name}"), value(f"baseline:{found.name}")
-    tp_ratio = now_tp / base_tp if now_tp is not None and base_tp else None
+    now_tp, base_tp, ratio = by_metric["throughput"].get(metric), by_metric["baseline"].get(metric), by_metric["ratio"].get(metric)
+    if ratio is None:
+        return _layer("unknown", f"{metric} has no baseline yet (the job's first {w.offset})", evidence)
+    decided = next((labels.get("verdict") for labels, _ in results["verdict"] if labels.get("metric") == metric), None)
+    if decided is None and ratio >= w.ratio:
+        decided = "ok"
     gpus = {(labels.get("node", ""), labels.get("gpu", "")): v for labels, v in results["nvlink_gpu_ratio"]}
     worst = min(gpus.items(), key=lambda kv: kv[1]) if gpus else None
-    # the rules' records: a series per event or signal that holds (alerts/generate.py training_rules)
     events = tuple(sorted({labels.get("event", "") for labels, _ in results["scheduling_events"]}))
     counts = {labels.get("signal", ""): int(v) for labels, v in results["hardware_signals"]}
-    signals = tuple(sorted(counts))
-    ev = Evidence(tp_ratio, value("interconnect_ratio"), events, signals, running)
-    decided = verdict(ev)
-    tp_since = down_since(ranges["throughput_ratio"][0][1], RATIO) if ranges.get("throughput_ratio") else None
-    evidence.update(throughput={"metric": found.name, "unit": found.unit, "now": now_tp, "baseline": base_tp,
-                                "ratio": tp_ratio, "down_since": tp_since},
-                    interconnect_ratio=ev.interconnect_ratio, nvlink_gpu_ratio={f"{n}/{g}": r for (n, g), r in sorted(gpus.items())},
-                    scheduling_events=list(events), hardware_signals=counts, verdict=decided)
-    text = f"{found.name} {_pct_below(tp_ratio)} its previous hour"
+    interconnect = results["interconnect_ratio"][0][1] if results["interconnect_ratio"] else None
+    tp_series = next((v for labels, v in ranges.get("ratio", []) if labels.get("metric") == metric), None)
+    tp_since = down_since(tp_series, w.ratio) if tp_series else None
+    evidence.update(throughput={"metric": metric, "unit": next((labels.get("unit") for labels, _ in results["throughput"]
+                                                                if labels.get("metric") == metric), None),
+                                "now": now_tp, "baseline": base_tp, "ratio": ratio, "down_since": tp_since},
+                    interconnect_ratio=interconnect, nvlink_gpu_ratio={f"{n}/{g}": r for (n, g), r in sorted(gpus.items())},
+                    scheduling_events=list(events), hardware_signals=counts, running=running, verdict=decided)
     if decided == "ok":
-        return _layer("ok", f"{found.name} at {tp_ratio:.0%} of its previous hour", evidence)
-    text += f" since {_clock(tp_since)}"
-    if worst is not None and worst[1] < INTERCONNECT_RATIO:
+        return _layer("ok", f"{metric} at {ratio:.0%} of its baseline", evidence)
+    text = f"{metric} {1 - ratio:.0%} below its baseline since {_clock(tp_since)}"
+    if worst is not None and worst[1] < w.interconnect_ratio:
         node, gpu = worst[0]
         series = next((v for labels, v in ranges.get("nvlink_gpu_ratio", []) if (labels.get("node"), labels.get("gpu")) == (node, gpu)), None)
-        nv_since = down_since(series, INTERCONNECT_RATIO) if series else None
+        nv_since = down_since(series, w.interconnect_ratio) if series else None
         text += f"; NVLink on gpu {gpu} of node {node} down {1 - worst[1]:.0%} since {_clock(nv_since)}"
-    if ev.interconnect_ratio is not None and (worst is None or worst[1] >= INTERCONNECT_RATIO):
-        text += f"; the job's interconnect traffic at {ev.interconnect_ratio:.0%} of its previous hour"
+    if interconnect is not None and (worst is None or worst[1] >= w.interconnect_ratio):
+        text += f"; the job's interconnect traffic at {interconnect:.0%} of its baseline"
     if events:
-        text += "; " + ", ".join(events) + f" in the last {WINDOW}"
-    if signals:
-        text += "; " + ", ".join(f"{s} ({counts[s]} GPU{'s' if counts[s] != 1 else ''})" if s not in ("hardware_label_mismatch",)
-                                 else s for s in signals)
-    text += f": {decided}" if decided else ": cause unknown (no interconnect measured, or a move with healthy links)"
+        text += "; " + ", ".join(events) + f" in the last {w.window}"
+    if counts:
+        text += "; " + ", ".join(f"{s} ({n})" for s, n in sorted(counts.items()))
+    text += f": {decided}" if decided else ": cause unknown (no interconnect measured, a move with healthy links, or not running)"
     return _layer("blocking" if decided else "unknown", text, evidence)
-
-
-def _pct_below(ratio: float | None) -> str:
-    return f"{1 - ratio:.0%} below" if ratio is not None else "?"
 
 
 def _layer(status: str, summary: str, evidence: dict[str, Any]) -> dict[str, Any]:

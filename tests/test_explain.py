@@ -344,7 +344,7 @@ def test_an_unreachable_or_wrong_prometheus_is_one_sentence_and_no_healthy_verdi
 
     async def not_prometheus() -> tuple[int, str, str]:
         app = web.Application()
-        app.router.add_get("/{tail:.*}", lambda _: web.Response(text="<html>grafana</html>", content_type="text/html"))
+        app.router.add_route("*", "/{tail:.*}", lambda _: web.Response(text="<html>grafana</html>", content_type="text/html"))
         runner = web.AppRunner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)

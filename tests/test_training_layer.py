@@ -126,8 +126,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Any:
     proc.wait(timeout=10)
 
 
-async def layer(url: str, workload: str) -> dict[str, Any]:
-    return await tl.training_layer("ml", workload, True, url, END, (tl.DEFAULT_MAPPINGS[0],))
+async def layer(url: str, workload: str, rules: Any = None) -> dict[str, Any]:
+    return await tl.training_layer("ml", workload, True, url, END, rules)
 
 
 def clock(t: int) -> str:
@@ -135,100 +135,68 @@ def clock(t: int) -> str:
 
 
 async def test_hardware_workload_and_scheduling_from_a_real_prometheus(prometheus: str) -> None:
+    """The rules' verdicts (the shipped rules file, inlined) for each job, and the evidence
+    explain shows beside them."""
     hw = await layer(prometheus, "hw")
     assert hw["status"] == "blocking" and hw["evidence"]["verdict"] == "hardware"
     # baseline: the 61 one-minute points of the hour ending 15m before END, 6 of them at or after the drop
     assert hw["evidence"]["throughput"]["baseline"] == pytest.approx((55 * 1000 + 6 * 500) / 61)
     assert hw["evidence"]["throughput"]["down_since"] == DROP
     # the 5m rate of NVLink falls below 0.7 of its baseline two minutes after the drop
-    assert hw["summary"] == (f"tokens_per_second 47% below its previous hour since {clock(DROP)}; "
-                             f"NVLink on gpu 1 of node n1 down 90% since {clock(DROP + 120)}; nvlink_straggler (1 GPU): hardware")
+    assert hw["summary"] == (f"tokens_per_second 47% below its baseline since {clock(DROP)}; "
+                             f"NVLink on gpu 1 of node n1 down 90% since {clock(DROP + 120)}; nvlink_straggler (1): hardware")
     data = await layer(prometheus, "data")
     assert data["evidence"]["verdict"] == "workload"
-    assert data["summary"] == (f"tokens_per_second 47% below its previous hour since {clock(DROP)}; "
-                               "the job's interconnect traffic at 100% of its previous hour: workload")
+    assert data["summary"] == (f"tokens_per_second 47% below its baseline since {clock(DROP)}; "
+                               "the job's interconnect traffic at 100% of its baseline: workload")
     moved = await layer(prometheus, "moved")
     assert moved["evidence"]["verdict"] == "scheduling" and moved["evidence"]["scheduling_events"] == ["placement_changed"]
     # its new GPU moves what it always moved there; the job's traffic is a tenth of what the old one moved.
     # The old pod's last sample counts for Prometheus's 5m lookback (no stale marker in a backfill): down from DROP+5m.
-    assert moved["summary"] == (f"tokens_per_second 52% below its previous hour since {clock(DROP + 300)}; the job's interconnect "
-                                "traffic at 10% of its previous hour; placement_changed in the last 30m: scheduling")
+    assert moved["summary"] == (f"tokens_per_second 52% below its baseline since {clock(DROP + 300)}; the job's interconnect "
+                                "traffic at 10% of its baseline; placement_changed in the last 30m: scheduling")
     even = await layer(prometheus, "even")
     assert (even["status"], even["evidence"]["verdict"]) == ("unknown", None)
     steady = await layer(prometheus, "steady")
-    assert (steady["status"], steady["summary"]) == ("ok", "tokens_per_second at 100% of its previous hour")
+    assert (steady["status"], steady["summary"]) == ("ok", "tokens_per_second at 100% of its baseline")
+    # JobSet restarted its pods in place: the rules count the restart as a scheduling event, so no
+    # "workload" verdict (explain once said workload while its job layer printed the restart)
+    restarted = await layer(prometheus, "restarted")
+    assert (restarted["status"], restarted["evidence"]["verdict"], restarted["evidence"]["scheduling_events"]) == (
+        "unknown", None, ["restarted"])
     # every query the layer printed runs as printed
     async with aiohttp.ClientSession() as s:
-        for q in hw["evidence"]["queries"].values():
+        for q in [*hw["evidence"]["queries"].values(), *hw["evidence"]["range_queries"].values()]:
             async with s.get(prometheus + "/api/v1/query", params={"query": q, "time": str(END)}) as r:
                 assert (await r.json())["status"] == "success", q
 
 
-async def test_a_missing_or_renamed_metric_is_reported_and_logged(prometheus: str) -> None:
-    from structlog.testing import capture_logs
+async def test_a_missing_or_renamed_metric_is_reported(prometheus: str) -> None:
+    """Rules whose only mapping names a metric no job exports: the layer says so with the rules'
+    own count of that metric's series."""
+    import dataclasses
 
-    renamed = tl.Mapping("tokens_per_sec", "tokens_per_sec", unit="tokens")
-    with capture_logs() as logs:
-        doc = await tl.training_layer("ml", "hw", True, prometheus, END, (renamed,))
-    assert doc["status"] == "unknown" and doc["summary"] == "no throughput series for this job (tokens_per_sec: missing)"
-    assert [(e["event"], e["metric"], e["state"]) for e in logs] == [("throughput_mapping_problem", "tokens_per_sec", "missing")]
-    # with a second, working mapping the layer goes on with it
-    doc = await tl.training_layer("ml", "hw", True, prometheus, END, (renamed, tl.DEFAULT_MAPPINGS[0]))
-    assert doc["evidence"]["verdict"] == "hardware" and doc["evidence"]["mappings"] == {"tokens_per_sec": "missing", "tokens_per_second": "ok"}
+    from alerts.generate import Config, recording_rules
+    from exporter.rule_queries import Rules
 
-
-async def test_the_rules_verdicts_are_explains(prometheus: str) -> None:
-    """rules == explain: the rules' verdict records (from the rules file the package ships, their
-    recorded series inlined) and explain's training layer give each job the same verdict, on the
-    same real Prometheus and series."""
-    from exporter.rule_queries import Rules, for_workload
-
-    rules = Rules.load()
-    verdicts = rules.record("namespace_workload:gangscope_job_slowdown:ratio")
-    seen = {}
-    async with aiohttp.ClientSession() as s:
-        for wl in ("hw", "even", "data", "moved", "steady", "restarted"):
-            async with s.get(prometheus + "/api/v1/query", params={"query": for_workload(verdicts, "ml", wl), "time": str(END)}) as r:
-                body = await r.json()
-            assert body["status"] == "success", body
-            by_rules = sorted(x["metric"]["verdict"] for x in body["data"]["result"])
-            doc = await layer(prometheus, wl)
-            by_explain = doc["evidence"]["verdict"]
-            assert by_rules == ([] if by_explain in (None, "ok") else [by_explain]), (wl, by_rules, doc["summary"])
-            seen[wl] = by_explain
-    assert seen == {"hw": "hardware", "even": None, "data": "workload", "moved": "scheduling", "steady": "ok", "restarted": None}
-    restarted = await layer(prometheus, "restarted")
-    assert restarted["evidence"]["scheduling_events"] == ["restarted"] and restarted["status"] == "unknown"
+    cfg = Config.load()
+    assert cfg.training is not None
+    renamed = dataclasses.replace(cfg.training.throughput[0], name="tokens_per_sec", metric="tokens_per_sec")
+    cfg = dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, throughput=(renamed,)))
+    doc = await layer(prometheus, "hw", Rules(recording_rules(cfg)))
+    assert (doc["status"], doc["summary"]) == ("unknown", "no throughput series for this job (tokens_per_sec: no series in Prometheus)")
 
 
-def test_verdict_table() -> None:
-    E = tl.Evidence
-    assert tl.verdict(E(None, 0.1, (), (), True)) is None  # no throughput or baseline
-    assert tl.verdict(E(0.9, 0.1, ("placement_changed",), (), True)) == "ok"
-    assert tl.verdict(E(0.5, 0.1, ("placement_changed",), (), True)) == "scheduling"
-    assert tl.verdict(E(0.5, 0.9, ("placement_changed",), (), True)) is None  # a move with healthy links: not guessed
-    assert tl.verdict(E(0.5, 0.1, (), (), True)) is None  # every GPU's traffic fell evenly: no hardware evidence
-    assert tl.verdict(E(0.5, 0.9, (), ("nvlink_down on gpu 3 of node n1",), True)) == "hardware"
-    assert tl.verdict(E(0.5, 0.9, (), (), True)) == "workload"
-    assert tl.verdict(E(0.5, None, (), (), True)) is None  # bandwidth not measured: never "workload"
-    assert tl.verdict(E(0.5, 0.9, (), (), False)) is None
+def test_the_windows_are_the_configs() -> None:
+    """What the layer prints (ratios, windows) is read from the rules, which come from config.yaml."""
+    from exporter.rule_queries import Rules
 
-
-def test_defaults_equal_the_rules_config() -> None:
     cfg = yaml.safe_load((ROOT / "alerts" / "config.yaml").read_text())
     tr = cfg["training"]
-    assert (tl.BASELINE, tl.WINDOW, tl.RATIO, tl.INTERCONNECT_RATIO, tl.MIN_INTERCONNECT) == (
+    w = tl.Windows.of(Rules.load())
+    assert (w.baseline, w.window, w.ratio, w.interconnect_ratio, w.min_interconnect) == (
         tr["baseline"], tr["window"], tr["ratio"], tr["interconnect_ratio"], tr["min_interconnect_bytes_per_second"])
-    assert tl.RATE == cfg["rate_window"]
     fors = [cfg["alerts"][a]["for"] for a in ("GangscopeJobSlowScheduling", "GangscopeJobSlowHardware", "GangscopeJobSlowWorkload")]
-    assert tl.OFFSET == f"{5 + max(int(f.rstrip('m')) for f in fors)}m"
-    assert [tl.Mapping(t.get("name", t["metric"]), t["metric"], t["type"], t["unit"], t["join"], t["label"], t["aggregate"],
-                       t.get("match", "")) for t in tr["throughput"]] == list(tl.DEFAULT_MAPPINGS)
-
-
-def test_throughput_flag() -> None:
-    assert tl.parse_mapping("samples_total,type=counter,aggregate=max") == tl.Mapping(
-        "samples_total", "samples_total", "counter", "", "pod", "pod", "max")
-    assert tl.parse_mapping("tps,join=job").label == "name"
-    with pytest.raises(Exception, match="want METRIC"):
-        tl.parse_mapping("tps,speed=fast")
+    assert w.offset == f"{5 + max(int(f.rstrip('m')) for f in fors)}m"
+    with pytest.raises(ValueError, match="no training verdicts"):
+        tl.Windows.of(Rules([{"name": "g", "rules": [{"record": "a:b:c", "expr": "sum(x)"}]}]))
