@@ -398,11 +398,10 @@ class Demo:
         lines.append(f"  kubeconfig  {self.kubeconfig}")
         lines.append(f"              {me} explain NS/NAME --kubeconfig {self.kubeconfig}")
         if self.prometheus is not None:
-            # --rules: the demo's shortened recording rules, so the training layer asks what they decide
-            recording = next((p for p in self.prometheus_rules or [] if p.name == "gangscope-rules.yaml"), None)
+            # --rules: the demo's shortened rules, so the training and interconnect layers ask what they decide
+            rules = "".join(f" --rules {p}" for p in sorted(self.prometheus_rules or []))
             lines.append(f"              {me} explain ml-team/llama-train --kubeconfig {self.kubeconfig} "
-                         f"--prometheus {self.prometheus_url}" + (f" --rules {recording}" if recording else "")
-                         + "   (its interconnect, after a minute of samples)")
+                         f"--prometheus {self.prometheus_url}{rules}   (its interconnect, after a minute of samples)")
         lines += ["", "  workloads by stage:"]
         for stage, count in sorted(self.stages().items()):
             lines.append(f"    {stage:<18} {count}")

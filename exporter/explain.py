@@ -653,7 +653,7 @@ def running_since(wl: Workload) -> float | None:
     return admitted.last_transition_seconds if admitted is not None and admitted.status == "True" else None
 
 
-async def interconnect_layer(wl: Workload | None, prometheus: str | None, now: float) -> dict[str, Any]:
+async def interconnect_layer(wl: Workload | None, prometheus: str | None, now: float, rules: Rules | None = None) -> dict[str, Any]:
     """The job's NVLink/PCIe throughput now against its baseline, and its lagging GPUs
     (exporter.interconnect); without ``--prometheus``, the queries to run by hand."""
     from . import interconnect
@@ -668,7 +668,7 @@ async def interconnect_layer(wl: Workload | None, prometheus: str | None, now: f
                       "not checked: run with --prometheus URL, or run the queries below in Prometheus", evidence)
     try:
         gpus = round(sum(ps.count * ps.gpus_per_pod for ps in wl.podsets)) or None
-        status, summary, found = await interconnect.assess(prometheus, wl.namespace, wl.name, start, now, gpus=gpus)
+        status, summary, found = await interconnect.assess(prometheus, wl.namespace, wl.name, start, now, gpus=gpus, rules=rules)
     except interconnect.PrometheusError as exc:  # say so, keep the rest of the diagnosis
         evidence.update(error=str(exc), failed_query=exc.query)
         return _layer("interconnect", "unknown", f"Prometheus query failed: {exc}", evidence)
@@ -704,7 +704,7 @@ async def diagnose(store: ClusterStore, gangs: GangIndex, namespace: str, name: 
         elif layer_name == "assembly":
             layer = assembly_layer(wl, wl_gangs, now, gangs)
         elif layer_name == "interconnect":
-            layer = await interconnect_layer(wl, prometheus, now)
+            layer = await interconnect_layer(wl, prometheus, now, rules)
         elif layer_name == "training":
             layer = await _training(wl, prometheus, now, rules)
         else:
@@ -1002,7 +1002,8 @@ def run(args: argparse.Namespace) -> int:
         rules = Rules.load(args.rules)
         Windows.of(rules)
     except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as exc:
-        print(f"gangscope explain: --rules {args.rules}: not a Prometheus rules file ({type(exc).__name__}: {exc})", file=sys.stderr)
+        print(f"gangscope explain: --rules {' '.join(map(str, args.rules))}: not gangscope's Prometheus rules "
+              f"({type(exc).__name__}: {exc})", file=sys.stderr)
         return 2
     try:
         doc = asyncio.run(diagnose(store, gangs, namespace, name, prometheus=args.prometheus,

@@ -4,7 +4,9 @@ Three parts, kept apart so that each can be tested on its own: the PromQL (pure 
 one of them runs against Debian's real Prometheus in tests/test_interconnect.py), a small client
 of Prometheus's ``/api/v1/query`` that turns every way it can fail into one sentence, and the
 judgement (a pure function of the numbers): is the job's throughput now below half of its
-baseline, and does one GPU lag the gang's median (a straggler slows every collective)?
+baseline? Which GPU lags the gang's median (a straggler slows every collective) is the
+GangscopeGPUStraggler alert's condition, asked in its own expression: the GPUs explain names are
+the ones the alert pages for.
 
 The queries ask for one family at a time: ``rate()`` drops the metric name, so a rate over a
 ``{__name__=~"a|b"}`` selector leaves the transmit and receive series of one link with the same
@@ -19,12 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+
+from .rule_queries import Rules, for_workload
 
 FAMILIES: dict[str, tuple[str, str]] = {
     "nvlink": ("gangscope_nvlink_transmit_bytes_total", "gangscope_nvlink_receive_bytes_total"),
@@ -32,10 +36,10 @@ FAMILIES: dict[str, tuple[str, str]] = {
 }
 # Below this fraction of its baseline, the job's throughput on an interconnect counts as degraded.
 DEGRADED_RATIO = 0.5
-# A GPU below this fraction of its gang's median is a straggler, where the median is busy enough
-# to tell: the same thresholds as the GangscopeGPUStraggler alert (alerts/config.yaml).
-STRAGGLER_RATIO = 0.5
-STRAGGLER_MIN_MEDIAN = 1e9
+# Stragglers are what the GangscopeGPUStraggler alert's condition names (one GPU's NVLink below
+# half of its gang's median, the median busy enough to tell, the gang running), asked in its own
+# expression (exporter/rule_queries.py), so explain names the GPUs the alert pages for.
+STRAGGLER_ALERT = "GangscopeGPUStraggler"
 NOW_WINDOW = 300  # seconds of the "now" rate
 BASELINE_WINDOW = 3600  # the first hour
 MIN_WINDOW = 30  # less history than this: too few scrapes for a rate
@@ -188,15 +192,14 @@ class KindVerdict:
         return self.ratio is not None and self.ratio < DEGRADED_RATIO
 
 
-def judge(kind: str, now: list[GpuRate], baseline: list[GpuRate] | None) -> KindVerdict:
-    """The job's throughput now against its baseline, and the GPUs lagging the gang's median."""
+def judge(kind: str, now: list[GpuRate], baseline: list[GpuRate] | None, stragglers: Sequence[GpuRate] = ()) -> KindVerdict:
+    """The job's throughput now against its baseline; ``stragglers``, the GPUs the
+    GangscopeGPUStraggler alert's condition names (NVLink: the rule decides, this shows it)."""
     total = sum(g.bytes_per_second for g in now)
     base = sum(g.bytes_per_second for g in baseline) if baseline else None
     median = statistics.median(g.bytes_per_second for g in now) if now else 0.0
-    slow: list[tuple[GpuRate, float]] = []
-    if median >= STRAGGLER_MIN_MEDIAN:
-        slow = sorted(((g, g.bytes_per_second / median) for g in now if g.bytes_per_second < STRAGGLER_RATIO * median),
-                      key=lambda x: (x[1], x[0].node, x[0].gpu))
+    slow = sorted(((g, g.bytes_per_second / median if median else 0.0) for g in stragglers),
+                  key=lambda x: (x[1], x[0].node, x[0].gpu))
     return KindVerdict(kind, total, base, total / base if base else None, median, tuple(slow))
 
 
@@ -234,7 +237,7 @@ def verdict_text(verdicts: list[KindVerdict], baseline: Baseline, start: float |
 
 
 async def assess(url: str, namespace: str, workload: str, start: float | None, now: float,
-                 session: Any = None, gpus: int | None = None) -> tuple[str, str, dict[str, Any]]:
+                 session: Any = None, gpus: int | None = None, rules: Rules | None = None) -> tuple[str, str, dict[str, Any]]:
     """(status, summary, evidence) of the interconnect layer for the Workload ``namespace/workload``
     that runs since ``start`` on ``gpus`` GPUs (None: not known); raises :class:`PrometheusError`.
 
@@ -245,7 +248,7 @@ async def assess(url: str, namespace: str, workload: str, start: float | None, n
 
     if session is None:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as own:
-            return await assess(url, namespace, workload, start, now, own, gpus)
+            return await assess(url, namespace, workload, start, now, own, gpus, rules)
     prom = Prometheus(session, url)
     lookback = int(min(MAX_LOOKBACK, max(BASELINE_WINDOW, now - start if start is not None else 0)))
     queries = {"history": history_query(namespace, workload, lookback)}
@@ -265,6 +268,7 @@ async def assess(url: str, namespace: str, workload: str, start: float | None, n
     window_base = max(MIN_WINDOW, int(base.end - base.start))
     verdicts = []
     reporting: dict[str, int] = {}
+    queries["nvlink_stragglers"] = for_workload((rules or Rules.load()).alert(STRAGGLER_ALERT), namespace, workload)
     for kind in FAMILIES:
         queries[f"{kind}_now"] = gpu_rate_query(kind, namespace, workload, window_now)
         queries[f"{kind}_baseline"] = gpu_rate_query(kind, namespace, workload, window_base, int(base.end))
@@ -272,7 +276,8 @@ async def assess(url: str, namespace: str, workload: str, start: float | None, n
         if not cur:
             continue
         reporting[kind] = len(cur)
-        verdicts.append(judge(kind, cur, _rates(await prom.query(queries[f"{kind}_baseline"], now))))
+        slow = _rates(await prom.query(queries["nvlink_stragglers"], now)) if kind == "nvlink" else []
+        verdicts.append(judge(kind, cur, _rates(await prom.query(queries[f"{kind}_baseline"], now)), slow))
     evidence["baseline"] = {"from": _ts(base.start), "to": _ts(base.end), "first_hour": base.first_hour}
     evidence["gpus"] = {"held": gpus, "reporting": reporting}
     evidence["values_bytes_per_second"] = {f"{v.kind}_{w}": x for v in verdicts

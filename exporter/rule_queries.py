@@ -30,7 +30,7 @@ over time, done in one query):
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -39,6 +39,7 @@ from typing import Any
 import yaml
 
 RULES_FILE = "rules/gangscope-rules.yaml"
+ALERTS_FILE = "rules/gangscope-alerts.yaml"
 DEFAULT_STEP = "1m"  # Prometheus's default evaluation_interval; the rule groups set none
 _NAME = re.compile(r"(?<![\w:])([a-zA-Z_][a-zA-Z0-9_]*(?::[a-zA-Z0-9_]+)+)(?![\w:(])")
 _MATCHER = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!=|!~|=)\s*"((?:[^"\\]|\\.)*)"\s*,?')
@@ -56,17 +57,28 @@ class Rules:
 
     def __init__(self, groups: list[dict[str, Any]], step: str = DEFAULT_STEP) -> None:
         self.records: dict[str, list[Rule]] = {}
+        self.alerts: dict[str, str] = {}  # alert name -> its expression (the condition, before its ``for``)
         for group in groups:
             for rule in group.get("rules", []):
-                if "record" in rule:
+                if "alert" in rule:
+                    self.alerts[rule["alert"]] = rule["expr"]
+                elif "record" in rule:
                     labels = tuple(sorted((rule.get("labels") or {}).items()))
                     self.records.setdefault(rule["record"], []).append(Rule(rule["expr"], labels, group.get("interval") or step))
 
     @classmethod
-    def load(cls, path: Path | None = None, step: str = DEFAULT_STEP) -> Rules:
-        """The rules of ``path``, else the file shipped in the package."""
-        text = path.read_text() if path is not None else resources.files("exporter").joinpath(RULES_FILE).read_text()
-        return cls(yaml.safe_load(text)["groups"], step)
+    def load(cls, paths: Sequence[Path] = (), step: str = DEFAULT_STEP) -> Rules:
+        """The rules of ``paths`` (recording rules and alerts, any number of files), else the two
+        files shipped in the package."""
+        package = resources.files("exporter")
+        texts = [p.read_text() for p in paths] or [package.joinpath(f).read_text() for f in (RULES_FILE, ALERTS_FILE)]
+        return cls([g for text in texts for g in (yaml.safe_load(text) or {}).get("groups") or []], step)
+
+    def alert(self, name: str) -> str:
+        """The condition of alert ``name`` (what its ``for`` waits on), recorded series inlined."""
+        if name not in self.alerts:
+            raise ValueError(f"no alert {name} in the rules")
+        return self.inline(self.alerts[name])
 
     def named(self, prefix: str) -> str:
         """The one record whose name starts with ``prefix`` (names carry the configured rate window)."""

@@ -45,10 +45,11 @@ LOOKBACK = 7200  # how far back "since when" looks
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--rules", type=Path, metavar="FILE",
-                   help="the recording rules your Prometheus loads (alerts/generate.py's gangscope-rules.yaml, from your "
-                        "config.yaml): the training layer asks their throughput mappings, thresholds, scheduling events "
-                        "and hardware signals (default: the rules of the shipped config.yaml, installed with gangscope)")
+    p.add_argument("--rules", type=Path, action="append", default=[], metavar="FILE",
+                   help="a rules file your Prometheus loads (repeatable: alerts/generate.py's gangscope-rules.yaml and "
+                        "gangscope-alerts.yaml, from your config.yaml): the training and interconnect layers ask their "
+                        "verdicts, thresholds and windows (default: the rules of the shipped config.yaml, installed "
+                        "with gangscope)")
 
 
 @dataclass(frozen=True)

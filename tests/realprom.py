@@ -36,7 +36,7 @@ def openmetrics(families: dict[str, str], samples: Iterable[tuple[str, dict[str,
 
 GPU_FAMILIES = {"gangscope_gpu_pod_info": "gauge", "gangscope_nvlink_transmit_bytes": "counter",
                 "gangscope_nvlink_receive_bytes": "counter", "gangscope_pcie_transmit_bytes": "counter",
-                "gangscope_pcie_receive_bytes": "counter"}
+                "gangscope_pcie_receive_bytes": "counter", "gangscope_workload_stage": "gauge"}
 Rate = Callable[[int, float], float]  # bytes/s of GPU g at time t
 
 
@@ -57,6 +57,14 @@ def gpu_samples(namespace: str, workload: str, node: str, gpus: int, first: int,
             for name, rate in zip(("gangscope_pcie_transmit_bytes_total", "gangscope_pcie_receive_bytes_total"), pcie or ()):
                 counters[(name, "")] = counters.get((name, ""), 1e11) + (step * rate(g, t) if t > first else 0)
                 yield name, gpu, t, counters[(name, "")]
+
+
+def stage_samples(namespace: str, workload: str, first: int, last: int, stage: str = "running",
+                  step: int = 15) -> Iterator[tuple[str, dict[str, str], float, float]]:
+    """What the collector exports of the Workload's stage (the rules' verdicts and alert
+    conditions read it), scraped every ``step`` seconds."""
+    for t in range(first, last + 1, step):
+        yield "gangscope_workload_stage", {"namespace": namespace, "workload": workload, "stage": stage}, t, 1.0
 
 
 @contextmanager

@@ -222,6 +222,7 @@ async def test_interconnect_names_the_straggler_from_a_real_prometheus(dump: Pat
             def rate(g: int, t: float, node: str = node) -> float:
                 return 5e9 * (0.3 if (node, g) == (nodes[1], 5) else 1.0)
             yield from realprom.gpu_samples("ml-team", wl.name, node, 8, int(start) // 15 * 15 - 300, now, rate, (rate, rate))
+        yield from realprom.stage_samples("ml-team", wl.name, int(start) // 15 * 15 - 300, now)
 
     with realprom.prometheus_with(tmp_path, realprom.openmetrics(realprom.GPU_FAMILIES, samples())) as url:
         doc = await explain.diagnose(store, gangs, "ml-team", "llama-train", prometheus=url, now=now)
