@@ -1311,7 +1311,6 @@ def training_rules(cfg: Config) -> list[dict[str, Any]]:
                      f" > {tr.min_interconnect_bytes_per_second:g})"),
             "labels": {"family": family},
         })
-    pod_info = 'max by (namespace, workload) (gangscope_gpu_pod_info{workload!=""})'
     with_job = ("* on (namespace, kind, name) group_left (workload)\n"
                 '  max by (namespace, kind, name, workload) (gangscope_job_info{workload!=""})')
     events = {

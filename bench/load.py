@@ -31,7 +31,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import deque
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any

@@ -186,7 +186,7 @@ def test_demo_with_prometheus_fires_its_alerts_within_two_minutes() -> None:
     assert summary and all(name in summary.group(1) for name in PROMISED), text
     survivors = [p for p in psutil.process_iter() if _in_session(p, proc.pid)]
     assert not survivors, f"processes left behind: {survivors}"
-    print(f"demo: promised alerts fired at " + ", ".join(f"{n} +{at} s" for n, (at, _) in sorted(fired.items(), key=lambda i: i[1])))
+    print("demo: promised alerts fired at " + ", ".join(f"{n} +{at} s" for n, (at, _) in sorted(fired.items(), key=lambda i: i[1])))
 
 
 def _in_session(p: psutil.Process, sid: int) -> bool:

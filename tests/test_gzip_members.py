@@ -10,7 +10,6 @@ page changes between scrapes, which must ingest every series of it.
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 import shutil
 import socket

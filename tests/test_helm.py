@@ -43,7 +43,6 @@ EVERYTHING: dict[str, Any] = {
                   "namespacesDenylist": ["kube-system"], "sources": ["workloads", "nodes"], "shard": 1, "totalShards": 3, "shardRanges": "equal", "shardCutsInterval": 300,
                   "insecureSkipTLSVerify": True, "assemblyTimeout": 900, "evictionLevel": "example.com/block", "evictionDomainGrace": 600, "finishedDetail": 900, "kaiStalenessGracePeriod": 120,
                   "queuePositionInterval": 0, "queuePositionLimit": 200, "placementSizes": [8, 16], "gpuResources": ["nvidia.com/gpu", "amd.com/gpu"],
-                  "queuePositionInterval": 0, "queuePositionLimit": 200, "gpuResources": ["nvidia.com/gpu", "amd.com/gpu"],
                   "watchPods": False, "kaiSchedulerName": "kai", "volcanoSchedulerName": "volcano-v2", "progressStaleAfter": 3600,
                   "extraArgs": ["--log-level=info"], "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}},
                   "nodeSelector": {"node-role.kubernetes.io/infra": ""}, "tolerations": [{"key": "infra", "operator": "Exists"}],

@@ -17,7 +17,6 @@ store and the built-in ``scheduling.k8s.io`` group on (the base ships a Priority
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest

@@ -7,7 +7,6 @@ import copy
 import pytest
 
 from exporter.cluster.collector import build_collector
-from exporter.cluster.workload_state import STAGES
 from exporter.cluster.workloads import parse_workload
 from exporter.exposition import Exposition
 from exporter.health import SourceHealth
