@@ -325,6 +325,7 @@ class Run:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.outcomes: dict[str, Outcome] = {}
+        self.settings: dict[str, list[dict[str, str]]] = {}  # a board's variable settings, resolved once
 
     def call(self, coro: Any, timeout: float = 120) -> Any:
         future: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self.loop)
@@ -390,6 +391,8 @@ class Run:
         queries, resolved in order (a variable's query may use the ones before it): a multi-value
         variable set to every value it offers, a single-value one to each value in turn (so the
         workload board is tried on each Workload: a panel counts as lit where any Workload lights it)."""
+        if board.name in self.settings:
+            return self.settings[board.name]
         settings: list[dict[str, str]] = [{}]
         for name, expr, multi, _ in board.variables:
             grown = []
@@ -400,6 +403,7 @@ class Run:
                 picks = ["|".join(grafana_regex_escape(v) for v in values)] if multi else values
                 grown += [{**chosen, name: v if not multi or len(values) == 1 else f"({v})"} for v in picks]
             settings = grown
+        self.settings[board.name] = settings
         return settings
 
 
