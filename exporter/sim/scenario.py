@@ -599,8 +599,9 @@ def _fragmented_block(sc: Scenario, now: datetime, block: int) -> None:
 
     rack-{block}-1: n1 holds ray-tune's pod 0 (4 GPUs), n2 and n3 are empty: 20 GPUs free, two
     8-GPU pods. rack-{block}-2: n1 holds ray-tune's pod 1 (4), n2 sd-lora (2), n3 is empty: 18
-    free, one 8-GPU pod. llama-70b-sft needs three 8-GPU pods in one rack: the cluster has room
-    for three, no rack for more than two, which Kueue 0.19+ reports as TopologyPlacementFailed.
+    free, one 8-GPU pod. llama-70b-sft needs three 8-GPU pods in one rack of this block (a
+    nodeSelector pins it here): the block has room for three, no rack for more than two, which
+    Kueue 0.19+ reports as TopologyPlacementFailed, for the whole demo.
     """
     racks = [[f"gpu-b{block}-r{r}-n{n}" for n in range(1, 4)] for r in (1, 2)]
     for r, names in enumerate(racks, start=1):
@@ -629,6 +630,10 @@ def _fragmented_block(sc: Scenario, now: datetime, block: int) -> None:
     run("sd-lora", "ml-team", "ml-team-queue", "gpu-cluster-queue", [racks[1][1]], 2, now - timedelta(minutes=35))
     waiting = _workload("llama-70b-sft", "ml-team", "ml-team-queue", 3, GPUS_PER_NODE, now - timedelta(minutes=30),
                         podgroup="llama-70b-sft", topology=("required", RACK_LABEL))
+    # Pinned to this block (its dataset is cached on the block's local storage): without the pin,
+    # the rack the +40 s NodeFailures eviction empties (vit-large's, 3 healthy nodes) would hold it
+    # and its fragmentation story would end there, though no Kueue admits it in the demo.
+    waiting["spec"]["podSets"][0]["template"]["spec"]["nodeSelector"] = {BLOCK_LABEL: f"block-{block}"}
     # Kueue 0.19+ with UnadmittedWorkloadsObservability: quota would fit, no rack does
     # (flavorassigner.go:866-892; the message of tas_flavor_snapshot.go:2005-2009)
     _set_cond(waiting, _cond(
