@@ -49,6 +49,7 @@ SCENARIOS = ("default", "static")
 SIM_MISSING = f"gangscope demo needs the simulators, which the runtime image does not ship: {SIMULATORS_INSTALL}"
 # Labels that identify what an alert is about, in the order the demo prints them.
 ALERT_SUBJECT = ("namespace", "workload", "kind", "name", "podgroup", "cluster_queue", "block", "rack", "node", "gpu", "link")
+PCIE_UPTIME_BYTES = 40 * 10**9 * 3600 * 6  # where the demo's PCIe byte counters start: 6 h at 40 GB/s
 LINK_DROP_AFTER = 3.0  # seconds of the demo before its down links can fail (they are seen up first)
 
 
@@ -156,6 +157,7 @@ class Demo:
         from .node.agent import Agent
         from .node.main import add_arguments as agent_args
         from .sim.kubelet import SimKubelet
+        from .sim.gpus import UINT, ULL
         from .sim.nvml import Chassis, SimNvml
         from .sim.scenario import BLOCK_LABEL, RACK_LABEL, NodeHardware, gpu_uuid
 
@@ -164,6 +166,13 @@ class Demo:
         sim = SimNvml(hw.scenarios, profile=hw.profile or self.sim_profile, chassis=chassis)
         for gpu in sim.gpus:
             gpu.uuid = gpu_uuid(node, gpu.index)
+            if gpu.pcie_value_type == UINT:
+                # The demo's agents share one process (and this machine's cores): a 32-bit counter,
+                # which wraps in 67 ms at the link's rate and must be read every 50 ms, was read late
+                # there every few seconds, each late read a true gap (GangscopeGPUCounterReadGaps on
+                # every GPU). The demo's GPUs report 64-bit counters, read with each sample, past 2**32
+                # as after hours of traffic; the 32-bit path is tested on its own (tests/test_nvml.py).
+                gpu.pcie_value_type, gpu.pcie_offset = ULL, PCIE_UPTIME_BYTES
             # A link that never trained does not page (GangscopeNVLinkDown): the scenario's down
             # links train first and fail once Prometheus has seen them up (_drop_links).
             if gpu.link_down:
