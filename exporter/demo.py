@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import importlib.resources
 import importlib.util
+import re
 import shutil
 import signal
 import subprocess
@@ -57,15 +58,22 @@ def simulators_installed() -> bool:
     return importlib.util.find_spec("exporter.sim") is not None
 
 
-def demo_rules(folder: Path) -> tuple[list[Path], str]:
+AT = re.compile(r"@ (\d+)\b")  # a constant time in the shipped demo rules: seconds after the demo's start
+
+
+def demo_rules(folder: Path, start: float = 0.0) -> tuple[list[Path], str]:
     """The demo's shortened rule files (shipped in the simulators' package), copied into
-    ``folder`` for Prometheus, and their evaluation interval (the demo scrapes at it too)."""
+    ``folder`` for Prometheus, and their evaluation interval (the demo scrapes at it too).
+
+    Their ``@ <seconds>`` (the training baselines, alerts/config.yaml ``demo.baseline_at``) count
+    from the demo's start; they are rebased onto ``start`` (Unix seconds), which only the running
+    demo knows, so its slowed jobs stay compared with their healthy minutes."""
     source = importlib.resources.files("exporter.sim").joinpath("rules")
     folder.mkdir(parents=True, exist_ok=True)
     paths, interval = [], ""
     for item in sorted(source.iterdir(), key=lambda t: t.name):
         if item.name.endswith(".yaml"):
-            text = item.read_text()
+            text = AT.sub(lambda m: f"@ {start + int(m.group(1)):.3f}", item.read_text())
             interval = interval or yaml.safe_load(text)["groups"][0]["interval"]
             (folder / item.name).write_text(text)
             paths.append(folder / item.name)
@@ -295,7 +303,8 @@ class Demo:
             s.bind((self.host, 0))
             self.prometheus_port = s.getsockname()[1]
         if self.prometheus_rules is None:
-            self.prometheus_rules, shipped_interval = demo_rules(self.workdir / "rules")
+            start = time.time() - (time.monotonic() - self.started_at)  # the demo's start, in Unix seconds
+            self.prometheus_rules, shipped_interval = demo_rules(self.workdir / "rules", start)
             self.prometheus_interval = self.prometheus_interval or shipped_interval
         rules = sorted(str(p) for p in self.prometheus_rules)
         interval = self.prometheus_interval or "5s"
