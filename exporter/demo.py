@@ -135,13 +135,19 @@ class Demo:
         if self.scenario_name == "static":
             self.scenario.timeline.clear()
             self.scenario.training_timeline.clear()
+        from .sim import pki
+
+        # HTTPS, so that kubectl sends the kubeconfig's token too (exporter.sim.pki says why).
+        self.pki = pki.create(self.workdir / "pki", self.host)
         self.sim = SimApiServer(token="gangscope-demo")
-        await self.sim.start(self.host)
+        await self.sim.start(self.host, ssl_context=self.pki.server_context())
         for resource in (*COLLECTOR_RESOURCES, AGENT_PODS):  # a 1.37 cluster with Kueue, the gang schedulers and job controllers
             self.sim.serve(resource)
         for obj in self.scenario.all_objects():
             self.sim.create(obj)
-        self.kubeconfig = self.sim.write_kubeconfig(str(self.workdir / "kubeconfig"))
+        self.kubeconfig = str(self.workdir / "kubeconfig")
+        with open(self.kubeconfig, "w") as f:
+            yaml.safe_dump(self.sim.kubeconfig(**{"certificate-authority": str(self.pki.ca_cert)}), f)
 
         parser = argparse.ArgumentParser()
         collector_args(parser)
