@@ -108,7 +108,11 @@ class Demo:
     prometheus_rules: list[Path] | None = None
     # Called with (seconds since start, alert name, its identifying labels) when an alert first fires.
     on_alert: Any = None
+    # Called with the same when an alert the demo reported firing stops firing.
+    on_resolved: Any = None
     fired: dict[str, float] = field(default_factory=dict)  # alert name -> seconds since start when it first fired
+    # (seconds since start, "firing" or "resolved", alert name, its identifying labels), in order
+    history: list[tuple[float, str, str, tuple[tuple[str, str], ...]]] = field(default_factory=list)
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="gangscope-demo-")))
     collector: Any = None
     agents: dict[str, Any] = field(default_factory=dict)
@@ -366,11 +370,13 @@ class Demo:
         return None
 
     async def _watch_alerts(self) -> None:
-        """Poll Prometheus's alerts; record (and report) each alert the first time it fires."""
+        """Poll Prometheus's alerts; record (and report) each alert when it starts firing and when
+        it stops (resolved: firing at the last poll, not now), so what the demo printed as firing
+        is never left standing once Prometheus resolved it."""
         import aiohttp
 
         url = f"{self.prometheus_url}/api/v1/alerts"
-        seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+        firing: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
             while True:
                 await asyncio.sleep(1.0)
@@ -379,19 +385,24 @@ class Demo:
                         alerts = (await resp.json())["data"]["alerts"]
                 except (aiohttp.ClientError, TimeoutError, KeyError, ValueError):
                     continue  # not up yet, or restarting: ask again
+                now: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
                 for alert in alerts:
                     if alert.get("state") != "firing":
                         continue
                     labels = alert.get("labels", {})
                     name = labels.get("alertname", "")
-                    subject = tuple((k, labels[k]) for k in ALERT_SUBJECT if labels.get(k))
-                    if (name, subject) in seen:
-                        continue
-                    seen.add((name, subject))
-                    at = time.monotonic() - self.started_at
+                    now.add((name, tuple((k, labels[k]) for k in ALERT_SUBJECT if labels.get(k))))
+                at = time.monotonic() - self.started_at
+                for name, subject in sorted(now - firing):
                     self.fired.setdefault(name, at)
+                    self.history.append((at, "firing", name, subject))
                     if self.on_alert is not None:
                         self.on_alert(at, name, subject)
+                for name, subject in sorted(firing - now):
+                    self.history.append((at, "resolved", name, subject))
+                    if self.on_resolved is not None:
+                        self.on_resolved(at, name, subject)
+                firing = now
 
     async def wait_synced(self, timeout: float = 30.0) -> bool:
         deadline = time.monotonic() + timeout
@@ -492,8 +503,12 @@ def print_alert(at: float, name: str, subject: tuple[tuple[str, str], ...]) -> N
     print(f"  +{at:3.0f} s  FIRING  {name}  " + " ".join(f"{k}={v}" for k, v in subject), flush=True)
 
 
+def print_resolved(at: float, name: str, subject: tuple[tuple[str, str], ...]) -> None:
+    print(f"  +{at:3.0f} s  resolved  {name}  " + " ".join(f"{k}={v}" for k, v in subject), flush=True)
+
+
 async def _main(args: argparse.Namespace) -> int:
-    demo = Demo(args.scenario, args.host, args.prometheus, on_alert=print_alert, sim_profile=args.sim_profile)
+    demo = Demo(args.scenario, args.host, args.prometheus, on_alert=print_alert, on_resolved=print_resolved, sim_profile=args.sim_profile)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
