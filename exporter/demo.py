@@ -1,7 +1,8 @@
 """``gangscope demo``: a whole simulated GPU cluster, watched by the real collector and agents.
 
 Everything runs in one process on loopback and uses the real code paths: the simulated API
-server speaks real HTTP (list, watch, bookmarks), each simulated node has a real gRPC kubelet
+server speaks real HTTPS (list, watch, bookmarks; a throwaway CA in the kubeconfig it writes, so
+kubectl can read it too), each simulated node has a real gRPC kubelet
 pod-resources socket and a simulated NVML at the ``pynvml`` boundary, and the collector and one
 agent per node are the same classes ``gangscope collector`` and ``gangscope agent`` run. The
 scenario (:mod:`exporter.sim.scenario`) evolves: a node of ``vit-large`` fails at +20 s and Kueue
@@ -10,7 +11,7 @@ evicts the Workload with ``NodeFailures`` at +40 s, so rates, transitions and al
 With ``--prometheus`` it also runs Debian's Prometheus on the demo's processes with the
 project's own rules, shortened for the demo (``alerts/generate.py`` writes them from
 ``alerts/config.yaml`` into the simulators' package, ``exporter/sim/rules/``), and prints each
-alert when it first fires: within two minutes, the inadmissible Workload, the stuck gang, the
+alert when it fires and when it resolves: within two minutes, the inadmissible Workload, the stuck gang, the
 partial gang's idle GPUs, the stalled TrainJob, the NVLink link down and the NodeFailures eviction.
 
 The simulators are a separate distribution (``gangscope-sim``, exporter/sim/pyproject.toml), not
@@ -91,7 +92,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="GPU generation of the 16 nodes of blocks 1 and 2 (the NVL72 rack is always gb200) (default h100)")
     p.add_argument("--prometheus", action="store_true",
                    help="also start Debian's prometheus scraping the demo with the project's rules, shortened so that they "
-                        "fire within two minutes, and print each alert as it fires (needs /usr/bin/prometheus)")
+                        "fire within two minutes, and print each alert as it fires and resolves (needs /usr/bin/prometheus)")
     add_logging(p, "warning")
 
 
@@ -454,7 +455,7 @@ class Demo:
                       "  labelled into the rack but its GPUs report another chassis and clique (gangscope_gpu_fabric_info,",
                       "  gangscope_gpu_platform_info and the GangscopeTopologyDomainSpansHardware alert)."]
         lines += ["", "  block-4: 38 GPUs free, room for three 8-GPU pods but two at most in one rack: ml-team/llama-70b-sft",
-                  "  needs three in one rack (gangscope_workload_fit, gangscope_fragmentation_blocked_workloads), and",
+                  "  (pinned to block-4) needs three in one rack (gangscope_workload_fit, gangscope_fragmentation_blocked_workloads), and",
                   "  research/ray-tune runs spread over both racks where one would hold it (gangscope_workload_domains_spanned)."]
         if self.scenario.timeline:  # "static" plays none
             lines += ["", "  At +20 s a node of research/vit-large fails; at +40 s Kueue evicts it with NodeFailures.",

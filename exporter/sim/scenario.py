@@ -555,8 +555,8 @@ def _training_layer(sc: Scenario, straggler: tuple[str, int]) -> None:
     At +45 s llama-train's lagging GPU (GPU 5 of ``straggler``'s node, at 30% of its peers from the
     start) falls to 10% and the job's tokens per second to 60%, in step: a hardware slowdown. At the
     same time sd-lora's tokens per second halve on healthy GPUs: a data-loading stall. The demo's
-    rules compare both with the 20 s that end 12 s before (config.yaml demo): by then their
-    baselines hold ~30 s of healthy throughput. ray-tune is a RayJob whose Ray cluster has one
+    rules compare both with the 20 s that end at +40 s (config.yaml demo.baseline_at): healthy
+    throughput, so both verdicts hold for the rest of the demo. ray-tune is a RayJob whose Ray cluster has one
     placement group that stays PENDING: a gang that cannot assemble inside Ray.
     """
     sc.training += [("ml-team", "llama-train", 5200.0), ("ml-team", "sd-lora", 1800.0)]
