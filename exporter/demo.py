@@ -107,7 +107,7 @@ class Demo:
     # rules shipped with the simulators, and the interval they are evaluated at).
     prometheus_interval: str | None = None
     prometheus_rules: list[Path] | None = None
-    # Called with (seconds since start, alert name, its identifying labels) when an alert first fires.
+    # Called with (seconds since start, alert name, its identifying labels) when an alert starts firing.
     on_alert: Any = None
     # Called with the same when an alert the demo reported firing stops firing.
     on_resolved: Any = None

@@ -88,8 +88,8 @@ def test_demo_command_reports_and_exits_clean() -> None:
     assert ("verdict: held at PLACEMENT admission ok quota available in gpu-cluster-queue (queue ml-team-queue), but no "
             "topology domain fits: see placement placement BLOCKING Kueue: no topology placement: couldn't assign flavors "
             "to pod set main: topology \"gpu-topology\" allows to fit only 2 out of 3 pod(s). no single domain fits (main: "
-            "topology \"gpu-topology\" allows to fit only 2 out of 3 pod(s). Total nodes: 22; excluded: resource "
-            "\"memory\": 19), but the flavor h100-tas would hold it with the level dropped: fragmented") in llama, llama[:600]
+            "topology \"gpu-topology\" allows to fit only 2 out of 3 pod(s). Total nodes: 22; excluded: nodeSelector: 16, "
+            "resource \"memory\": 3), but the flavor h100-tas would hold it with the level dropped: fragmented") in llama, llama[:600]
     # a job as Kueue shows it without waitForPodsReady, one waiting for preemptions, one held by a check
     gemma = out.split("$ gangscope explain research/gemma-eval\n", 1)[1]
     assert gemma.splitlines()[1] == "verdict: running", gemma[:300]
