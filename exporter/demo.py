@@ -150,9 +150,9 @@ class Demo:
             self.sim.serve(resource)
         for obj in self.scenario.all_objects():
             self.sim.create(obj)
-        self.kubeconfig = str(self.workdir / "kubeconfig")
-        with open(self.kubeconfig, "w") as f:
-            yaml.safe_dump(self.sim.kubeconfig(**{"certificate-authority": str(self.pki.ca_cert)}), f)
+        kubeconfig = self.workdir / "kubeconfig"  # the token, and the CA that signed the server's certificate
+        kubeconfig.write_text(yaml.safe_dump(self.sim.kubeconfig(**{"certificate-authority": str(self.pki.ca_cert)})))
+        self.kubeconfig = str(kubeconfig)
 
         parser = argparse.ArgumentParser()
         collector_args(parser)
@@ -175,8 +175,8 @@ class Demo:
         from .config import topology_from_args
         from .node.agent import Agent
         from .node.main import add_arguments as agent_args
-        from .sim.kubelet import SimKubelet
         from .sim.gpus import UINT, ULL
+        from .sim.kubelet import SimKubelet
         from .sim.nvml import Chassis, SimNvml
         from .sim.scenario import BLOCK_LABEL, RACK_LABEL, NodeHardware, gpu_uuid
 

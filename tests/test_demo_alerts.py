@@ -21,9 +21,9 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from realprom import AVAILABLE
 
 from exporter.demo import Demo
-from realprom import AVAILABLE
 
 # What the default scenario stages (exporter/sim/scenario.py, exporter/demo.py), alert by alert.
 STAGED = {
