@@ -52,6 +52,7 @@ SIM_MISSING = f"gangscope demo needs the simulators, which the runtime image doe
 # Labels that identify what an alert is about, in the order the demo prints them.
 ALERT_SUBJECT = ("namespace", "workload", "kind", "name", "podgroup", "cluster_queue", "block", "rack", "node", "gpu", "link")
 PCIE_UPTIME_BYTES = 40 * 10**9 * 3600 * 6  # where the demo's PCIe byte counters start: 6 h at 40 GB/s
+AGENT_SCRAPE_MIN = 2  # seconds: the shortest interval (and timeout) the demo scrapes its agents at
 LINK_DROP_AFTER = 3.0  # seconds of the demo before its down links can fail (they are seen up first)
 
 
@@ -319,6 +320,7 @@ class Demo:
             self.prometheus_interval = self.prometheus_interval or shipped_interval
         rules = sorted(str(p) for p in self.prometheus_rules)
         interval = self.prometheus_interval or "5s"
+        agent_interval = interval if _seconds(interval) >= AGENT_SCRAPE_MIN else f"{AGENT_SCRAPE_MIN}s"
         agents = [f"{self.host}:{a.port}" for a in self.agents.values()]
         training = [f"{self.host}:{p.port}" for p in self.training.values()]
         ray = [f"{self.host}:{h.port}" for h in self.ray_heads]
@@ -327,7 +329,11 @@ class Demo:
             f"rule_files: {rules!r}\n"
             "scrape_configs:\n"
             f"  - job_name: gangscope-collector\n    static_configs: [{{targets: ['{self.host}:{self.collector.port}']}}]\n"
-            f"  - job_name: gangscope-agent\n    static_configs: [{{targets: {agents!r}}}]\n"
+            # The agents' pages every 2 s at most: 27 agents in this one process answered a 1 s
+            # scrape late on a loaded machine (context deadline exceeded), and each missed scrape
+            # marked their series stale, so every alert on them resolved and fired again.
+            f"  - job_name: gangscope-agent\n    scrape_interval: {agent_interval}\n    scrape_timeout: {agent_interval}\n"
+            f"    static_configs: [{{targets: {agents!r}}}]\n"
             # the jobs' own exporters and Ray's heads label their series with namespace and pod
             # (ray_io_cluster) as a PodMonitor's relabelling would: keep them
             f"  - job_name: training\n    honor_labels: true\n    static_configs: [{{targets: {training!r}}}]\n"
@@ -487,6 +493,14 @@ class Demo:
         if getattr(self, "sim", None) is not None:  # stop() also cleans up after a start() that failed early
             await self.sim.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _seconds(duration: str) -> float:
+    """Seconds of a Prometheus duration of one unit ("1s", "500ms", "2m")."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h)", duration)
+    if m is None:
+        raise ValueError(f"unsupported duration {duration!r}")
+    return float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[m.group(2)]
 
 
 def own_command() -> str:
