@@ -65,7 +65,7 @@ AT = re.compile(r"@ (\d+)\b")  # a constant time in the shipped demo rules: seco
 
 def demo_rules(folder: Path, start: float = 0.0) -> tuple[list[Path], str]:
     """The demo's shortened rule files (shipped in the simulators' package), copied into
-    ``folder`` for Prometheus, and their evaluation interval (the demo scrapes at it too).
+    ``folder`` for Prometheus, and their evaluation interval (the demo scrapes at it too, its agents at 2 s at most).
 
     Their ``@ <seconds>`` (the training baselines, alerts/config.yaml ``demo.baseline_at``) count
     from the demo's start; they are rebased onto ``start`` (Unix seconds), which only the running
