@@ -104,7 +104,8 @@ class Config:
             domain_level=raw["domain_alert_level"],
             rate_window=raw["rate_window"],
             alerts=raw["alerts"],
-            demo={key: raw["demo"][key] for key in ("interval", "for", "window", "rate_window")},
+            demo={key: raw["demo"][key] for key in ("interval", "for", "window", "rate_window", "baseline_at")
+                  if key in raw["demo"]},
             hardware_level=hardware,
             dcgm_join=dcgm,
             placement_sizes=sizes,
@@ -122,7 +123,8 @@ class Config:
             for name, spec in self.alerts.items()
         }
         training = None if self.training is None else dataclasses.replace(
-            self.training, baseline=self.demo["window"], window=self.demo["window"])
+            self.training, baseline=self.demo["window"], window=self.demo["window"],
+            baseline_at=self.demo.get("baseline_at", ""))
         return dataclasses.replace(self, alerts=alerts, rate_window=self.demo["rate_window"], training=training)
 
     def domain_labels(self) -> tuple[str, ...]:
@@ -201,6 +203,11 @@ class Training:
     interconnect_ratio: float
     min_interconnect_bytes_per_second: float
     ray_cluster_label: str
+    # Empty: the rolling baseline (ending baseline_offset before now). The demo's (config.yaml
+    # demo.baseline_at): the baseline window ending this long after the demo's start, written as
+    # ``@ <seconds>`` that exporter/demo.py rebases onto its start, so its slowdowns stay measured
+    # against their healthy minutes for as long as the demo runs.
+    baseline_at: str = ""
 
     @classmethod
     def load(cls, raw: dict[str, Any]) -> Training:
@@ -1290,7 +1297,9 @@ def training_rules(cfg: Config) -> list[dict[str, Any]]:
     tr = cfg.training
     if tr is None:
         return []
-    rw, offset = cfg.rate_window, baseline_offset(cfg)
+    rw = cfg.rate_window
+    # the demo's fixed baseline (a constant time, rebased by the demo) or the rolling one
+    when = f"@ {seconds(tr.baseline_at)}" if tr.baseline_at else f"offset {baseline_offset(cfg)}"
     w = tr.window
     out: list[dict[str, Any]] = []
     for t in tr.throughput:
@@ -1299,7 +1308,7 @@ def training_rules(cfg: Config) -> list[dict[str, Any]]:
                     "labels": {"metric": t.name, "unit": t.unit}})
     if tr.throughput:
         out += [
-            {"record": BASELINE, "expr": f"avg_over_time({THROUGHPUT}[{tr.baseline}] offset {offset})"},
+            {"record": BASELINE, "expr": f"avg_over_time({THROUGHPUT}[{tr.baseline}] {when})"},
             {"record": RATIO, "expr": f"{THROUGHPUT}\n/\n({BASELINE} > 0)"},
         ]
     for family in ("nvlink", "pcie"):
@@ -1307,7 +1316,7 @@ def training_rules(cfg: Config) -> list[dict[str, Any]]:
         out.append({
             "record": INTERCONNECT_RATIO,
             "expr": (f"sum by (namespace, workload) ({rate})\n/ on (namespace, workload)\n"
-                     f"(sum by (namespace, workload) (avg_over_time({rate}[{tr.baseline}] offset {offset}))"
+                     f"(sum by (namespace, workload) (avg_over_time({rate}[{tr.baseline}] {when}))"
                      f" > {tr.min_interconnect_bytes_per_second:g})"),
             "labels": {"family": family},
         })

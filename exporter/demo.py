@@ -1,7 +1,8 @@
 """``gangscope demo``: a whole simulated GPU cluster, watched by the real collector and agents.
 
 Everything runs in one process on loopback and uses the real code paths: the simulated API
-server speaks real HTTP (list, watch, bookmarks), each simulated node has a real gRPC kubelet
+server speaks real HTTPS (list, watch, bookmarks; a throwaway CA in the kubeconfig it writes, so
+kubectl can read it too), each simulated node has a real gRPC kubelet
 pod-resources socket and a simulated NVML at the ``pynvml`` boundary, and the collector and one
 agent per node are the same classes ``gangscope collector`` and ``gangscope agent`` run. The
 scenario (:mod:`exporter.sim.scenario`) evolves: a node of ``vit-large`` fails at +20 s and Kueue
@@ -10,7 +11,7 @@ evicts the Workload with ``NodeFailures`` at +40 s, so rates, transitions and al
 With ``--prometheus`` it also runs Debian's Prometheus on the demo's processes with the
 project's own rules, shortened for the demo (``alerts/generate.py`` writes them from
 ``alerts/config.yaml`` into the simulators' package, ``exporter/sim/rules/``), and prints each
-alert when it first fires: within two minutes, the inadmissible Workload, the stuck gang, the
+alert when it fires and when it resolves: within two minutes, the inadmissible Workload, the stuck gang, the
 partial gang's idle GPUs, the stalled TrainJob, the NVLink link down and the NodeFailures eviction.
 
 The simulators are a separate distribution (``gangscope-sim``, exporter/sim/pyproject.toml), not
@@ -24,6 +25,7 @@ import argparse
 import asyncio
 import importlib.resources
 import importlib.util
+import re
 import shutil
 import signal
 import subprocess
@@ -49,6 +51,8 @@ SCENARIOS = ("default", "static")
 SIM_MISSING = f"gangscope demo needs the simulators, which the runtime image does not ship: {SIMULATORS_INSTALL}"
 # Labels that identify what an alert is about, in the order the demo prints them.
 ALERT_SUBJECT = ("namespace", "workload", "kind", "name", "podgroup", "cluster_queue", "block", "rack", "node", "gpu", "link")
+PCIE_UPTIME_BYTES = 40 * 10**9 * 3600 * 6  # where the demo's PCIe byte counters start: 6 h at 40 GB/s
+AGENT_SCRAPE_MIN = 2  # seconds: the shortest interval (and timeout) the demo scrapes its agents at
 LINK_DROP_AFTER = 3.0  # seconds of the demo before its down links can fail (they are seen up first)
 
 
@@ -56,15 +60,22 @@ def simulators_installed() -> bool:
     return importlib.util.find_spec("exporter.sim") is not None
 
 
-def demo_rules(folder: Path) -> tuple[list[Path], str]:
+AT = re.compile(r"@ (\d+)\b")  # a constant time in the shipped demo rules: seconds after the demo's start
+
+
+def demo_rules(folder: Path, start: float = 0.0) -> tuple[list[Path], str]:
     """The demo's shortened rule files (shipped in the simulators' package), copied into
-    ``folder`` for Prometheus, and their evaluation interval (the demo scrapes at it too)."""
+    ``folder`` for Prometheus, and their evaluation interval (the demo scrapes at it too, its agents at 2 s at most).
+
+    Their ``@ <seconds>`` (the training baselines, alerts/config.yaml ``demo.baseline_at``) count
+    from the demo's start; they are rebased onto ``start`` (Unix seconds), which only the running
+    demo knows, so its slowed jobs stay compared with their healthy minutes."""
     source = importlib.resources.files("exporter.sim").joinpath("rules")
     folder.mkdir(parents=True, exist_ok=True)
     paths, interval = [], ""
     for item in sorted(source.iterdir(), key=lambda t: t.name):
         if item.name.endswith(".yaml"):
-            text = item.read_text()
+            text = AT.sub(lambda m: f"@ {start + int(m.group(1)):.3f}", item.read_text())
             interval = interval or yaml.safe_load(text)["groups"][0]["interval"]
             (folder / item.name).write_text(text)
             paths.append(folder / item.name)
@@ -82,7 +93,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="GPU generation of the 16 nodes of blocks 1 and 2 (the NVL72 rack is always gb200) (default h100)")
     p.add_argument("--prometheus", action="store_true",
                    help="also start Debian's prometheus scraping the demo with the project's rules, shortened so that they "
-                        "fire within two minutes, and print each alert as it fires (needs /usr/bin/prometheus)")
+                        "fire within two minutes, and print each alert as it fires and resolves (needs /usr/bin/prometheus)")
     add_logging(p, "warning")
 
 
@@ -97,9 +108,13 @@ class Demo:
     # rules shipped with the simulators, and the interval they are evaluated at).
     prometheus_interval: str | None = None
     prometheus_rules: list[Path] | None = None
-    # Called with (seconds since start, alert name, its identifying labels) when an alert first fires.
+    # Called with (seconds since start, alert name, its identifying labels) when an alert starts firing.
     on_alert: Any = None
+    # Called with the same when an alert the demo reported firing stops firing.
+    on_resolved: Any = None
     fired: dict[str, float] = field(default_factory=dict)  # alert name -> seconds since start when it first fired
+    # (seconds since start, "firing" or "resolved", alert name, its identifying labels), in order
+    history: list[tuple[float, str, str, tuple[tuple[str, str], ...]]] = field(default_factory=list)
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="gangscope-demo-")))
     collector: Any = None
     agents: dict[str, Any] = field(default_factory=dict)
@@ -126,13 +141,19 @@ class Demo:
         if self.scenario_name == "static":
             self.scenario.timeline.clear()
             self.scenario.training_timeline.clear()
+        from .sim import pki
+
+        # HTTPS, so that kubectl sends the kubeconfig's token too (exporter.sim.pki says why).
+        self.pki = pki.create(self.workdir / "pki", self.host)
         self.sim = SimApiServer(token="gangscope-demo")
-        await self.sim.start(self.host)
+        await self.sim.start(self.host, ssl_context=self.pki.server_context())
         for resource in (*COLLECTOR_RESOURCES, AGENT_PODS):  # a 1.37 cluster with Kueue, the gang schedulers and job controllers
             self.sim.serve(resource)
         for obj in self.scenario.all_objects():
             self.sim.create(obj)
-        self.kubeconfig = self.sim.write_kubeconfig(str(self.workdir / "kubeconfig"))
+        kubeconfig = self.workdir / "kubeconfig"  # the token, and the CA that signed the server's certificate
+        kubeconfig.write_text(yaml.safe_dump(self.sim.kubeconfig(**{"certificate-authority": str(self.pki.ca_cert)})))
+        self.kubeconfig = str(kubeconfig)
 
         parser = argparse.ArgumentParser()
         collector_args(parser)
@@ -155,6 +176,7 @@ class Demo:
         from .config import topology_from_args
         from .node.agent import Agent
         from .node.main import add_arguments as agent_args
+        from .sim.gpus import UINT, ULL
         from .sim.kubelet import SimKubelet
         from .sim.nvml import Chassis, SimNvml
         from .sim.scenario import BLOCK_LABEL, RACK_LABEL, NodeHardware, gpu_uuid
@@ -164,6 +186,13 @@ class Demo:
         sim = SimNvml(hw.scenarios, profile=hw.profile or self.sim_profile, chassis=chassis)
         for gpu in sim.gpus:
             gpu.uuid = gpu_uuid(node, gpu.index)
+            if gpu.pcie_value_type == UINT:
+                # The demo's agents share one process (and this machine's cores): a 32-bit counter,
+                # which wraps in 67 ms at the link's rate and must be read every 50 ms, was read late
+                # there every few seconds, each late read a true gap (GangscopeGPUCounterReadGaps on
+                # every GPU). The demo's GPUs report 64-bit counters, read with each sample, past 2**32
+                # as after hours of traffic; the 32-bit path is tested on its own (tests/test_nvml.py).
+                gpu.pcie_value_type, gpu.pcie_offset = ULL, PCIE_UPTIME_BYTES
             # A link that never trained does not page (GangscopeNVLinkDown): the scenario's down
             # links train first and fail once Prometheus has seen them up (_drop_links).
             if gpu.link_down:
@@ -286,10 +315,12 @@ class Demo:
             s.bind((self.host, 0))
             self.prometheus_port = s.getsockname()[1]
         if self.prometheus_rules is None:
-            self.prometheus_rules, shipped_interval = demo_rules(self.workdir / "rules")
+            start = time.time() - (time.monotonic() - self.started_at)  # the demo's start, in Unix seconds
+            self.prometheus_rules, shipped_interval = demo_rules(self.workdir / "rules", start)
             self.prometheus_interval = self.prometheus_interval or shipped_interval
         rules = sorted(str(p) for p in self.prometheus_rules)
         interval = self.prometheus_interval or "5s"
+        agent_interval = interval if _seconds(interval) >= AGENT_SCRAPE_MIN else f"{AGENT_SCRAPE_MIN}s"
         agents = [f"{self.host}:{a.port}" for a in self.agents.values()]
         training = [f"{self.host}:{p.port}" for p in self.training.values()]
         ray = [f"{self.host}:{h.port}" for h in self.ray_heads]
@@ -298,7 +329,11 @@ class Demo:
             f"rule_files: {rules!r}\n"
             "scrape_configs:\n"
             f"  - job_name: gangscope-collector\n    static_configs: [{{targets: ['{self.host}:{self.collector.port}']}}]\n"
-            f"  - job_name: gangscope-agent\n    static_configs: [{{targets: {agents!r}}}]\n"
+            # The agents' pages every 2 s at most: 27 agents in this one process answered a 1 s
+            # scrape late on a loaded machine (context deadline exceeded), and each missed scrape
+            # marked their series stale, so every alert on them resolved and fired again.
+            f"  - job_name: gangscope-agent\n    scrape_interval: {agent_interval}\n    scrape_timeout: {agent_interval}\n"
+            f"    static_configs: [{{targets: {agents!r}}}]\n"
             # the jobs' own exporters and Ray's heads label their series with namespace and pod
             # (ray_io_cluster) as a PodMonitor's relabelling would: keep them
             f"  - job_name: training\n    honor_labels: true\n    static_configs: [{{targets: {training!r}}}]\n"
@@ -342,11 +377,13 @@ class Demo:
         return None
 
     async def _watch_alerts(self) -> None:
-        """Poll Prometheus's alerts; record (and report) each alert the first time it fires."""
+        """Poll Prometheus's alerts; record (and report) each alert when it starts firing and when
+        it stops (resolved: firing at the last poll, not now), so what the demo printed as firing
+        is never left standing once Prometheus resolved it."""
         import aiohttp
 
         url = f"{self.prometheus_url}/api/v1/alerts"
-        seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+        firing: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
             while True:
                 await asyncio.sleep(1.0)
@@ -355,19 +392,24 @@ class Demo:
                         alerts = (await resp.json())["data"]["alerts"]
                 except (aiohttp.ClientError, TimeoutError, KeyError, ValueError):
                     continue  # not up yet, or restarting: ask again
+                now: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
                 for alert in alerts:
                     if alert.get("state") != "firing":
                         continue
                     labels = alert.get("labels", {})
                     name = labels.get("alertname", "")
-                    subject = tuple((k, labels[k]) for k in ALERT_SUBJECT if labels.get(k))
-                    if (name, subject) in seen:
-                        continue
-                    seen.add((name, subject))
-                    at = time.monotonic() - self.started_at
+                    now.add((name, tuple((k, labels[k]) for k in ALERT_SUBJECT if labels.get(k))))
+                at = time.monotonic() - self.started_at
+                for name, subject in sorted(now - firing):
                     self.fired.setdefault(name, at)
+                    self.history.append((at, "firing", name, subject))
                     if self.on_alert is not None:
                         self.on_alert(at, name, subject)
+                for name, subject in sorted(firing - now):
+                    self.history.append((at, "resolved", name, subject))
+                    if self.on_resolved is not None:
+                        self.on_resolved(at, name, subject)
+                firing = now
 
     async def wait_synced(self, timeout: float = 30.0) -> bool:
         deadline = time.monotonic() + timeout
@@ -421,7 +463,7 @@ class Demo:
                       "  labelled into the rack but its GPUs report another chassis and clique (gangscope_gpu_fabric_info,",
                       "  gangscope_gpu_platform_info and the GangscopeTopologyDomainSpansHardware alert)."]
         lines += ["", "  block-4: 38 GPUs free, room for three 8-GPU pods but two at most in one rack: ml-team/llama-70b-sft",
-                  "  needs three in one rack (gangscope_workload_fit, gangscope_fragmentation_blocked_workloads), and",
+                  "  (pinned to block-4) needs three in one rack (gangscope_workload_fit, gangscope_fragmentation_blocked_workloads), and",
                   "  research/ray-tune runs spread over both racks where one would hold it (gangscope_workload_domains_spanned)."]
         if self.scenario.timeline:  # "static" plays none
             lines += ["", "  At +20 s a node of research/vit-large fails; at +40 s Kueue evicts it with NodeFailures.",
@@ -455,6 +497,14 @@ class Demo:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
+def _seconds(duration: str) -> float:
+    """Seconds of a Prometheus duration of one unit ("1s", "500ms", "2m")."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h)", duration)
+    if m is None:
+        raise ValueError(f"unsupported duration {duration!r}")
+    return float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
 def own_command() -> str:
     """How to run gangscope again as this process was run, so that a printed command works in
     the user's shell: ``gangscope`` when that is the one on PATH, else the script's own path
@@ -470,8 +520,12 @@ def print_alert(at: float, name: str, subject: tuple[tuple[str, str], ...]) -> N
     print(f"  +{at:3.0f} s  FIRING  {name}  " + " ".join(f"{k}={v}" for k, v in subject), flush=True)
 
 
+def print_resolved(at: float, name: str, subject: tuple[tuple[str, str], ...]) -> None:
+    print(f"  +{at:3.0f} s  resolved  {name}  " + " ".join(f"{k}={v}" for k, v in subject), flush=True)
+
+
 async def _main(args: argparse.Namespace) -> int:
-    demo = Demo(args.scenario, args.host, args.prometheus, on_alert=print_alert, sim_profile=args.sim_profile)
+    demo = Demo(args.scenario, args.host, args.prometheus, on_alert=print_alert, on_resolved=print_resolved, sim_profile=args.sim_profile)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -8,6 +8,7 @@ import asyncio
 import os
 import queue
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,10 +16,12 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import psutil
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
@@ -85,8 +88,8 @@ def test_demo_command_reports_and_exits_clean() -> None:
     assert ("verdict: held at PLACEMENT admission ok quota available in gpu-cluster-queue (queue ml-team-queue), but no "
             "topology domain fits: see placement placement BLOCKING Kueue: no topology placement: couldn't assign flavors "
             "to pod set main: topology \"gpu-topology\" allows to fit only 2 out of 3 pod(s). no single domain fits (main: "
-            "topology \"gpu-topology\" allows to fit only 2 out of 3 pod(s). Total nodes: 22; excluded: resource "
-            "\"memory\": 19), but the flavor h100-tas would hold it with the level dropped: fragmented") in llama, llama[:600]
+            "topology \"gpu-topology\" allows to fit only 2 out of 3 pod(s). Total nodes: 22; excluded: nodeSelector: 16, "
+            "resource \"memory\": 3), but the flavor h100-tas would hold it with the level dropped: fragmented") in llama, llama[:600]
     # a job as Kueue shows it without waitForPodsReady, one waiting for preemptions, one held by a check
     gemma = out.split("$ gangscope explain research/gemma-eval\n", 1)[1]
     assert gemma.splitlines()[1] == "verdict: running", gemma[:300]
@@ -293,3 +296,153 @@ async def test_demo_runs_every_gpu_generation(profile: str) -> None:
         assert {s.labels["name"] for s in gb200 if s.name == "gangscope_gpu_info"} == {"NVIDIA GB200"}
     finally:
         await demo.stop()
+
+
+async def test_demo_gpus_read_their_pcie_counters_with_each_sample_and_count_no_gaps(static_demo: Demo) -> None:
+    """The demo's agents share one process: a GPU whose 32-bit PCIe counters need a read every
+    50 ms was read late there every few seconds, each a true gap, and GangscopeGPUCounterReadGaps
+    fired for every H100 of the demo. Its GPUs report 64-bit counters, read with the sample: no
+    GPU needs the fast reader, and a healthy GPU counts no gap."""
+    fast = [(node, i) for node, agent in static_demo.agents.items() for i, st in agent.sampler.gpus.items()
+            if st.dev.pcie_mode == "fast"]
+    assert not fast, f"GPUs whose PCIe counters need 50 ms reads: {fast[:8]} ({len(fast)})"
+    await asyncio.sleep(3.0)  # a few samples of every GPU
+    gaps: dict[tuple[str, str], float] = {}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+        for node, agent in static_demo.agents.items():
+            for s in await scrape(session, agent.port):
+                if s.name == "gangscope_pcie_read_gaps_total":
+                    gaps[(node, s.labels["gpu"])] = s.value
+    assert len(gaps) >= 16 * 8, f"too few GPUs export the series: {len(gaps)}"
+    assert {k: v for k, v in gaps.items() if v} == {}
+
+
+KUBECTL = shutil.which("kubectl")
+DUMPED = "workloads,localqueues,clusterqueues,topologies,resourceflavors,nodes,podgroups,pods"  # README's offline flow
+
+
+async def _kubectl(*args: str) -> subprocess.CompletedProcess[str]:
+    """kubectl without blocking the event loop the demo's servers run on."""
+    assert KUBECTL is not None
+    proc = await asyncio.create_subprocess_exec(KUBECTL, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    return subprocess.CompletedProcess(args, proc.returncode or 0, out.decode(), err.decode())
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="needs kubectl on PATH (the README's offline flow dumps with it)")
+async def test_readme_offline_flow_runs_on_the_demo(static_demo: Demo, tmp_path: Path) -> None:
+    """kubectl with the kubeconfig the demo writes reads its API server (kubectl sends no token
+    over plain HTTP: the demo serves HTTPS), another token is refused, and the README's dump then
+    ``gangscope snapshot --from-file`` gives every Workload of the dump its series."""
+    got = await _kubectl("--kubeconfig", static_demo.kubeconfig, "get", DUMPED, "-A", "-o", "yaml")
+    assert got.returncode == 0, got.stderr
+    dump = tmp_path / "dump.yaml"
+    dump.write_text(got.stdout)
+    names = [o["metadata"]["name"] for o in yaml.safe_load(got.stdout)["items"] if o["kind"] == "Workload"]
+    assert len(names) == len(static_demo.scenario.workloads), names
+
+    other = yaml.safe_load(Path(static_demo.kubeconfig).read_text())
+    other["users"][0]["user"]["token"] = "not-the-demo-token"
+    (tmp_path / "other").write_text(yaml.safe_dump(other))
+    refused = await _kubectl("--kubeconfig", str(tmp_path / "other"), "get", "workloads", "-A")
+    assert refused.returncode != 0 and "Unauthorized" in refused.stderr + refused.stdout, refused
+
+    proc = await asyncio.create_subprocess_exec(*gangscope_command(), "snapshot", "--from-file", str(dump),
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()
+    stages = {s.labels["workload"] for f in text_string_to_metric_families(out.decode()) for s in f.samples
+              if s.name == "gangscope_workload_stage"}
+    assert set(names) <= stages, sorted(set(names) - stages)
+
+
+def test_demo_training_baselines_end_at_a_fixed_moment_of_the_demo(tmp_path: Path) -> None:
+    """A rolling baseline ending 12 s before now holds the slowed rate itself a minute after the
+    +45 s slowdowns, and both headline verdicts cleared by +2 min 20 s. The demo's training
+    baselines are the 20 s ending at +40 s of its own start (``@``, rebased when the demo copies
+    the rules), the NVLink drop alert and the shipped rules keep their rolling ones."""
+    from exporter.demo import demo_rules
+
+    start = 1_800_000_000.0
+    paths, _ = demo_rules(tmp_path, start)
+    rules = [(r.get("record") or r.get("alert"), r["expr"]) for p in paths for g in yaml.safe_load(p.read_text())["groups"]
+             for r in g["rules"]]
+    baseline = next(e for name, e in rules if name == "namespace_workload:gangscope_job_throughput:baseline")
+    assert baseline.endswith(f"[20s] @ {start + 40:.3f})"), baseline
+    assert "offset" not in baseline
+    interconnect = [e for name, e in rules if name == "namespace_workload:gangscope_interconnect_bytes:ratio"]
+    assert len(interconnect) == 2 and all(f"@ {start + 40:.3f}" in e and "offset" not in e for e in interconnect), interconnect
+    shipped = Path(__file__).parent.parent / "alerts" / "gangscope-rules.yaml"
+    assert "gangscope_job_throughput:rate[1h] offset" in shipped.read_text()
+
+
+async def test_demo_prints_resolved_when_a_printed_alert_stops_firing(aiohttp_server: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """The demo printed FIRING lines only: an alert that stopped stood as firing in its output.
+    Against a stand-in for Prometheus's alerts API, an alert that fires, then is gone, is printed
+    firing then resolved, and the history keeps both."""
+    from aiohttp import web
+
+    from exporter.demo import print_alert, print_resolved
+
+    answer: list[dict[str, Any]] = [{"state": "firing", "labels": {"alertname": "GangscopeJobSlowWorkload", "namespace": "ml-team",
+                                                                    "workload": "job-sd-lora-1"}},
+                                    {"state": "pending", "labels": {"alertname": "GangscopeOther"}}]
+
+    async def alerts(request: web.Request) -> web.Response:
+        return web.json_response({"status": "success", "data": {"alerts": answer}})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/alerts", alerts)
+    server = await aiohttp_server(app)
+    demo = Demo(on_alert=print_alert, on_resolved=print_resolved)
+    demo.prometheus_port, demo.started_at = server.port, time.monotonic()
+    task = asyncio.create_task(demo._watch_alerts())
+    try:
+        for want in (1, 2):
+            deadline = time.monotonic() + 10
+            while len(demo.history) < want and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            answer = [a for a in answer if a["state"] != "firing"]  # Prometheus resolved it
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        shutil.rmtree(demo.workdir, ignore_errors=True)
+    assert [(state, name) for _, state, name, _ in demo.history] == [("firing", "GangscopeJobSlowWorkload"),
+                                                                      ("resolved", "GangscopeJobSlowWorkload")]
+    lines = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(r"  \+ *\d+ s  FIRING  GangscopeJobSlowWorkload  namespace=ml-team workload=job-sd-lora-1", lines[0]), lines
+    assert re.fullmatch(r"  \+ *\d+ s  resolved  GangscopeJobSlowWorkload  namespace=ml-team workload=job-sd-lora-1", lines[1]), lines
+
+
+async def test_fragmentation_story_survives_the_timeline(tmp_path: Path) -> None:
+    """llama-70b-sft is the demo's fragmentation story: three 8-GPU pods required in one rack,
+    fit 0 as requested and 1 with the level dropped. The +40 s NodeFailures eviction of
+    vit-large empties a rack of three healthy nodes elsewhere, which held it (fit 1, the alert
+    gone, the opening text still calling it blocked); its nodeSelector keeps it on block-4.
+    Every timeline change applied at once, the fit and the blocked count stay as staged."""
+    demo = Demo(scenario_name="static")
+    try:
+        await demo.start()
+        assert await demo.wait_synced(), "the collector or an agent did not sync"
+        for _, _, obj in demo.steps:
+            demo.apply(obj)
+        vit = next(o for _, _, o in demo.steps if o["metadata"]["name"].startswith("job-vit-large-") and "admission" not in o["status"])
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+            deadline = time.monotonic() + 20
+            while True:  # until the collector has seen the eviction
+                samples = await scrape(session, demo.collector.port)
+                evicted = [s for s in samples if s.name == "gangscope_workload_evictions_total" and s.labels.get("workload") == vit["metadata"]["name"]]
+                if evicted or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.3)
+            assert evicted, "the collector did not see vit-large's eviction"
+            await asyncio.sleep(1.0)
+            samples = await scrape(session, demo.collector.port)
+    finally:
+        await demo.stop()
+    fit = {s.labels["scope"]: s.value for s in samples
+           if s.name == "gangscope_workload_fit" and s.labels["workload"].startswith("job-llama-70b-sft-")}
+    assert fit == {"domain": 0, "cluster": 1}, fit
+    blocked = {s.labels["level"]: s.value for s in samples if s.name == "gangscope_fragmentation_blocked_workloads"
+               and s.labels["cluster_queue"] == "gpu-cluster-queue"}
+    assert blocked.get("rack") == 1, blocked

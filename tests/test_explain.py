@@ -305,7 +305,7 @@ async def test_live_against_the_simulated_api_server(scenario: Any, tmp_path: Pa
     assert placement["summary"] == ("Kueue: no topology placement: couldn't assign flavors to pod set main: topology "
                                     "\"gpu-topology\" allows to fit only 2 out of 3 pod(s). no single domain fits (main: "
                                     "topology \"gpu-topology\" allows to fit only 2 out of 3 pod(s). Total nodes: 22; "
-                                    "excluded: resource \"memory\": 19), but the flavor h100-tas would hold it with the "
+                                    "excluded: nodeSelector: 16, resource \"memory\": 3), but the flavor h100-tas would hold it with the "
                                     "level dropped: fragmented"), placement["summary"]
     assert rc == 0 and "workloads not readable cluster-wide" in err, err
     assert limited["verdict"]["layer"] == "placement"
