@@ -60,7 +60,7 @@ def simulators_installed() -> bool:
     return importlib.util.find_spec("exporter.sim") is not None
 
 
-AT = re.compile(r"@ (\d+)\b")  # a constant time in the shipped demo rules: seconds after the demo's start
+AT = re.compile(r"@ (\d+)(?![.\d])")  # a constant time in the shipped demo rules: seconds after the demo's start
 
 
 def demo_rules(folder: Path, start: float = 0.0) -> tuple[list[Path], str]:

@@ -60,7 +60,8 @@ class Windows:
     interconnect_ratio: float
     min_interconnect: float  # bytes per second of baseline for the interconnect ratio to count
     baseline: str  # the baseline's range, e.g. 1h
-    offset: str  # how long before now it ends, e.g. 15m
+    offset: str  # how long before now it ends, e.g. 15m; empty where it ends at a fixed time
+    when: str  # the baseline's modifier as the rules write it: ``offset 15m``, or the demo's ``@ <time>``
     window: str  # the events' and signals' window, e.g. 30m
 
     @classmethod
@@ -72,14 +73,14 @@ class Windows:
         num = r"([0-9.]+(?:e[+-]?[0-9]+)?)"
         ratio = re.search(re.escape(RATIO) + r"\s*<\s*" + num, verdicts)
         iratio = re.search(r"\(" + re.escape(INTERCONNECT) + r"\)\s*<\s*" + num, verdicts)
-        window = re.search(r"\[(\w+)\]\s*offset\s+(\w+)", baseline)
+        window = re.search(r"\[(\w+)\]\s*(offset\s+(\w+)|@\s*[0-9.]+)", baseline)
         floor = re.search(r">\s*" + num + r"\)\s*$", inter.split("\n")[-1] if inter else "")
         ev = re.search(r"max_over_time\([^\[]*\[(\w+)\]", events)
         if not (ratio and iratio and window and ev):
             raise ValueError("the rules file has no training verdicts (alerts/generate.py training_rules): "
                              "is it gangscope's recording rules, with config.yaml's training section?")
         return cls(float(ratio.group(1)), float(iratio.group(1)), float(floor.group(1)) if floor else 0.0,
-                   window.group(1), window.group(2), ev.group(1))
+                   window.group(1), window.group(3) or "", window.group(2), ev.group(1))
 
 
 def queries(namespace: str, workload: str, rules: Rules) -> dict[str, str]:
@@ -97,7 +98,7 @@ def queries(namespace: str, workload: str, rules: Rules) -> dict[str, str]:
         "scheduling_events": one(SCHEDULING_EVENTS),
         "hardware_signals": one(HARDWARE_SIGNALS),
         # each GPU's own NVLink traffic (both directions) against its previous hour, to name the worst
-        "nvlink_gpu_ratio": one(f"{gpu} / (avg_over_time({gpu}[{w.baseline}] offset {w.offset}) > {w.min_interconnect:g})"),
+        "nvlink_gpu_ratio": one(f"{gpu} / (avg_over_time({gpu}[{w.baseline}] {w.when}) > {w.min_interconnect:g})"),
     }
 
 
@@ -165,7 +166,8 @@ async def training_layer(namespace: str, workload: str, running: bool, prometheu
         return _layer("unknown", f"not checked: {exc}", evidence)
     now_tp, base_tp, ratio = by_metric["throughput"].get(metric), by_metric["baseline"].get(metric), by_metric["ratio"].get(metric)
     if ratio is None:
-        return _layer("unknown", f"{metric} has no baseline yet (the job's first {w.offset})", evidence)
+        return _layer("unknown", f"{metric} has no baseline yet (the job's first {w.offset})" if w.offset
+                      else f"{metric} has no baseline yet (its baseline window, {w.when}, is before the job's start)", evidence)
     decided = next((labels.get("verdict") for labels, _ in results["verdict"] if labels.get("metric") == metric), None)
     if decided is None and ratio >= w.ratio:
         decided = "ok"

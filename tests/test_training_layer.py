@@ -200,3 +200,15 @@ def test_the_windows_are_the_configs() -> None:
     assert w.offset == f"{5 + max(int(f.rstrip('m')) for f in fors)}m"
     with pytest.raises(ValueError, match="no training verdicts"):
         tl.Windows.of(Rules([{"name": "g", "rules": [{"record": "a:b:c", "expr": "sum(x)"}]}]))
+
+
+def test_the_demo_rules_fixed_baseline_is_read(tmp_path: Path) -> None:
+    """The demo's rules end their baselines at a fixed time (``@ T``, rebased onto the demo's start):
+    the layer reads that modifier too, and asks each GPU's baseline at the same time."""
+    from exporter.demo import demo_rules
+    from exporter.rule_queries import Rules
+
+    paths, _ = demo_rules(tmp_path, 1_800_000_000.0)
+    w = tl.Windows.of(Rules.load(paths))
+    assert (w.offset, w.when) == ("", "@ 1800000040.000")
+    assert ")[20s:1s] @ 1800000040.000)" in tl.queries("ns", "job", Rules.load(paths))["nvlink_gpu_ratio"]
