@@ -79,17 +79,9 @@ def real_api(tmp_path_factory: pytest.TempPathFactory):
     """kube-apiserver v1.20.2 and etcd on loopback, for the whole session, with every CRD the
     collector reads and the project's RBAC (deploy/base) applied. Tests share it: they name their
     namespaces and objects uniquely and compare with what the server holds, not with what they wrote."""
-    import os
-
     import realapi
 
-    if os.environ.get(realapi.SKIP_ENV):
-        pytest.skip(f"{realapi.SKIP_ENV} is set: no real API server on this machine")
-    bin_dir = realapi.binaries()
-    if isinstance(bin_dir, realapi.RealApiUnavailable):  # never a skip: CI must not pass without it
-        pytest.fail(str(bin_dir), pytrace=False)
-    cluster = realapi.RealCluster(bin_dir, tmp_path_factory.mktemp("realapi"))
-    cluster.start()
+    cluster, _ = realapi.started_cluster(tmp_path_factory, "realapi")
     try:
         cluster.install_crds()
         for manifest in ("namespace.yaml", "rbac.yaml"):

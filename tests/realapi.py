@@ -42,6 +42,7 @@ import ctypes.util
 import datetime
 import ipaddress
 import json
+import os
 import signal
 import socket
 import ssl
@@ -52,9 +53,13 @@ import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import pytest
 import yaml
+
+if TYPE_CHECKING:
+    from exporter.kube.resources import Resource
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "realapi"
@@ -835,3 +840,29 @@ class Relay:
         finally:
             self._open.discard(writer)
             self._open.discard(up_writer)
+
+
+def served_version(cluster: RealCluster, r: Resource) -> str | None:
+    """The version the collector's discovery picks for ``r``: the first that serves its kind."""
+    if not r.group:
+        return "v1"
+    for v in r.versions:
+        try:
+            cluster.admin.resource(f"{r.group}/{v}", r.kind)
+        except (KeyError, ApiStatusError):  # the kind, or the whole version, not served
+            continue
+        return v
+    return None
+
+
+def started_cluster(tmp_path_factory: pytest.TempPathFactory, name: str) -> tuple[RealCluster, Path]:
+    """A real API server in a fresh folder ``name``, started, and that folder: skipped where
+    :data:`SKIP_ENV` is set, failed (never skipped: CI must not pass without it) where the
+    binaries are missing."""
+    if os.environ.get(SKIP_ENV):
+        pytest.skip(f"{SKIP_ENV} is set: no real API server on this machine")
+    bin_dir = binaries()
+    if isinstance(bin_dir, RealApiUnavailable):
+        pytest.fail(str(bin_dir), pytrace=False)
+    folder = tmp_path_factory.mktemp(name)
+    return RealCluster(bin_dir, folder).start(), folder

@@ -223,13 +223,7 @@ def _kueue_decision(cluster: RealCluster, s: S) -> tuple[bool, str] | None:
 def kueue_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     """An apiserver of its own (Kueue's start.sh replaces the CRDs with Kueue's), Kueue on it,
     without and with the gate that makes Kueue write typed QuotaReserved reasons."""
-    if os.environ.get(realapi.SKIP_ENV):
-        pytest.skip(f"{realapi.SKIP_ENV} is set")
-    bin_dir = realapi.binaries()
-    if isinstance(bin_dir, realapi.RealApiUnavailable):
-        pytest.fail(str(bin_dir), pytrace=False)
-    folder = tmp_path_factory.mktemp("kueue-fit")
-    cluster = RealCluster(bin_dir, folder).start()
+    cluster, folder = realapi.started_cluster(tmp_path_factory, "kueue-fit")
     kc = None
     try:
         admin_kc = cluster.kubeconfig(folder / "admin.kubeconfig")

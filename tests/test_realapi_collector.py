@@ -27,10 +27,11 @@ from exporter import loader
 from exporter.cluster.collector import build_collector
 from exporter.cluster.main import Collector
 from exporter.exposition import Exposition
-from exporter.kube.resources import COLLECTOR_RESOURCES, POD_RESOURCES, QUEUE_POSITIONS, Resource
+from exporter.kube.resources import COLLECTOR_RESOURCES, POD_RESOURCES, QUEUE_POSITIONS
 from collectors import started_collector
 from kueue_objects import BLOCK, HOST, RACK, admitted_conditions, cond, fixture, sample, series, workload
-from realapi import ApiStatusError, RealCluster, Relay, Writer, load_yaml
+import realapi
+from realapi import RealCluster, Relay, Writer, load_yaml
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # Kueue's visibility API (queue positions) is an aggregated API that Kueue's own server provides;
@@ -42,25 +43,12 @@ COMPARED = ("gangscope_workload", "gangscope_podgroup_pods", "gangscope_podgroup
             "gangscope_gang_stage")
 
 
-def served_version(real_api: RealCluster, r: Resource) -> str | None:
-    """The version the collector's discovery picks for ``r``: the first that serves its kind."""
-    if not r.group:
-        return "v1"
-    for v in r.versions:
-        try:
-            real_api.admin.resource(f"{r.group}/{v}", r.kind)
-        except (KeyError, ApiStatusError):  # the kind, or the whole version, not served
-            continue
-        return v
-    return None
-
-
 def server_objects(real_api: RealCluster) -> list[tuple[str, dict[str, Any]]]:
     """Every object of every resource the collector reads, as the server holds it now (items of
     a list carry no kind for built-in types: added back, as kubectl does)."""
     out = []
     for r in SERVED:
-        version = served_version(real_api, r)
+        version = realapi.served_version(real_api, r)
         assert version is not None, f"{r.source} is not served by the test server"
         gv = f"{r.group}/{version}" if r.group else "v1"
         for item in real_api.admin.list(gv, r.kind)["items"]:

@@ -64,7 +64,7 @@ from kueue_objects import BLOCK, HOST, RACK, series
 from realapi import ApiStatusError, RealCluster
 
 from exporter import explain
-from exporter.kube.resources import COLLECTOR_RESOURCES, QUEUE_POSITIONS, Resource
+from exporter.kube.resources import COLLECTOR_RESOURCES, QUEUE_POSITIONS
 
 KUEUE = shared_folder.root() / "tools" / "kueue"
 REPO = Path(__file__).resolve().parents[1]
@@ -346,13 +346,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RealClus
     """An API server of the module's own (Kueue's start.sh replaces the Kueue CRDs with its own
     conversion-webhook copies, which must not reach the session's shared server), with every
     other CRD the collector reads, Kueue on it, and the six states built."""
-    if os.environ.get(realapi.SKIP_ENV):
-        pytest.skip(f"{realapi.SKIP_ENV} is set")
-    bin_dir = realapi.binaries()
-    if isinstance(bin_dir, realapi.RealApiUnavailable):
-        pytest.fail(str(bin_dir), pytrace=False)
-    folder = tmp_path_factory.mktemp("equiv")
-    c = RealCluster(bin_dir, folder).start()
+    c, folder = realapi.started_cluster(tmp_path_factory, "equiv")
     kc = None
     try:
         c.install_crds()
@@ -375,18 +369,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RealClus
         c.stop()
 
 
-def _served_version(c: RealCluster, r: Resource) -> str | None:
-    if not r.group:
-        return "v1"
-    for v in r.versions:
-        try:
-            c.admin.resource(f"{r.group}/{v}", r.kind)
-        except (KeyError, ApiStatusError):
-            continue
-        return v
-    return None
-
-
 def _dump(c: RealCluster, kubeconfig: str, folder: Path) -> tuple[Path, Path]:
     """``kubectl get -o json``: one List per kind in ``folder/kinds``, and every object of every
     kind shuffled into ``folder/all.json``. Pods are one kind: every pod of the cluster (each is in
@@ -396,7 +378,7 @@ def _dump(c: RealCluster, kubeconfig: str, folder: Path) -> tuple[Path, Path]:
     items: list[dict[str, Any]] = []
     seen: set[str] = set()
     for r in SERVED:
-        version = _served_version(c, r)
+        version = realapi.served_version(c, r)
         assert version is not None, f"{r.source} is not served"
         name = r.plural if not r.group else f"{r.plural}.{version}.{r.group}"
         if name in seen:
