@@ -104,7 +104,7 @@ async def test_readers_and_prometheus_take_a_page_built_from_segments(kube_sim: 
                     result = (await r.json())["data"]["result"] if r.status == 200 else []
             return bool(result) and int(result[0]["value"][1]) == len(series)
 
-        await eventually(ingested, timeout=30, interval=0.5)
+        await eventually(ingested, timeout=90, interval=0.5)  # a loaded 2-core machine scrapes late
         async with aiohttp.ClientSession() as s:
             async with s.get(f"http://127.0.0.1:{port}/api/v1/query", params={"query": "up"}) as r:
                 assert (await r.json())["data"]["result"][0]["value"][1] == "1"
