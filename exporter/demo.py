@@ -63,6 +63,11 @@ def simulators_installed() -> bool:
 AT = re.compile(r"@ (\d+)(?![.\d])")  # a constant time in the shipped demo rules: seconds after the demo's start
 
 
+def rebased(text: str, start: float) -> str:
+    """Rule text whose ``@ <seconds after the demo's start>`` count from ``start`` (Unix seconds)."""
+    return AT.sub(lambda m: f"@ {start + int(m.group(1)):.3f}", text)
+
+
 def demo_rules(folder: Path, start: float = 0.0) -> tuple[list[Path], str]:
     """The demo's shortened rule files (shipped in the simulators' package), copied into
     ``folder`` for Prometheus, and their evaluation interval (the demo scrapes at it too, its agents at 2 s at most).
@@ -75,7 +80,7 @@ def demo_rules(folder: Path, start: float = 0.0) -> tuple[list[Path], str]:
     paths, interval = [], ""
     for item in sorted(source.iterdir(), key=lambda t: t.name):
         if item.name.endswith(".yaml"):
-            text = AT.sub(lambda m: f"@ {start + int(m.group(1)):.3f}", item.read_text())
+            text = rebased(item.read_text(), start)
             interval = interval or yaml.safe_load(text)["groups"][0]["interval"]
             (folder / item.name).write_text(text)
             paths.append(folder / item.name)

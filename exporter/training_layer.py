@@ -60,9 +60,13 @@ class Windows:
     interconnect_ratio: float
     min_interconnect: float  # bytes per second of baseline for the interconnect ratio to count
     baseline: str  # the baseline's range, e.g. 1h
-    offset: str  # how long before now it ends, e.g. 15m; empty where it ends at a fixed time
     when: str  # the baseline's modifier as the rules write it: ``offset 15m``, or the demo's ``@ <time>``
     window: str  # the events' and signals' window, e.g. 30m
+
+    @property
+    def offset(self) -> str:
+        """How long before now the baseline ends, e.g. 15m; empty where it ends at a fixed time."""
+        return self.when.removeprefix("offset").strip() if self.when.startswith("offset") else ""
 
     @classmethod
     def of(cls, rules: Rules) -> Windows:
@@ -73,14 +77,14 @@ class Windows:
         num = r"([0-9.]+(?:e[+-]?[0-9]+)?)"
         ratio = re.search(re.escape(RATIO) + r"\s*<\s*" + num, verdicts)
         iratio = re.search(r"\(" + re.escape(INTERCONNECT) + r"\)\s*<\s*" + num, verdicts)
-        window = re.search(r"\[(\w+)\]\s*(offset\s+(\w+)|@\s*[0-9.]+)", baseline)
+        window = re.search(r"\[(\w+)\]\s*(offset\s+\w+|@\s*[0-9.]+)", baseline)
         floor = re.search(r">\s*" + num + r"\)\s*$", inter.split("\n")[-1] if inter else "")
         ev = re.search(r"max_over_time\([^\[]*\[(\w+)\]", events)
         if not (ratio and iratio and window and ev):
             raise ValueError("the rules file has no training verdicts (alerts/generate.py training_rules): "
                              "is it gangscope's recording rules, with config.yaml's training section?")
         return cls(float(ratio.group(1)), float(iratio.group(1)), float(floor.group(1)) if floor else 0.0,
-                   window.group(1), window.group(3) or "", window.group(2), ev.group(1))
+                   window.group(1), window.group(2), ev.group(1))
 
 
 def queries(namespace: str, workload: str, rules: Rules) -> dict[str, str]:

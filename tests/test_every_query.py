@@ -365,9 +365,9 @@ class Run:
 
     def rebased(self, text: str) -> str:
         """The demo's ``@ <seconds after its start>`` as the running demo writes it (exporter/demo.py demo_rules)."""
-        from exporter.demo import AT
+        from exporter.demo import rebased
 
-        return AT.sub(lambda m: f"@ {self.started + int(m.group(1)):.3f}", text)
+        return rebased(text, self.started)
 
     def evaluate(self, expr: str) -> Outcome:
         """The instant query at the end of the run and the range query over all of it (1 s step),
