@@ -97,7 +97,7 @@ def gpu_series(s: Series) -> int:
     return sum(1 for n, _ in s if n.startswith("gangscope_nvlink_transmit_bytes_total"))
 
 
-async def until(agent: Agent, check: Callable[[Series], bool], timeout: float = 5.0) -> Series:
+async def until(agent: Agent, check: Callable[[Series], bool], timeout: float = 20.0) -> Series:
     deadline = time.monotonic() + timeout
     while True:
         s = await state(agent)
