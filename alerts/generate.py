@@ -153,6 +153,11 @@ class Throughput:
     of it is the throughput); ``gauge`` is a rate the job computes. ``aggregate`` sums the pods of
     a Workload (each rank reports its own share) or takes their max or avg (every rank reports
     the job's global number).
+    ``reported_at`` (optional) names a series, keyed like the join (namespace and pod, or namespace
+    and name), holding when the job last reported: a gauge counts only while that report is
+    younger than GangscopeJobProgressStalled's ``stale``. A gauge gangscope reads from an object's
+    status (a TrainJob's ``trainerStatus.metrics``) keeps a hung process's last value for as long
+    as the object lives: without the gate, that frozen value would read as current throughput.
     """
 
     name: str  # the `metric` label of the recorded series
@@ -163,16 +168,19 @@ class Throughput:
     join: str
     label: str
     aggregate: str
+    reported_at: str = ""
 
     @classmethod
     def load(cls, raw: dict[str, Any]) -> Throughput:
         t = cls(name=str(raw.get("name") or raw.get("metric")), metric=str(raw.get("metric")), match=str(raw.get("match") or ""),
                 type=str(raw.get("type")), unit=str(raw.get("unit")), join=str(raw.get("join")),
                 label=str(raw.get("label") or ("pod" if raw.get("join") == "pod" else "name")),
-                aggregate=str(raw.get("aggregate") or "sum"))
+                aggregate=str(raw.get("aggregate") or "sum"), reported_at=str(raw.get("reported_at") or ""))
         problems = []
         if not _METRIC_NAME.fullmatch(t.metric):
             problems.append(f"metric {t.metric!r} is not a metric name")
+        if t.reported_at and not _METRIC_NAME.fullmatch(t.reported_at):
+            problems.append(f"reported_at {t.reported_at!r} is not a metric name")
         if not _LABEL_NAME.fullmatch(t.name) or not _LABEL_NAME.fullmatch(t.unit) or not _LABEL_NAME.fullmatch(t.label):
             problems.append("name, unit and label must be label-safe words")
         if t.type not in ("gauge", "counter"):
@@ -718,7 +726,9 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
             "    time() - max by (namespace, kind, name) (gangscope_job_progress_changed_timestamp_seconds)\n"
             f"    > {seconds(stall['stale'])}\n"
             "  )\n"
-            "  and on (namespace, kind, name) max by (namespace, kind, name) (gangscope_job_progress_ratio) < 1\n"
+            # a job that reported 100% is done (its Complete condition follows); one that reports no
+            # percentage (metrics only, exporter/cluster/job_state.py) is judged by the same clock
+            "  unless on (namespace, kind, name) max by (namespace, kind, name) (gangscope_job_progress_ratio) >= 1\n"
             "  unless on (namespace, kind, name)\n"
             '    max by (namespace, kind, name) (gangscope_job_condition{type=~"Complete|Completed|Failed|Suspended", status="True"})\n'
             ")"
@@ -1269,13 +1279,27 @@ def baseline_offset(cfg: Config) -> str:
     return duration(seconds(cfg.rate_window) + longest)
 
 
-def _joined(t: Throughput, rw: str) -> str:
-    """The mapped series with the Workload's name, one per source series (many per pod allowed on
-    the left; the right side is one series per pod or job)."""
+def _source(t: Throughput, rw: str) -> str:
+    """The mapped series (their rate, for a counter) keyed by ``pod`` or ``name`` for the join."""
     src = t.selector if t.type == "gauge" else f"rate({t.selector}[{rw}])"
     key = "pod" if t.join == "pod" else "name"
-    if t.label != key:
-        src = f'label_replace({src}, "{key}", "$1", "{t.label}", "(.+)")'
+    return src if t.label == key else f'label_replace({src}, "{key}", "$1", "{t.label}", "(.+)")'
+
+
+def _fresh(t: Throughput, stale: float) -> str:
+    """The join keys whose last report (``reported_at``) is younger than ``stale`` seconds."""
+    key = "pod" if t.join == "pod" else "name"
+    return f"time() - max by (namespace, {key}) ({t.reported_at}) < {stale:g}"
+
+
+def _joined(t: Throughput, rw: str, stale: float) -> str:
+    """The mapped series with the Workload's name, one per source series (many per pod allowed on
+    the left; the right side is one series per pod or job); a gauge with ``reported_at`` only
+    while its report is fresh."""
+    src = _source(t, rw)
+    key = "pod" if t.join == "pod" else "name"
+    if t.reported_at:
+        src = f"({src}\n and on (namespace, {key}) ({_fresh(t, stale)}))"
     info = ('max by (namespace, pod, workload) (gangscope_gpu_pod_info{workload!=""})' if t.join == "pod"
             else 'max by (namespace, name, workload) (gangscope_job_info{workload!=""})')
     return f"{src}\n* on (namespace, {key}) group_left (workload)\n{info}"
@@ -1302,8 +1326,9 @@ def training_rules(cfg: Config) -> list[dict[str, Any]]:
     when = f"@ {seconds(tr.baseline_at)}" if tr.baseline_at else f"offset {baseline_offset(cfg)}"
     w = tr.window
     out: list[dict[str, Any]] = []
+    stale = seconds(cfg.alerts["GangscopeJobProgressStalled"]["stale"])
     for t in tr.throughput:
-        joined = _joined(t, rw).replace("\n", "\n  ")
+        joined = _joined(t, rw, stale).replace("\n", "\n  ")
         out.append({"record": THROUGHPUT, "expr": f"{t.aggregate} by (namespace, workload) (\n  {joined}\n)",
                     "labels": {"metric": t.name, "unit": t.unit}})
     if tr.throughput:
@@ -1392,9 +1417,8 @@ def training_rules(cfg: Config) -> list[dict[str, Any]]:
         out.append({"record": VERDICT, "expr": expr, "labels": {"verdict": verdict}})
     for t in tr.throughput:
         key = "pod" if t.join == "pod" else "name"
-        src = t.selector if t.type == "gauge" else f"rate({t.selector}[{rw}])"
         info = ('gangscope_gpu_pod_info{workload!=""}' if t.join == "pod" else 'gangscope_job_info{workload!=""}')
-        relabelled = src if t.label == key else f'label_replace({src}, "{key}", "$1", "{t.label}", "(.+)")'
+        relabelled = _source(t, rw)
         out += [
             {"record": MAPPING_SERIES, "labels": {"metric": t.name, "state": "present"},
              "expr": f"count({t.selector}) or vector(0)"},
@@ -1402,6 +1426,10 @@ def training_rules(cfg: Config) -> list[dict[str, Any]]:
             {"record": MAPPING_SERIES, "labels": {"metric": t.name, "state": "unjoined"},
              "expr": f"count({relabelled} unless on (namespace, {key}) {info}) or vector(0)"},
         ]
+        if t.reported_at:
+            # present but its last report older than `stale`: a hung reporter's frozen value
+            out.append({"record": MAPPING_SERIES, "labels": {"metric": t.name, "state": "stale"},
+                        "expr": f"count({relabelled} unless on (namespace, {key}) ({_fresh(t, stale)})) or vector(0)"})
     return out
 
 

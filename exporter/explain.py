@@ -32,6 +32,7 @@ import yaml
 import structlog
 
 from .cluster.gang_state import PLACEMENT_GATES, workload_members
+from .cluster import job_state
 from .cluster.holding import DELAYED_TOPOLOGY, holding_layer
 from .cluster.volcano_queues import queue_verdict
 from .cluster.workload_fit import is_topological
@@ -569,6 +570,10 @@ def _not_ready(wl: Workload, pods: Sequence[Pod], evidence: dict[str, Any], tail
     return _layer("assembly", "blocking", f"{lead} ({said}){tail}", evidence)
 
 
+# explain's job-layer problems, worst first
+JOB_PROBLEMS = ("failed", "restarting", "progress_stale", "groups_not_ready")
+
+
 def job_layer(wl: Workload | None, store: ClusterStore, jobs: JobIndex | None, now: float) -> dict[str, Any]:
     """The job controller around the gang: a JobSet restarting, a TrainJob whose progress stands
     still, LeaderWorkerSet groups its controller calls ready that their pods are not."""
@@ -600,13 +605,12 @@ def job_layer(wl: Workload | None, store: ClusterStore, jobs: JobIndex | None, n
             kinds.append("restarting")
             problems.append(f"{rec.kind} {rec.name} restarting ({rec.restarts or 0} restarts{where}; "
                             f"{restarting.reason}: {restarting.message})".replace("; : )", ")"))
-        elif rec.progress is not None and rec.running and rec.progress < 1 and rec.progress_changed is not None \
-                and now - rec.progress_changed >= stale_after:
+        elif (stale := job_state.progress_stale_since(rec, now, stale_after)) is not None:
             last = f", last report {_ts(rec.progress_updated)}" \
-                if rec.progress_updated is not None and rec.progress_updated != rec.progress_changed else ""
+                if rec.progress_updated is not None and rec.progress_updated != stale else ""
             kinds.append("progress_stale")
-            problems.append(f"{rec.kind} {rec.name} progress stale for {_duration(now - rec.progress_changed)} "
-                            f"({rec.progress:.0%} since {_ts(rec.progress_changed)}{last})")
+            problems.append(f"{rec.kind} {rec.name} progress stale for {_duration(now - stale)} "
+                            f"({job_state.progress_text(rec)} since {_ts(stale)}{last})")
         elif v.groups is not None and v.groups.not_ready and (rec.ready_replicas or 0) > v.groups.ready:
             lagging = ", ".join(f"group {g} {ok}/{size}" for g, ok, size in v.groups.partial[:4])
             kinds.append("groups_not_ready")
@@ -622,8 +626,11 @@ def job_layer(wl: Workload | None, store: ClusterStore, jobs: JobIndex | None, n
                 bits.append(f"{v.groups.ready}/{rec.replicas} groups ready")
             fine.append(f"{rec.kind} {rec.name}" + (f" ({', '.join(bits)})" if bits else ""))
     if problems:
-        evidence["problem"] = kinds[0]
-        return _layer("job", "blocking", "; ".join(problems), evidence)
+        # the worst first, whichever job says it: a TrainJob's progress stands still because its
+        # JobSet restarts, so the restart is the news and the stale progress its consequence
+        ranked = sorted(zip(kinds, problems), key=lambda kp: JOB_PROBLEMS.index(kp[0]))
+        evidence["problem"] = ranked[0][0]
+        return _layer("job", "blocking", "; ".join(p for _, p in ranked), evidence)
     return _layer("job", "ok", "; ".join(fine), evidence)
 
 

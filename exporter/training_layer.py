@@ -123,16 +123,18 @@ def _clock(t: float | None) -> str:
 
 
 async def _no_series(prom: Prometheus, rules: Rules, now: float) -> str:
-    """Why no mapping gives this job a throughput: per mapped metric, its series in Prometheus and
-    those joined to no Workload (the rules' own count, ``mapping:gangscope_job_throughput_series:count``)."""
+    """Why no mapping gives this job a throughput: per mapped metric, its series in Prometheus,
+    those joined to no Workload and those whose job stopped reporting (the rules' own count,
+    ``mapping:gangscope_job_throughput_series:count``)."""
     counts: dict[str, dict[str, int]] = {}
     for labels, v in await prom.query(rules.record(MAPPING_SERIES), now):
         counts.setdefault(labels.get("metric", "?"), {})[labels.get("state", "?")] = int(v)
     parts = []
     for metric, c in counts.items():
-        present, unjoined = c.get("present", 0), c.get("unjoined", 0)
+        present, unjoined, stale = c.get("present", 0), c.get("unjoined", 0), c.get("stale")
+        stale_text = "" if stale is None else f", {stale} of jobs that stopped reporting"
         parts.append(f"{metric}: no series in Prometheus" if not present else
-                     f"{metric}: {present} series, {unjoined} joined to no Workload, none to this one")
+                     f"{metric}: {present} series, {unjoined} joined to no Workload{stale_text}, none current for this one")
         if not present or unjoined:
             log.info("throughput_mapping_problem", metric=metric, series=present, unjoined=unjoined)
     return "no throughput series for this job (" + ("; ".join(parts) or "the rules map no throughput metric") + ")"

@@ -134,6 +134,72 @@ def test_a_healthy_12_day_trainjob_keeps_progressing_between_percents() -> None:
     assert c.series("gangscope_job_progress_changed_timestamp_seconds") == {key: moved}
 
 
+def metrics_only_trainjob(updated: float, loss: str, tokens: str = "41000") -> dict[str, Any]:
+    """A TrainJob whose training process reports metrics and nothing else: every trainerStatus
+    field but lastUpdatedTime is optional (kubeflow/trainer 8c0f5059 trainjob_types.go:565-592),
+    and the status server copies what is posted (pkg/statusserver/server.go:252-258)."""
+    obj = trainjob(None, updated)
+    obj["status"]["trainerStatus"] = {"metrics": [{"name": "loss", "value": loss}, {"name": "tokens_per_second", "value": tokens}],
+                                      "lastUpdatedTime": ts(updated)}
+    return obj
+
+
+def test_a_trainjob_reporting_only_metrics_is_judged_stale_by_the_same_rule() -> None:
+    c = Cluster(now=T0)
+    c.jobs.stale_after = 1800
+    c.add("workloads", workload("trainjob-pytorch-distributed-abc12", "default",
+                                owner=("TrainJob", "pytorch-distributed", "a8dc44ff-cb98-46cd-aa26-6b81bd9f8074")))
+    c.add("trainjobs", metrics_only_trainjob(T0 - 60, "2.31"))
+    key = (("kind", "TrainJob"), ("name", "pytorch-distributed"), ("namespace", "default"))
+    assert c.series("gangscope_job_progress_ratio") == {}
+    assert c.series("gangscope_job_progress_changed_timestamp_seconds") == {key: T0 - 60}
+    wl = c.store.workloads[("default", "trainjob-pytorch-distributed-abc12")]
+    assert job_layer(wl, c.store, c.jobs, c.now)["status"] == "ok"  # a young report
+    c.now = T0 + 600  # the loss moves: progress
+    c.add("trainjobs", metrics_only_trainjob(c.now, "2.29"), event="MODIFIED")
+    assert c.series("gangscope_job_progress_changed_timestamp_seconds") == {key: T0 + 600}
+    # hung: the process posts nothing more; its last tokens per second stay in the object
+    c.now = T0 + 600 + 2400
+    layer = job_layer(wl, c.store, c.jobs, c.now)
+    assert layer["status"] == "blocking" and layer["evidence"]["problem"] == "progress_stale"
+    assert layer["summary"] == ("TrainJob pytorch-distributed progress stale for 40m "
+                                "(loss=2.29, tokens_per_second=41000 since 2026-08-20T10:10:00Z)")
+    # the series the rules read is the same clock
+    assert c.series("gangscope_job_progress_changed_timestamp_seconds") == {key: T0 + 600}
+
+
+def test_a_trainjob_that_has_not_reported_is_not_stale() -> None:
+    """Trainer writes no trainerStatus before the first report: a young job has no changed
+    timestamp, and neither explain nor the rules can call it hung."""
+    c = Cluster(now=T0 + 86400)
+    c.jobs.stale_after = 1800
+    c.add("workloads", workload("trainjob-pytorch-distributed-abc12", "default",
+                                owner=("TrainJob", "pytorch-distributed", "a8dc44ff-cb98-46cd-aa26-6b81bd9f8074")))
+    c.add("trainjobs", trainjob(None, T0))
+    assert c.series("gangscope_job_progress_changed_timestamp_seconds") == {}
+    wl = c.store.workloads[("default", "trainjob-pytorch-distributed-abc12")]
+    assert job_layer(wl, c.store, c.jobs, c.now)["status"] == "ok"
+
+
+def test_a_restarting_jobset_is_named_before_its_trainjobs_stale_progress() -> None:
+    """A TrainJob's progress stands still while the JobSet it owns restarts: explain leads with the
+    restart (its cause), whichever job the owner chain lists first."""
+    c = Cluster(now=T0 + 3600)
+    c.jobs.stale_after = 1800
+    uid = "0de9019f-0de6-485f-9e03-5850a4d6fc2e"
+    c.add("workloads", workload("trainjob-test-tas-2b8b5", "default", owner=("TrainJob", "test-tas", uid)))
+    tj = trainjob(45, T0)
+    tj["metadata"].update(name="test-tas", namespace="default", uid=uid)
+    c.add("trainjobs", tj)
+    c.add("jobsets", restarting_jobset())
+    layer = job_layer(c.store.workloads[("default", "trainjob-test-tas-2b8b5")], c.store, c.jobs, c.now)
+    assert [j["kind"] for j in layer["evidence"]["jobs"]] == ["TrainJob", "JobSet"]
+    assert layer["evidence"]["problem"] == "restarting"
+    restart, stale = layer["summary"].split("); ")
+    assert restart.startswith("JobSet test-tas restarting (4 restarts; FailurePolicy_restart-on-node-failure")
+    assert stale == "TrainJob test-tas progress stale for 60m (45% since 2026-08-20T10:00:00Z)"
+
+
 def test_jobset_in_place_restarts_count() -> None:
     """InPlaceRestart: currentInPlaceRestartAttempt is the attempt all pods reached, 0 at creation
     (jobset 08dfbdfd pkg/controllers/in_place_restart.go:78-90)."""

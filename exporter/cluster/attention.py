@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from . import job_state
+
 if TYPE_CHECKING:
     from .gangs import Gang
     from .jobs import JobRecord
@@ -43,9 +45,8 @@ def slow_job(rec: JobRecord, now: float, stale_after: float) -> str | None:
     restarting = rec.condition("RestartingJobSet")
     if restarting is not None and restarting.status == "True":
         return f"{rec.kind} restarting"
-    if rec.progress is not None and rec.running and rec.progress < 1 and rec.progress_changed is not None \
-            and now - rec.progress_changed >= stale_after:
-        return f"{rec.kind} progress stale at {rec.progress:.0%}"
+    if job_state.progress_stale_since(rec, now, stale_after) is not None:
+        return f"{rec.kind} progress stale at {job_state.progress_text(rec)}"
     return None
 
 

@@ -64,7 +64,7 @@ from .podgroups import Condition, owner_refs, parse_conditions
 from .pods import PodChanges, PodStore
 from .record_handler import RecordHandler
 from .store import ClusterStore
-from . import training
+from . import job_state, training
 from .workloads import Workload
 
 
@@ -343,10 +343,8 @@ class JobIndex:
         previous = self.jobs.get(rec.key)
         if previous is not None:
             self._unindex(previous)
-        if rec.progress is not None:
-            moved = (previous is None or previous.progress_changed is None or previous.progress != rec.progress
-                     or previous.remaining_seconds != rec.remaining_seconds
-                     or previous.progress_metrics != rec.progress_metrics)
+        if job_state.reports_progress(rec):
+            moved = job_state.progress_moved(previous, rec)
             rec.progress_changed = (rec.progress_updated or self.clock()) if moved else previous.progress_changed  # type: ignore[union-attr]
         self.jobs[rec.key] = rec
         if previous is None:
