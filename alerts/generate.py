@@ -615,6 +615,7 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
             "others not at all.",
         ),
     ]
+    lost = a["GangscopeWorkloadNodeLost"]
     hw = cfg.hardware_level
     hw_labels = cfg.hardware_labels()
     hw_sel = ", ".join(f"{label}=%q" for label in hw_labels)
@@ -662,6 +663,25 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
             '{{ range printf "max by (node, gpu, check) (gangscope_gpu_fabric_health == 1 and on (node, gpu) '
             'gangscope_gpu_pod_info{namespace=%q, workload=%q})" $labels.namespace $labels.workload | query | sortByLabel "node" }}'
             "{{ .Labels.node }} GPU {{ .Labels.gpu }} {{ .Labels.check }}; {{ end }}"
+            f"Run {explain}.",
+        ),
+        rule(
+            "GangscopeWorkloadNodeLost",
+            # The Workload's GPUs as last seen within `window` (a lost node's agent stops answering,
+            # so its series go stale) on a node the collector reads as not Ready (exporter/cluster/
+            # node_loss.py); while the Workload still holds its admission. One alert per node.
+            workload_cq(
+                "count by (namespace, workload, node) (\n"
+                f'  max by (namespace, workload, node, gpu) (last_over_time(gangscope_gpu_pod_info{{workload!=""}}[{lost["window"]}]))\n'
+                "  * on (node) group_left () max by (node) (gangscope_node_not_ready)\n"
+                ")\n"
+                "and on (namespace, workload)\n"
+                '  max by (namespace, workload) (gangscope_workload_stage{stage=~"running|recovering|assembling"}) == 1'),
+            "A node under a running workload is lost.",
+            f"{{{{ $value }}}} GPUs of workload {wl} (ClusterQueue {{{{ $labels.cluster_queue }}}}) are on node "
+            "{{ $labels.node }}, which is "
+            '{{ range printf "gangscope_node_not_ready{node=%q}" $labels.node | query }}{{ .Labels.why }}{{ end }}: '
+            "the gang cannot train until its pods there are replaced or the node returns (a hardware cause). "
             f"Run {explain}.",
         ),
     ]

@@ -32,7 +32,7 @@ import yaml
 import structlog
 
 from .cluster.gang_state import PLACEMENT_GATES, workload_members
-from .cluster import job_state
+from .cluster import job_state, node_loss
 from .cluster.holding import DELAYED_TOPOLOGY, holding_layer
 from .cluster.volcano_queues import queue_verdict
 from .cluster.workload_fit import is_topological
@@ -660,6 +660,21 @@ def running_since(wl: Workload) -> float | None:
     return admitted.last_transition_seconds if admitted is not None and admitted.status == "True" else None
 
 
+def lost_node_layer(lost: Sequence[node_loss.LostNode]) -> dict[str, Any]:
+    """The hardware verdict on nodes the job lost (exporter.cluster.node_loss): each node, its
+    domains and the job's pods on it; the job holds those GPUs and cannot train until Kubernetes
+    replaces the pods (or the node comes back)."""
+    parts = []
+    for n in lost:
+        where = ", ".join(f"{level} {value}" for level, value in n.path if value != n.node)
+        pods = ", ".join(n.pods[:4]) + (f" and {len(n.pods) - 4} more" if len(n.pods) > 4 else "")
+        parts.append(f"node {n.node}{f' ({where})' if where else ''} is {n.why}, with pod{'s' if len(n.pods) > 1 else ''} {pods}")
+    evidence = {"problem": "node_lost",
+                "lost_nodes": [{"node": n.node, "why": n.why, "path": dict(n.path), "pods": list(n.pods)} for n in lost]}
+    return _layer("interconnect", "blocking", "; ".join(parts) + ": hardware; the gang cannot train until its pods there "
+                  "are replaced or the node returns", evidence)
+
+
 async def interconnect_layer(wl: Workload | None, prometheus: str | None, now: float, rules: Rules | None = None) -> dict[str, Any]:
     """The job's NVLink/PCIe throughput now against its baseline, and its lagging GPUs
     (exporter.interconnect); without ``--prometheus``, the queries to run by hand."""
@@ -711,7 +726,8 @@ async def diagnose(store: ClusterStore, gangs: GangIndex, namespace: str, name: 
         elif layer_name == "assembly":
             layer = assembly_layer(wl, wl_gangs, now, gangs)
         elif layer_name == "interconnect":
-            layer = await interconnect_layer(wl, prometheus, now, rules)
+            lost = node_loss.lost_nodes(gangs.workload_pods(wl), store.capacity.node_health) if wl is not None else []
+            layer = lost_node_layer(lost) if lost else await interconnect_layer(wl, prometheus, now, rules)
         elif layer_name == "training":
             layer = await _training(wl, prometheus, now, rules)
         else:
@@ -727,7 +743,8 @@ async def diagnose(store: ClusterStore, gangs: GangIndex, namespace: str, name: 
     if finished:
         verdict = {"status": "finished", "layer": None, "summary": layers[0]["summary"]}
     elif blocked is not None:
-        slow = blocked["name"] in ("interconnect", "training") or blocked["evidence"].get("problem") == "progress_stale"
+        problem = blocked["evidence"].get("problem")
+        slow = (blocked["name"] in ("interconnect", "training") and problem != "node_lost") or problem == "progress_stale"
         verdict = {"status": "slow" if slow else "held", "layer": blocked["name"], "summary": blocked["summary"]}
     elif failed := [l for l in layers if l["evidence"].get("error")]:
         # a Prometheus that was asked and did not answer: no healthy verdict that was not computed
@@ -840,6 +857,7 @@ def _build(args: argparse.Namespace) -> tuple[ClusterStore, GangIndex, dict[str,
 # Hostnames per node LIST: a label selector of a few thousand characters stays well within what
 # API servers and proxies accept in a URL.
 NODE_SELECTOR_CHUNK = 100
+NODE_GETS_AT_ONCE = 16
 
 
 async def _load_live(args: argparse.Namespace, store: ClusterStore, gangs: GangIndex, handlers: dict[str, Any],
@@ -867,7 +885,7 @@ async def _load_live(args: argparse.Namespace, store: ClusterStore, gangs: GangI
             return
         if wl is None:
             return
-        await _load_nodes(client, wl, handlers[NODES.source])
+        await _load_nodes(client, wl, handlers[NODES.source], sorted({p.node for p in gangs.workload_pods(wl) if p.bound}))
         if in_queue(wl.state) and any(ps.topology is not None for ps in wl.podsets):
             await _load_capacity(args, client, store, handlers)
             _, wl, _ = resolve(store, gangs, namespace, name)  # the Workload as the cluster-wide list has it
@@ -934,9 +952,11 @@ async def _load_capacity(args: argparse.Namespace, client: Any, store: ClusterSt
               "whether the job fits the free GPUs", file=sys.stderr)
 
 
-async def _load_nodes(client: Any, wl: Workload, handler: Any) -> None:
+async def _load_nodes(client: Any, wl: Workload, handler: Any, pod_nodes: Sequence[str] = ()) -> None:
     """The Nodes of ``wl``'s assignments (by their ``kubernetes.io/hostname`` label, the value
-    Kueue stores) and of its unhealthy list (by name, as Kueue stores them), metadata only."""
+    Kueue stores) and of its unhealthy list (by name, as Kueue stores them), metadata only; the
+    Nodes its bound pods run on (``pod_nodes``) whole, for their Ready condition and taints
+    (exporter.cluster.node_loss): what the dump of the offline mode gives for them."""
     from .kube.client import ApiError
     from .kube.informer import PARTIAL_LIST_ACCEPT
     from .topology import HOSTNAME_LABEL
@@ -958,6 +978,16 @@ async def _load_nodes(client: Any, wl: Workload, handler: Any) -> None:
         print(f"gangscope explain: nodes not read ({exc}); placement shows hosts without their topology",
               file=sys.stderr)
         return
+    try:
+        for i in range(0, len(pod_nodes), NODE_GETS_AT_ONCE):  # a field selector names one node
+            pages = await asyncio.gather(*(client.get_json("/api/v1/nodes", {"fieldSelector": f"metadata.name={name}"})
+                                           for name in pod_nodes[i:i + NODE_GETS_AT_ONCE]))
+            for obj in (o for page in pages for o in page.get("items") or []):
+                meta = obj.get("metadata") if isinstance(obj, dict) else None
+                if isinstance(meta, dict) and isinstance(meta.get("name"), str):
+                    nodes[meta["name"]] = obj
+    except ApiError as exc:  # metadata may be listed where whole objects are not: no node health then
+        print(f"gangscope explain: the job's nodes not read whole ({exc}); lost nodes are not checked", file=sys.stderr)
     handler.replace(list(nodes.values()))
 
 

@@ -54,6 +54,7 @@ GANGSCOPE = frozenset(
         "gangscope_workload_fit",
         "gangscope_fragmentation_blocked_workloads",
         "gangscope_workload_domains_needed",
+        "gangscope_node_not_ready",
         "gangscope_source_up",
         "gangscope_source_last_sync_timestamp_seconds",
         "gangscope_source_errors_total",

@@ -41,6 +41,7 @@ STAGED = {
     "GangscopePCIeLinkGenerationDegraded",    # the degraded node's GPU 5 at Gen3 ...
     "GangscopePCIeLinkWidthDegraded",         # ... x8
     "GangscopeGPUStraggler",                  # llama-train's GPU 5 at 30%, then 10%
+    "GangscopeWorkloadNodeLost",              # vit-large's node Ready=Unknown from +20 s, until its eviction at +40 s
     "GangscopeDomainNodeFailureEvictions",    # vit-large evicted with NodeFailures at +40 s
     "GangscopeWorkloadNodeFailureEviction",
     "GangscopeJobSlowHardware",               # llama-train at 60% with its lagging GPU, from +45 s

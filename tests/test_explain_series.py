@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import re
 from datetime import UTC, datetime
 from pathlib import Path
@@ -238,3 +239,75 @@ def test_a_dump_without_the_jobset_says_its_owner_is_not_known() -> None:
     doc = asyncio.run(explain.diagnose(store, gangs, wl.namespace, wl.name, now=store.clock()))
     job = next(x for x in doc["layers"] if x["name"] == "job")
     assert (job["status"], job["summary"]) == ("unknown", f"its JobSet {wl.owner.name} is not known (not in the dump, or not watched)")
+
+
+def _gpu_nodes() -> dict[str, dict[str, Any]]:
+    """tests/fixtures/nodes/gpu-nodes.yaml by name: h7qd is Ready=Unknown NodeStatusUnknown with the
+    node lifecycle controller's unreachable taints, 35l9 Ready."""
+    return {o["metadata"]["name"]: o for _, o in loader.load_path(Path(__file__).parent / "fixtures" / "nodes" / "gpu-nodes.yaml").objects}
+
+
+def _on(pod: dict[str, Any], node: str) -> dict[str, Any]:
+    pod["spec"]["nodeName"] = node
+    return pod
+
+
+LOST, FINE = "gke-ml-a3mega-pool-1-5d2f7a1c-h7qd", "gke-ml-a3mega-pool-1-5d2f7a1c-35l9"
+
+
+def test_a_running_gang_with_a_member_on_a_lost_node_is_a_hardware_verdict() -> None:
+    """Without Kueue's unhealthyNodes (no TAS failure handling) nothing but the Node says a rank
+    went: explain names the node, its domains and the pod there, offline and without Prometheus,
+    where it said "running, every layer healthy" before."""
+    nodes = _gpu_nodes()
+    running = _admitted("train", conditions=[
+        {"type": "PodsReady", "status": "True", "reason": "Started", "message": "All pods reached readiness",
+         "lastTransitionTime": "2026-12-07T07:05:00Z"}])
+    topology = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Topology", "metadata": {"name": "gce"},
+                "spec": {"levels": [{"nodeLabel": "cloud.google.com/gce-topology-block"},
+                                    {"nodeLabel": "cloud.google.com/gce-topology-subblock"},
+                                    {"nodeLabel": "kubernetes.io/hostname"}]}}
+    doc, series = _explain([running, topology, nodes[LOST], nodes[FINE], _on(_pod("train-0", "train", ready=True), FINE),
+                            _on(_pod("train-1", "train", ready=True), LOST)], "train")
+    assert [s["stage"] for s in _one(series, "gangscope_workload_stage", workload="train")] == ["running"]
+    assert doc["verdict"]["status"] == "held" and doc["verdict"]["layer"] == "interconnect", doc["verdict"]
+    layer = next(x for x in doc["layers"] if x["name"] == "interconnect")
+    assert layer["evidence"]["problem"] == "node_lost"
+    [lost] = layer["evidence"]["lost_nodes"]
+    assert (lost["node"], lost["why"], lost["pods"]) == (LOST, "unreachable", ["train-1"])
+    assert layer["summary"].startswith(f"node {LOST} (") and "is unreachable, with pod train-1: hardware" in layer["summary"]
+    assert list(lost["path"].values()) == ["0b2a5c9e61f1e0d7", "9a7b3c2d", LOST], lost["path"]
+
+
+def test_a_gang_on_ready_nodes_or_unread_node_status_is_not_called_lost() -> None:
+    """Positive controls: every member on a Ready node; and a Node read as metadata only (no
+    status, as explain's label-selector list returns it) is not judged."""
+    nodes = _gpu_nodes()
+    running = _admitted("train")
+    doc, _ = _explain([running, nodes[FINE], _on(_pod("train-0", "train", ready=True), FINE),
+                       _on(_pod("train-1", "train", ready=True), FINE)], "train")
+    assert doc["verdict"]["status"] == "running", doc["verdict"]
+    bare = {"apiVersion": "v1", "kind": "Node", "metadata": nodes[LOST]["metadata"]}
+    doc, _ = _explain([running, bare, _on(_pod("train-0", "train", ready=True), LOST),
+                       _on(_pod("train-1", "train", ready=True), LOST)], "train")
+    assert doc["verdict"]["status"] == "running", doc["verdict"]
+    assert next(x for x in doc["layers"] if x["name"] == "interconnect")["evidence"].get("problem") is None
+
+
+def test_node_not_ready_series_is_the_judgements_word_and_goes_when_ready() -> None:
+    """gangscope_node_not_ready: one series per GPU node not Ready (the GangscopeWorkloadNodeLost
+    rule's input), its why the one explain prints; none for a cordoned or CPU node."""
+    nodes = _gpu_nodes()
+    p = argparse.ArgumentParser()
+    explain.add_arguments(p)
+    store, _, handlers = explain._build(p.parse_args(["x/y", "--from-file", "dump.yaml"]))
+    loader.feed(store.exposition, handlers, [("test", o) for o in nodes.values()], "test", quiet=True)
+    got = {s["node"]: s["why"] for s in _series(store).get("gangscope_node_not_ready", {}).values()}
+    assert got == {LOST: "unreachable"}
+    back = copy.deepcopy(nodes[LOST])
+    back["spec"]["taints"] = [t for t in back["spec"]["taints"] if not t["key"].startswith("node.kubernetes.io/")]
+    for c in back["status"]["conditions"]:
+        if c["type"] == "Ready":
+            c.update(status="True", reason="KubeletReady", message="kubelet is posting ready status")
+    loader.feed(store.exposition, handlers, [("test", back)], "test", quiet=True)
+    assert "gangscope_node_not_ready" not in _series(store)

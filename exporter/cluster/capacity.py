@@ -66,6 +66,7 @@ from ..exposition import Exposition, Family, LabelPairs
 from ..taints import Taint, Toleration, tolerated, untolerated
 from ..topology import HOSTNAME_LABEL
 from .fits import FitReport, Fits
+from .node_loss import NodeHealth, why
 from .tas_fit import FitFlavor, FitNode, FlavorSnapshot
 from .workload_state import holds_quota
 
@@ -120,7 +121,14 @@ DOMAIN_BOUND = Family(
     "are watched, once their first LIST completed.",
     ("level",), topology=True,
 )
-FAMILIES = (DOMAIN_GPUS, DOMAIN_BOUND, DOMAIN_PLACEABLE, DOMAINS, WORKLOAD_DOMAINS_NEEDED)
+NODE_NOT_READY = Family(
+    "gangscope_node_not_ready", "gauge",
+    "1 per GPU node whose Ready condition is not True (exporter/cluster/node_loss.py), by why: unreachable (the node "
+    "lifecycle controller's unreachable taint: Ready Unknown), not ready (its not-ready taint: Ready False) or not Ready "
+    "(no lifecycle taint yet); absent while Ready. The rules join it to the Workloads whose GPUs are there.",
+    ("node", "why"), topology=True,
+)
+FAMILIES = (DOMAIN_GPUS, DOMAIN_BOUND, DOMAIN_PLACEABLE, DOMAINS, WORKLOAD_DOMAINS_NEEDED, NODE_NOT_READY)
 
 _DOMAINS_OWNER = ("capacity_domains",)
 
@@ -235,6 +243,7 @@ class Capacity:
         self._pods: PodStore | None = None
         self._non_tas_seen: dict[str, Mapping[str, int]] = {}  # node -> its non-TAS usage last seen
         self._fit_nodes: dict[str, FitNode] = {}  # node name -> what the placement reads of it (every Node)
+        self._not_ready: dict[str, Node] = {}  # node name -> the GPU Node, while gangscope_node_not_ready is exported
         self.set_shards(shard, total_shards, render=False)
         self._reset_domains()
 
@@ -297,12 +306,21 @@ class Capacity:
                 self._snapshots.clear()
                 self._fit_dirty = True
             return
-        if old is not None and (old.allocatable, old.taints, old.ready, old.unschedulable, old.labels) == (
-                node.allocatable, node.taints, node.ready, node.unschedulable, node.labels):
+        if old is not None and (old.allocatable, old.taints, old.ready, old.unschedulable, old.labels, old.ready_reported) == (
+                node.allocatable, node.taints, node.ready, node.unschedulable, node.labels, node.ready_reported):
             return  # a heartbeat: nothing the placement reads
         self._fit_nodes[name] = _fit_node(node)
         self._snapshots.clear()
         self._fit_dirty = True
+
+    def node_health(self, name: str) -> NodeHealth | None:
+        """What exporter.cluster.node_loss reads of the Node ``name``; None where it is not among
+        the objects or reports no Ready condition (a metadata-only object)."""
+        fit = self._fit_nodes.get(name)
+        if fit is None or not fit.ready_reported:
+            return None
+        path = tuple(pair for pair in self._levels().labels_from_node(fit.labels, name) if pair[1])
+        return NodeHealth(name, fit.ready, tuple(t.key for t in fit.taints), path)
 
     @property
     def bound_known(self) -> bool:
@@ -364,6 +382,7 @@ class Capacity:
         """A Node was put (``node``) or deleted (None); only GPU nodes are hosts, every Node is in
         the fit's view (Kueue places pod sets that request no GPU too)."""
         self._node_fit(name, node)
+        self._render_not_ready(name, node)
         hostname = node.hostname if node is not None and node.gpu_node else None
         old = self._node_host.pop(name, None)
         if old is not None and old != hostname:
@@ -393,6 +412,19 @@ class Capacity:
         host.blocking = self._blocking(host)
         self._host_dirty(hostname, capacity=shape_changed)
 
+    def _render_not_ready(self, name: str, node: Node | None) -> None:
+        """``gangscope_node_not_ready`` of one Node: shard 0 exports it for a GPU node that reports
+        a Ready condition other than True (0 series in a healthy cluster)."""
+        owner = ("node_not_ready", name)
+        health = self.node_health(name) if node is not None and node.gpu_node and self.node_owner else None
+        if node is None or health is None or health.ready or NODE_NOT_READY in self._skip:
+            if self._not_ready.pop(name, None) is not None:
+                self.exposition.delete(owner)
+            return
+        self._not_ready[name] = node
+        path = tuple(self._levels().labels_from_node(node.labels, name))
+        self.exposition.set(owner, {NODE_NOT_READY: [NODE_NOT_READY.sample((name, why(health)), 1, self._fragment(path))]})
+
     def _drop_host(self, hostname: str, node: str) -> None:
         host = self.hosts.get(hostname)
         if host is None or host.node != node:
@@ -408,6 +440,8 @@ class Capacity:
     def levels_changed(self) -> None:
         """Topology levels or Nodes' labels changed: every host's path is read again."""
         levels = self._levels()
+        for name, node in list(self._not_ready.items()):
+            self._render_not_ready(name, node)
         if len(self._domains) != len(levels.keys):
             for host in self.hosts.values():
                 host.applied, host.domains = None, ()
@@ -889,4 +923,4 @@ def _same_usage(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
 
 
 def _fit_node(node: Node) -> FitNode:
-    return FitNode(node.name, node.labels, node.allocatable, node.taints, node.ready, node.unschedulable)
+    return FitNode(node.name, node.labels, node.allocatable, node.taints, node.ready, node.unschedulable, node.ready_reported)

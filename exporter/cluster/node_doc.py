@@ -80,13 +80,13 @@ def node_from_doc(doc: NodeDoc, gpu_resources: Sequence[str]) -> Node:
     allocatable = status.allocatable
     gpus, gpu_node = gpu_count(allocatable, status.capacity, gpu_resources, p)
     taints = scheduling_taints(parse_taints(spec.taints, "spec.taints", p)) if spec.taints is not None else ()
-    ready = False
+    ready = reported = False
     for c in status.conditions:
         if c.type == "Ready":
-            ready = c.status == "True"
+            ready, reported = c.status == "True", True
             break
     node = Node(_intern(meta.name), interned_map(meta.labels), p, gpus=gpus, gpu_node=gpu_node, ready=ready,
-                unschedulable=spec.unschedulable, taints=taints,
+                ready_reported=reported, unschedulable=spec.unschedulable, taints=taints,
                 allocatable=allocatable_resources(allocatable, gpu_resources, p))
     if p:
         raise Unclean(p[0])

@@ -33,6 +33,7 @@ class Node:
     gpus: float = 0  # status.allocatable of the GPU resources, summed
     gpu_node: bool = False  # a GPU resource appears in status.capacity or status.allocatable
     ready: bool = False  # the Ready condition is True
+    ready_reported: bool = False  # a Ready condition is there at all (not for a metadata-only object, or before the kubelet's first status)
     unschedulable: bool = False  # spec.unschedulable (cordoned)
     taints: tuple[Taint, ...] = ()  # the scheduling taints (NoSchedule, NoExecute) only
     allocatable: Mapping[str, int] = field(default_factory=dict)  # every resource, in Kueue's units (shared)
@@ -65,9 +66,10 @@ def parse_node(obj: Any, gpu_resources: Sequence[str] = ("nvidia.com/gpu",)) -> 
     # of them the same on every node: interned, their keys and values are one string each for the
     # whole cluster, which takes a node's labels from 6.6 to 1.7 kB (bench/capacity.py).
     labels = interned_map(str_map(meta.get("labels"), "metadata.labels", p))
+    ready = _ready(status.get("conditions"), p)
     return Node(
         _intern(name), labels, p, gpus=gpus, gpu_node=gpu_node,
-        ready=_ready(status.get("conditions"), p),
+        ready=ready is True, ready_reported=ready is not None,
         unschedulable=as_bool(spec.get("unschedulable"), "spec.unschedulable", p, False),
         taints=taints,
         # Kueue's placement counts every allocatable resource (tas_topology_tree.go addNode).
@@ -102,11 +104,12 @@ def allocatable_resources(raw: dict[str, Any], gpu_resources: Sequence[str], p: 
     return out
 
 
-def _ready(raw: Any, p: Problems) -> bool:
-    """The Ready condition is True (kueue pkg/util/tas IsNodeStatusConditionTrue, called at
-    tas_nodes_cache.go:59-60): False, Unknown or no condition at all is not ready."""
+def _ready(raw: Any, p: Problems) -> bool | None:
+    """Whether the Ready condition is True (kueue pkg/util/tas IsNodeStatusConditionTrue, called at
+    tas_nodes_cache.go:59-60): False or Unknown is not ready, and so, for Kueue, is no condition
+    at all (None here: nothing says the node failed either)."""
     for i, c in enumerate(as_list(raw, "status.conditions", p)):
         c = c if c.__class__ is dict else as_dict(c, f"status.conditions[{i}]", p)
         if c.get("type") == "Ready":
             return c.get("status") == "True"
-    return False
+    return None

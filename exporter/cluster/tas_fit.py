@@ -94,6 +94,7 @@ class FitNode:
     taints: tuple[Taint, ...] = ()
     ready: bool = True
     unschedulable: bool = False
+    ready_reported: bool = True  # a Ready condition was read (exporter.cluster.node_loss judges only those)
 
 
 @dataclass(frozen=True, slots=True)
