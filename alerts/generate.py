@@ -1437,7 +1437,10 @@ def training_rules(cfg: Config) -> list[dict[str, Any]]:
         out.append({"record": VERDICT, "expr": expr, "labels": {"verdict": verdict}})
     for t in tr.throughput:
         key = "pod" if t.join == "pod" else "name"
-        info = ('gangscope_gpu_pod_info{workload!=""}' if t.join == "pod" else 'gangscope_job_info{workload!=""}')
+        # joined within the rate window: a failed scrape of the agent or collector ends its info
+        # series at once (Prometheus's staleness markers), and a pod is not unjoined for that
+        info = (f'last_over_time(gangscope_gpu_pod_info{{workload!=""}}[{rw}])' if t.join == "pod"
+                else f'last_over_time(gangscope_job_info{{workload!=""}}[{rw}])')
         relabelled = _source(t, rw)
         out += [
             {"record": MAPPING_SERIES, "labels": {"metric": t.name, "state": "present"},
