@@ -596,12 +596,12 @@ def job_layer(wl: Workload | None, store: ClusterStore, jobs: JobIndex | None, n
     stale_after = jobs.stale_after if jobs is not None else 0
     for v in views:
         rec = v.record
-        restarting = rec.condition("RestartingJobSet")
+        restarting = job_state.restarting(rec)
         failed = next((c for c in rec.conditions if c.type == "Failed" and c.status == "True"), None)
         if failed is not None:
             kinds.append("failed")
             problems.append(f"{rec.kind} {rec.name} failed ({failed.reason}): {failed.message}".rstrip(": "))
-        elif restarting is not None and restarting.status == "True":
+        elif restarting is not None:
             kinds.append("restarting")
             problems.append(f"{rec.kind} {rec.name} restarting ({rec.restarts or 0} restarts{where}; "
                             f"{restarting.reason}: {restarting.message})".replace("; : )", ")"))
@@ -967,25 +967,25 @@ async def _load_nodes(client: Any, wl: Workload, handler: Any, pod_nodes: Sequen
                for i in range(0, len(hosts), NODE_SELECTOR_CHUNK)]
     queries += [{"fieldSelector": f"metadata.name={n}"} for n in sorted(set(wl.unhealthy_nodes))]
     nodes: dict[str, Any] = {}
+
+    def keep(page: dict[str, Any]) -> None:
+        for obj in page.get("items") or []:  # "items": null when none matches
+            meta = obj.get("metadata") if isinstance(obj, dict) else None
+            if isinstance(meta, dict) and isinstance(meta.get("name"), str):
+                nodes[meta["name"]] = obj  # a whole object read later replaces a metadata-only one
+
     try:
         for query in queries:
-            page = await client.get_json("/api/v1/nodes", query, accept=PARTIAL_LIST_ACCEPT)
-            for obj in page.get("items") or []:  # "items": null when none matches
-                meta = obj.get("metadata") if isinstance(obj, dict) else None
-                if isinstance(meta, dict) and isinstance(meta.get("name"), str):
-                    nodes[meta["name"]] = obj
+            keep(await client.get_json("/api/v1/nodes", query, accept=PARTIAL_LIST_ACCEPT))
     except ApiError as exc:  # forbidden (a namespace-scoped user) or unreachable: hosts only
         print(f"gangscope explain: nodes not read ({exc}); placement shows hosts without their topology",
               file=sys.stderr)
         return
     try:
         for i in range(0, len(pod_nodes), NODE_GETS_AT_ONCE):  # a field selector names one node
-            pages = await asyncio.gather(*(client.get_json("/api/v1/nodes", {"fieldSelector": f"metadata.name={name}"})
-                                           for name in pod_nodes[i:i + NODE_GETS_AT_ONCE]))
-            for obj in (o for page in pages for o in page.get("items") or []):
-                meta = obj.get("metadata") if isinstance(obj, dict) else None
-                if isinstance(meta, dict) and isinstance(meta.get("name"), str):
-                    nodes[meta["name"]] = obj
+            for page in await asyncio.gather(*(client.get_json("/api/v1/nodes", {"fieldSelector": f"metadata.name={name}"})
+                                               for name in pod_nodes[i:i + NODE_GETS_AT_ONCE])):
+                keep(page)
     except ApiError as exc:  # metadata may be listed where whole objects are not: no node health then
         print(f"gangscope explain: the job's nodes not read whole ({exc}); lost nodes are not checked", file=sys.stderr)
     handler.replace(list(nodes.values()))

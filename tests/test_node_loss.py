@@ -23,7 +23,7 @@ def test_lost_nodes_names_each_not_ready_node_with_the_pods_on_it() -> None:
             pod("w-5", "n-unknown")]
     assert lost_nodes(pods, HEALTH.get) == [
         LostNode("n-gone", "unreachable", (("rack", "r2"), ("host", "n-gone")), ("w-1", "w-2")),
-        LostNode("n-new", "not Ready", (), ("w-4",)),
+        LostNode("n-new", "not ready, not yet tainted", (), ("w-4",)),
         LostNode("n-sick", "not ready", (), ("w-3",)),
     ]
 

@@ -42,8 +42,7 @@ def _target(wl: Workload) -> str:
 
 def slow_job(rec: JobRecord, now: float, stale_after: float) -> str | None:
     """Why the job controller says the job is slow, or None (exporter/explain.py's job layer)."""
-    restarting = rec.condition("RestartingJobSet")
-    if restarting is not None and restarting.status == "True":
+    if job_state.restarting(rec) is not None:
         return f"{rec.kind} restarting"
     if job_state.progress_stale_since(rec, now, stale_after) is not None:
         return f"{rec.kind} progress stale at {job_state.progress_text(rec)}"

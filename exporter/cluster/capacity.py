@@ -124,8 +124,8 @@ DOMAIN_BOUND = Family(
 NODE_NOT_READY = Family(
     "gangscope_node_not_ready", "gauge",
     "1 per GPU node whose Ready condition is not True (exporter/cluster/node_loss.py), by why: unreachable (the node "
-    "lifecycle controller's unreachable taint: Ready Unknown), not ready (its not-ready taint: Ready False) or not Ready "
-    "(no lifecycle taint yet); absent while Ready. The rules join it to the Workloads whose GPUs are there.",
+    "lifecycle controller's unreachable taint: Ready Unknown), not ready (its not-ready taint: Ready False) or "
+    "not ready, not yet tainted (before the controller's taint); absent while Ready. The rules join it to the Workloads whose GPUs are there.",
     ("node", "why"), topology=True,
 )
 FAMILIES = (DOMAIN_GPUS, DOMAIN_BOUND, DOMAIN_PLACEABLE, DOMAINS, WORKLOAD_DOMAINS_NEEDED, NODE_NOT_READY)

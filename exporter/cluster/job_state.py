@@ -2,7 +2,7 @@
 
 Why its own module: explain's job layer, the attention list of ``snapshot`` and the collector's
 ``gangscope_job_progress_changed_timestamp_seconds`` must agree on what "progress" and "stale"
-mean, and GangscopeJobProgressStalled renders the same rule in PromQL. The rule, on Kubeflow
+mean (and when a JobSet restarts), and GangscopeJobProgressStalled renders the same rule in PromQL. The rule, on Kubeflow
 Trainer's own clock (kubeflow/trainer 8c0f5059 pkg/apis/trainer/v1alpha1/trainjob_types.go:565-607):
 
 * A job reports progress once its ``trainerStatus`` holds a percentage, an estimate of the
@@ -26,6 +26,14 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .jobs import JobRecord
+    from .podgroups import Condition
+
+
+def restarting(rec: JobRecord) -> Condition | None:
+    """The JobSet's ``RestartingJobSet=True`` condition while it recreates its Jobs (jobset 08dfbdfd
+    pkg/controllers/failure_policy.go:244-258), else None."""
+    c = rec.condition("RestartingJobSet")
+    return c if c is not None and c.status == "True" else None
 
 
 def reports_progress(rec: JobRecord) -> bool:

@@ -1,18 +1,20 @@
 """The lost-node judgement: a job's bound pods and the Nodes they run on -> the nodes it has lost.
 
-Why: a node that dies under a running gang shows as its Node ``Ready=Unknown`` (the node lifecycle
-controller, when the kubelet stops posting status) or ``Ready=False`` (the kubelet reports itself
-unhealthy), and the controller taints it ``node.kubernetes.io/unreachable`` or
-``node.kubernetes.io/not-ready`` (kubernetes v1.20.2 pkg/controller/nodelifecycle/
-node_lifecycle_controller.go: ``UnreachableTaintTemplate``, ``NotReadyTaintTemplate``, and
-``MarkPodsNotReady`` flips the pods' Ready to False). Kueue names such nodes in the Workload's
-``status.unhealthyNodes`` only for topology-aware Workloads with its failure handling on (kueue
-pkg/controller/tas/node_failure_controller.go); a job without it keeps stage ``running`` (or, with
-``waitForPodsReady``, ``recovering``), and nothing else says which node went and which ranks
-went with it. That is a hardware verdict: the gang cannot train until those pods are replaced.
+Why: a node that dies under a running gang shows as its Node's Ready condition not True, and the
+node lifecycle controller taints it by that condition's status: Ready Unknown (the kubelet
+stopped posting status) with ``node.kubernetes.io/unreachable``, Ready False with
+``node.kubernetes.io/not-ready`` (kubernetes 003e8629
+pkg/controller/nodelifecycle/node_lifecycle_controller.go:70-91, ``UnreachableTaintTemplate``,
+``NotReadyTaintTemplate`` and ``nodeConditionToTaintKeyStatusMap``). Kueue names such nodes in
+the Workload's ``status.unhealthyNodes`` only for topology-aware Workloads with its node failure
+handling on (kueue 22e45023 pkg/controller/tas/node_failure_controller.go); a job without it keeps
+stage ``running`` (or, with ``waitForPodsReady``, ``recovering``), and nothing else says which
+node went and which ranks went with it. That is a hardware verdict: the gang cannot train until
+those pods are replaced.
 
 Only what the objects prove is claimed: a pod whose Node is not among the objects (a dump without
-Nodes, a Node deleted before its pods) is not called lost.
+Nodes, a Node deleted before its pods) or whose Node reports no Ready condition (read as metadata
+only) is not called lost.
 """
 
 from __future__ import annotations
@@ -24,8 +26,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .pods import Pod
 
-# The node lifecycle controller's taints (kubernetes pkg/controller/nodelifecycle, v1.20.2
-# node_lifecycle_controller.go UnreachableTaintTemplate / NotReadyTaintTemplate).
+# The node lifecycle controller's taints (node_lifecycle_controller.go:70-81, above).
 UNREACHABLE = "node.kubernetes.io/unreachable"
 NOT_READY = "node.kubernetes.io/not-ready"
 
@@ -43,14 +44,14 @@ class NodeHealth:
 @dataclass(frozen=True, slots=True)
 class LostNode:
     node: str
-    why: str  # "unreachable" (Ready Unknown), "not ready" (Ready False) or "not Ready" (no lifecycle taint yet)
+    why: str  # "unreachable" (Ready Unknown), "not ready" (Ready False) or "not ready, not yet tainted"
     path: tuple[tuple[str, str], ...]
     pods: tuple[str, ...]  # the job's pods bound to it, by name
 
 
 def why(h: NodeHealth) -> str:
     """Why a not-Ready node is not: the node lifecycle controller's taint says which condition."""
-    return "unreachable" if UNREACHABLE in h.taints else "not ready" if NOT_READY in h.taints else "not Ready"
+    return "unreachable" if UNREACHABLE in h.taints else "not ready" if NOT_READY in h.taints else "not ready, not yet tainted"
 
 
 def lost_nodes(pods: Iterable[Pod], health: Callable[[str], NodeHealth | None]) -> list[LostNode]:
